@@ -1,0 +1,175 @@
+"""Loading the user's Python file and choosing the function to compile.
+
+The file is imported from its own directory (that directory goes first on
+`sys.path`, as when Python runs a script), so its local imports work. Syntax
+errors and exceptions raised while importing are reported as the user's, at
+their file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from irshard.errors import InputError, UserCodeError
+
+
+def display_path(path: str) -> str:
+    """`path` relative to the working directory when it lies below it."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return absolute if relative.startswith("..") else relative
+
+
+def _is_library_file(filename: str) -> bool:
+    parts = filename.replace("\\", "/").split("/")
+    return "site-packages" in parts or "dist-packages" in parts
+
+
+def user_frame(tb: types.TracebackType | None,
+               user_dir: str) -> traceback.FrameSummary | None:
+    """The innermost frame of `tb` in the user's own code: a file under
+    `user_dir` that is not an installed library."""
+    user_dir = os.path.abspath(user_dir)
+    found = None
+    for frame in traceback.extract_tb(tb):
+        filename = os.path.abspath(frame.filename)
+        if (filename.startswith(user_dir + os.sep)
+                and not _is_library_file(filename)):
+            found = frame
+    return found
+
+
+def describe_user_exception(exc: BaseException, user_dir: str) -> str:
+    """One line: where in the user's code `exc` was raised, and what it says."""
+    message = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
+    frame = user_frame(exc.__traceback__, user_dir)
+    if frame is None:
+        return text
+    return f"{display_path(frame.filename)}:{frame.lineno}: in {frame.name}: {text}"
+
+
+def load_module(path: str) -> types.ModuleType:
+    """Imports the Python file at `path` as a module."""
+    if not os.path.exists(path):
+        raise InputError(f"file '{path}' does not exist")
+    if os.path.isdir(path):
+        raise InputError(f"'{path}' is a directory; expected a .py or .mlir file")
+    if not path.endswith(".py"):
+        raise InputError(f"'{path}' is not a Python file; expected a .py file "
+                         f"(or a .mlir module)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read '{path}': {e}") from None
+    try:
+        code = compile(source, path, "exec")
+    except SyntaxError as e:
+        where = f"{display_path(path)}:{e.lineno}"
+        if e.offset:
+            where += f":{e.offset}"
+        raise InputError(f"{where}: syntax error: {e.msg}") from None
+
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = stem if stem.isidentifier() and stem not in sys.modules \
+        else "_irshard_user_" + hashlib.sha1(
+            os.path.abspath(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as e:  # The user's module failed while importing.
+        del sys.modules[name]
+        raise UserCodeError(describe_user_exception(e, directory)) from None
+    return module
+
+
+def public_functions(module: types.ModuleType) -> list[str]:
+    """Names of the functions the module itself defines, not starting with _."""
+    return sorted(
+        name for name, obj in vars(module).items()
+        if inspect.isfunction(obj) and obj.__module__ == module.__name__
+        and not name.startswith("_"))
+
+
+def select_function(module: types.ModuleType, path: str,
+                    name: str | None) -> tuple[str, Callable[..., Any]]:
+    """The function `name`, or the module's only public function."""
+    candidates = public_functions(module)
+    shown = display_path(path)
+    if name is not None:
+        obj = getattr(module, name, None)
+        if not callable(obj):
+            listed = ", ".join(candidates) if candidates else "none"
+            raise InputError(f"no function '{name}' in {shown}; candidates: "
+                             f"{listed}")
+        return name, obj
+    if len(candidates) == 1:
+        return candidates[0], getattr(module, candidates[0])
+    if not candidates:
+        raise InputError(f"{shown} defines no public function; define one or "
+                         f"name one with --fn NAME")
+    raise InputError(f"{shown} defines {len(candidates)} public functions "
+                     f"({', '.join(candidates)}); choose one with --fn NAME")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter of the user's function as irshard sees it."""
+
+    name: str
+    annotation: str | None   # the type string from the annotation, if any
+    has_default: bool
+    default: Any = None
+
+
+def annotation_text(annotation: Any) -> str | None:
+    """The type string of a parameter annotation, or None if it is not one.
+
+    `d: "f32[8]"` gives "f32[8]"; under `from __future__ import annotations`
+    the same annotation arrives as "'f32[8]'" and gives the same.
+    """
+    if not isinstance(annotation, str):
+        return None
+    text = annotation.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return None
+        return value if isinstance(value, str) else None
+    return text
+
+
+def parameters(fn: Callable[..., Any], fn_name: str) -> list[Parameter]:
+    """The parameters of `fn`; variadic ones are rejected."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"cannot read the signature of '{fn_name}': {e}") from None
+    result = []
+    for p in signature.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            star = "*" if p.kind == p.VAR_POSITIONAL else "**"
+            raise InputError(
+                f"'{fn_name}' takes {star}{p.name}; irshard needs a fixed list "
+                f"of parameters, each with a type")
+        has_default = p.default is not p.empty
+        result.append(Parameter(p.name, annotation_text(p.annotation),
+                                has_default,
+                                p.default if has_default else None))
+    return result
