@@ -1,0 +1,295 @@
+"""The one place that touches JAX and XLA internals.
+
+Device set-up, the MLIR context with Shardy's passes, lowering, compile
+options and dump flags, the backend's compile/execute entry points and XLA's
+HLO objects all live here, so a JAX upgrade is one file to fix. Tested with
+jax/jaxlib 0.10.2 (the range is pinned in pyproject.toml).
+
+Nothing here is imported by `irshard --help`: importing this module imports
+JAX. Call `configure` before that, so the host platform gets the devices the
+mesh needs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from irshard.errors import BackendError, SpecError
+
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+# Platforms a user may ask for, and the names JAX knows them by.
+PLATFORMS = ("cpu", "gpu", "tpu")
+
+
+def configure(num_devices: int, platform: str = "cpu") -> None:
+    """Prepares the environment for a mesh of `num_devices` on `platform`.
+
+    Must run before JAX is imported. On the CPU it asks XLA for as many host
+    devices as the mesh needs (keeping a larger count the user set); on a real
+    accelerator it leaves device discovery to JAX.
+    """
+    if platform == "cpu":
+        flags = os.environ.get("XLA_FLAGS", "")
+        m = re.search(_DEVICE_COUNT_FLAG + r"=(\d+)", flags)
+        if m is None:
+            flags = f"{flags} {_DEVICE_COUNT_FLAG}={num_devices}".strip()
+        elif int(m.group(1)) < num_devices:
+            flags = flags.replace(m.group(0),
+                                  f"{_DEVICE_COUNT_FLAG}={num_devices}")
+        os.environ["XLA_FLAGS"] = flags
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # JAX's own startup chatter (e.g. about missing accelerators) is not ours.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _jax():
+    import jax
+    return jax
+
+
+def devices(platform: str, count: int) -> list[Any]:
+    """The first `count` devices of `platform` in the global device list."""
+    jax = _jax()
+    try:
+        available = jax.devices(platform)
+    except RuntimeError:
+        raise SpecError(
+            f"platform '{platform}' is not available here; use --platform "
+            f"cpu (simulated devices) or a platform this machine has") from None
+    if len(available) < count:
+        hint = (f"; set XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before JAX "
+                f"starts, or let irshard start it"
+                if platform == "cpu" else "")
+        raise SpecError(
+            f"the mesh needs {count} devices but {platform} has "
+            f"{len(available)}{hint}")
+    return list(available[:count])
+
+
+def process_index() -> int:
+    return _jax().process_index()
+
+
+def make_mesh(axis_names: Sequence[str], axis_sizes: Sequence[int],
+              mesh_devices: Sequence[Any]):
+    """A `jax.sharding.Mesh` whose logical device i is `mesh_devices[i]`, with
+    every axis left to the compiler's propagation (`AxisType.Auto`)."""
+    import numpy as np
+    jax = _jax()
+    from jax.sharding import AxisType, Mesh
+    array = np.array(list(mesh_devices), dtype=object).reshape(tuple(axis_sizes))
+    return Mesh(array, tuple(axis_names),
+                axis_types=(AxisType.Auto,) * len(axis_names))
+
+
+# ---------------------------------------------------------------------------
+# MLIR
+
+
+def ir_context():
+    """An MLIR context with the StableHLO, CHLO and Shardy dialects loaded and
+    Shardy's passes registered (as JAX makes it for its own lowering)."""
+    from jax._src.interpreters import mlir as jax_mlir
+    return jax_mlir.make_ir_context()
+
+
+@dataclass(frozen=True)
+class LoweredFunction:
+    """The StableHLO module of a traced function, and its flattened outputs."""
+
+    module: Any                           # jaxlib.mlir.ir.Module
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[str, ...]           # NumPy dtype names
+    out_names: tuple[str, ...]            # pytree paths, e.g. "[0]", "['w']"
+
+
+def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
+          dtypes: Sequence[str], mesh) -> LoweredFunction:
+    """Traces `fn` on unsharded abstract inputs and lowers it to StableHLO.
+
+    The mesh is set as JAX's context mesh while tracing, so the function may
+    use `with_sharding_constraint(x, P(...))` or `shard_map` without naming a
+    mesh; the inputs themselves carry no sharding.
+    """
+    jax = _jax()
+    avals = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)]
+    with jax.set_mesh(mesh):
+        lowered = jax.jit(fn).lower(*avals)
+        module = lowered.compiler_ir("stablehlo")
+    leaves = jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]
+    names = tuple(jax.tree_util.keystr(path) for path, _ in leaves)
+    return LoweredFunction(
+        module=module,
+        out_shapes=tuple(tuple(leaf.shape) for _, leaf in leaves),
+        out_dtypes=tuple(str(leaf.dtype) for _, leaf in leaves),
+        out_names=names)
+
+
+def gradient(fn: Callable[..., Any], argnums: Sequence[int]) -> Callable[..., Any]:
+    """The reverse-mode gradient of scalar-valued `fn` w.r.t. `argnums`."""
+    jax = _jax()
+    grad_fn = jax.grad(fn, argnums=tuple(argnums))
+    grad_fn.__name__ = f"grad_{getattr(fn, '__name__', 'fn')}"
+    return grad_fn
+
+
+def run_registered_passes(module, pipeline: str) -> None:
+    """Runs a pipeline of passes registered with MLIR (Shardy's, upstream's)
+    over `module` in place. `pipeline` is MLIR's textual form, anchored on
+    the module, e.g. `builtin.module(sdy-propagation-pipeline)`."""
+    from jaxlib.mlir import passmanager
+    with module.context:
+        pm = passmanager.PassManager.parse(pipeline)
+        pm.run(module.operation)
+
+
+def parse_pipeline(pipeline: str, context) -> Any:
+    """Parses a textual pipeline with MLIR's own parser (raises ValueError)."""
+    from jaxlib.mlir import passmanager
+    with context:
+        return passmanager.PassManager.parse(pipeline)
+
+
+# ---------------------------------------------------------------------------
+# XLA compilation
+
+
+def _compile_options(module, num_partitions: int, device_ids: Sequence[int],
+                     overrides: dict[str, str] | None,
+                     propagate_to_parameters: Sequence[bool],
+                     propagate_to_outputs: Sequence[bool]):
+    """Compile options as `jax.jit` makes them for the same program."""
+    import numpy as np
+    from jax._src import compiler
+    options = compiler.get_compile_options(
+        num_replicas=1, num_partitions=num_partitions,
+        device_assignment=np.array([list(device_ids)], dtype=np.int64),
+        env_options_overrides=overrides,
+        detailed_logging=compiler.use_detailed_logging(module))
+    build = options.executable_build_options
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = True
+    build.allow_spmd_sharding_propagation_to_parameters = list(
+        propagate_to_parameters)
+    build.allow_spmd_sharding_propagation_to_output = list(propagate_to_outputs)
+    return options
+
+
+@dataclass
+class CompiledExecutable:
+    """A loaded executable and what XLA printed of it."""
+
+    executable: Any
+    devices: tuple[Any, ...]
+    partitioned_text: str | None     # HLO after SPMD partitioning, if asked
+
+    def hlo_modules(self) -> list[Any]:
+        return list(self.executable.hlo_modules())
+
+    def memory_stats(self) -> dict[str, int]:
+        stats = self.executable.get_compiled_memory_stats()
+        return {
+            "argument_bytes": int(stats.argument_size_in_bytes),
+            "output_bytes": int(stats.output_size_in_bytes),
+            "alias_bytes": int(stats.alias_size_in_bytes),
+            "temp_bytes": int(stats.temp_size_in_bytes),
+        }
+
+    def parameter_shardings(self) -> list[Any]:
+        return [_hlo_sharding(s) for s in self.executable.get_parameter_shardings()]
+
+    def output_shardings(self) -> list[Any]:
+        return [_hlo_sharding(s) for s in self.executable.get_output_shardings()]
+
+
+def _hlo_sharding(op_sharding):
+    from jaxlib import _hlo
+    return _hlo.HloSharding.from_proto(op_sharding)
+
+
+def hlo_sharding_from_text(text: str):
+    from jaxlib import _hlo
+    return _hlo.HloSharding.from_string(text)
+
+
+def compile_module(module, mesh_devices: Sequence[Any],
+                   propagate_to_parameters: Sequence[bool],
+                   propagate_to_outputs: Sequence[bool],
+                   capture_partitioned: bool = False) -> CompiledExecutable:
+    """Compiles a StableHLO module annotated with Shardy shardings for the
+    devices of the mesh (logical device i runs on `mesh_devices[i]`).
+
+    `propagate_to_parameters[i]` lets XLA refine argument i's sharding (its
+    sharding has open dimensions); `propagate_to_outputs[i]` lets it choose
+    result i's (no sharding was given for it).
+
+    With `capture_partitioned`, XLA dumps the module right after SPMD
+    partitioning into a temporary directory, read and then removed whatever
+    happens.
+    """
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client as xc
+    platform = mesh_devices[0].platform
+    client = xla_bridge.get_backend(platform)
+    device_list = xc.DeviceList(tuple(mesh_devices))
+    dump_dir = tempfile.mkdtemp(prefix="irshard-") if capture_partitioned else None
+    try:
+        overrides = None
+        if dump_dir:
+            overrides = {
+                "xla_dump_to": dump_dir,
+                "xla_dump_hlo_pass_re": "spmd-partitioning",
+            }
+        options = _compile_options(module, len(mesh_devices),
+                                   [d.id for d in mesh_devices], overrides,
+                                   propagate_to_parameters, propagate_to_outputs)
+        try:
+            executable = client.compile_and_load(module, device_list, options)
+        except Exception as e:  # XlaRuntimeError and friends
+            raise BackendError(f"XLA failed to compile the module: "
+                               f"{first_line(e)}") from None
+        partitioned = _read_partitioned_dump(dump_dir) if dump_dir else None
+    finally:
+        if dump_dir:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+    return CompiledExecutable(executable, tuple(mesh_devices), partitioned)
+
+
+def _read_partitioned_dump(dump_dir: str) -> str:
+    files = sorted(glob.glob(os.path.join(
+        dump_dir, "*after_spmd-partitioning*.txt")))
+    if not files:
+        raise BackendError("XLA wrote no dump after spmd-partitioning; this "
+                           "jaxlib may name its passes differently")
+    with open(files[0], encoding="utf-8") as f:
+        return f.read()
+
+
+def hlo_module_from_text(text: str):
+    """Parses HLO text with XLA's own parser (raises ValueError)."""
+    from jaxlib import _hlo
+    try:
+        return _hlo.hlo_module_from_text(text)
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+
+
+def hlo_opcode_names() -> dict[Any, str]:
+    from jaxlib import _hlo
+    return {value: name for name, value in _hlo.HloOpcode.__members__.items()}
+
+
+def first_line(exc: BaseException) -> str:
+    """The first informative line of an XLA/JAX error message."""
+    for line in str(exc).splitlines():
+        line = line.strip()
+        if line:
+            return line
+    return type(exc).__name__

@@ -1,0 +1,188 @@
+"""Reading and writing Shardy attributes with jaxlib's MLIR bindings.
+
+Small helpers shared by the passes: find a module's entry function and meshes,
+convert between `ShardingSpec` and `#sdy.sharding`, read argument names from
+locations. Callers hold the module's context.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, sdy
+
+from irshard.errors import IRError
+from irshard.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
+
+SHARDING = "sdy.sharding"
+SHARDING_ORIGINS = "sdy.sharding_origins"
+
+
+def functions(module: ir.Module) -> Iterator[func.FuncOp]:
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            yield op.opview if not isinstance(op, func.FuncOp) else op
+
+
+def entry_function(module: ir.Module, name: str = "main") -> func.FuncOp:
+    """The entry function `name`; an IRError naming the functions otherwise."""
+    names = []
+    for fn in functions(module):
+        fn_name = ir.StringAttr(fn.attributes["sym_name"]).value
+        if fn_name == name:
+            return fn
+        names.append(fn_name)
+    listed = ", ".join(f"@{n}" for n in names) or "none"
+    raise IRError(f"the module has no function @{name} (its functions: "
+                  f"{listed}); irshard compiles the entry function @main")
+
+
+def mesh_ops(module: ir.Module) -> dict[str, ir.Operation]:
+    return {ir.StringAttr(op.attributes["sym_name"]).value: op
+            for op in module.body.operations
+            if op.operation.name == "sdy.mesh"}
+
+
+def mesh_spec(mesh_attr: ir.Attribute) -> MeshSpec:
+    mesh = sdy.MeshAttr(mesh_attr)
+    return MeshSpec(tuple(MeshAxis(sdy.MeshAxisAttr(a).name,
+                                   sdy.MeshAxisAttr(a).size)
+                          for a in mesh.axes))
+
+
+def meshes(module: ir.Module) -> dict[str, MeshSpec]:
+    """The module's `sdy.mesh` symbols, by name."""
+    return {name: mesh_spec(op.attributes["mesh"])
+            for name, op in mesh_ops(module).items()}
+
+
+def mesh_attr(mesh: MeshSpec) -> ir.Attribute:
+    return sdy.MeshAttr.get([sdy.MeshAxisAttr.get(a.name, a.size)
+                             for a in mesh.axes])
+
+
+def axis_ref_name(attr: ir.Attribute) -> str:
+    """`x`, or `x:(1)2` for a sub-axis (Shardy's notation)."""
+    ref = sdy.AxisRefAttr(attr)
+    if ref.sub_axis_info is None:
+        return ref.name
+    info = sdy.SubAxisInfoAttr(ref.sub_axis_info)
+    return f"{ref.name}:({info.pre_size}){info.size}"
+
+
+def sharding_attr(mesh_name: str, spec: ShardingSpec) -> ir.Attribute:
+    dims = [sdy.DimensionShardingAttr.get(
+        [sdy.AxisRefAttr.get(axis) for axis in d.axes], not d.open)
+        for d in spec.dims]
+    return sdy.TensorShardingAttr.get(mesh_name, dims)
+
+
+def sharding_spec(attr: ir.Attribute) -> tuple[str, ShardingSpec]:
+    """(mesh name or inlined mesh text, spec) of a `#sdy.sharding`."""
+    sharding = sdy.TensorShardingAttr(attr)
+    dims = []
+    for d in sharding.dimension_shardings:
+        dim = sdy.DimensionShardingAttr(d)
+        dims.append(DimSharding(tuple(axis_ref_name(a) for a in dim.axes),
+                                not dim.is_closed))
+    mesh = str(sharding.mesh_or_ref)
+    if mesh.startswith("@"):
+        mesh = mesh[1:]
+    return mesh, ShardingSpec(tuple(dims))
+
+
+def attr_dicts(fn: func.FuncOp, key: str, count: int) -> list[dict[str, ir.Attribute]]:
+    """The per-argument (`arg_attrs`) or per-result (`res_attrs`) attribute
+    dictionaries of `fn` as Python dicts."""
+    if key not in fn.attributes:
+        return [{} for _ in range(count)]
+    result = []
+    for entry in ir.ArrayAttr(fn.attributes[key]):
+        d = ir.DictAttr(entry)
+        result.append({d[i].name: d[i].attr for i in range(len(d))})
+    return result
+
+
+def set_attr_dicts(fn: func.FuncOp, key: str,
+                   dicts: list[dict[str, ir.Attribute]]) -> None:
+    fn.attributes[key] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
+
+
+_NAME_LOC = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+
+
+def location_name(location: ir.Location) -> str | None:
+    """The name of a `loc("name")` or `loc("name"(...))` location."""
+    m = _NAME_LOC.match(str(location))
+    return m.group(1) if m else None
+
+
+def argument_names(fn: func.FuncOp) -> list[str | None]:
+    """Each argument's name from its location (JAX writes `loc("d")`)."""
+    if fn.is_external:
+        return [None] * len(fn.type.inputs)
+    return [location_name(arg.location) for arg in fn.entry_block.arguments]
+
+
+def tensor_shape(type_: ir.Type) -> tuple[int, ...] | None:
+    try:
+        ranked = ir.RankedTensorType(type_)
+    except ValueError:
+        return None
+    if not ranked.has_static_shape:
+        return None
+    return tuple(ranked.shape)
+
+
+def format_type(type_: ir.Type) -> str:
+    return str(type_)
+
+
+def walk(op: ir.Operation) -> Iterator[ir.Operation]:
+    """Every operation nested in `op`, in pre-order."""
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from walk(child.operation)
+
+
+def parse_module(text: str, context: Any, source: str) -> ir.Module:
+    """Parses MLIR text; errors carry MLIR's own `file:line:col: message`."""
+    with context:
+        try:
+            return ir.Module.parse(text)
+        except ir.MLIRError as e:
+            raise IRError(f"{source}: {diagnostic_text(e)}") from None
+
+
+def diagnostic_text(error: ir.MLIRError) -> str:
+    """The first diagnostic of an MLIRError as `line:col: message`."""
+    diagnostics = list(error.error_diagnostics)
+    if not diagnostics:
+        return error.message
+    d = diagnostics[0]
+    where = str(d.location)
+    m = re.match(r'loc\("[^"]*":(\d+):(\d+)', where)
+    prefix = f"{m.group(1)}:{m.group(2)}: " if m else ""
+    return f"{prefix}{d.message}"
+
+
+def propagation_freedom(module: ir.Module) -> tuple[list[bool], list[bool]]:
+    """Whether XLA may choose each entry argument's and result's sharding:
+    an argument whose sharding is missing or has an open dimension, a result
+    without a sharding. (`jax.jit` passes the same to XLA.)"""
+    with module.context:
+        main = entry_function(module)
+        args = []
+        for attrs in attr_dicts(main, "arg_attrs", len(main.type.inputs)):
+            if SHARDING not in attrs:
+                args.append(True)
+                continue
+            _, spec = sharding_spec(attrs[SHARDING])
+            args.append(any(d.open for d in spec.dims))
+        results = [SHARDING not in attrs for attrs in
+                   attr_dicts(main, "res_attrs", len(main.type.results))]
+    return args, results

@@ -1,0 +1,273 @@
+"""The staged pipeline, modelled on JAX's `Traced -> Lowered -> Compiled`.
+
+    trace(program)       -> StableHLO     the traced function, annotated with
+                                          irshard's annotate pass
+    StableHLO.propagate()-> Propagated    Shardy's propagation, in-process,
+                                          with sharding origins
+    StableHLO.compile()  -> Optimized     XLA's executable; optionally with
+                                          the HLO right after partitioning
+    Optimized.partitioned() -> Partitioned
+    Optimized.report() / Partitioned.report() -> CollectiveReport
+
+Each stage is an immutable object holding what the next step needs, with
+`as_text()` for its IR. Errors are turned into the user's terms at the
+boundaries: an exception raised by the user's function is reported at their
+file and line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from irshard import analysis, backend
+from irshard.errors import BackendError, IRError, UserCodeError
+from irshard.hlo import HloModuleView
+from irshard.loader import describe_user_exception, user_frame
+from irshard.program import Program
+from irshard.report import CollectiveReport, TensorInfo
+from irshard.specs import DType, MeshSpec, ShardingSpec, dtype_from_mlir, lookup_dtype
+from irshard.tiling import Tiling, mesh_axes_of
+
+STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
+
+# Shardy's propagation, as its own `sdy-propagation-pipeline` runs it, with
+# the debug options that record why each axis is where it is
+# (`sdy.sharding_origins`), and stopping where Shardy dumps its
+# `after_propagation` module: before the export passes drop those records.
+PROPAGATION_PIPELINE = ",".join([
+    # Import: lift inlined meshes, add data-flow edges, sharding groups...
+    "sdy-import-pipeline",
+    # Calls: one function per call site, so each can get its own shardings.
+    "sdy-flatten-call-graph", "symbol-dce",
+    "sdy-import-func-calls", "symbol-dce",
+    # User constraints, then shardings that must agree (sharding groups).
+    "sdy-apply-sharding-constraints{debug-sharding-origins=true}",
+    "sdy-sharding-group-import",
+    # Propagation proper: callees first, then by user priority.
+    "sdy-pre-order-funcs",
+    "sdy-user-priority-propagate{debug-sharding-origins=true}",
+    # Back to functions and calls.
+    "sdy-export-named-computations", "sdy-propagate-to-func-results",
+    "sdy-unflatten-call-graph", "symbol-dce",
+    "sdy-insert-func-call-reshards",
+    # The first export steps: move shardings from data-flow edges onto the
+    # values (keeping origins), and close the shardings.
+    "func.func(sdy-sink-data-flow-edges{sink-debug-sharding-origins=true})",
+    "sdy-remove-sharding-groups",
+    "func.func(sdy-sharding-constraint-to-reshard)",
+    "sdy-close-shardings",
+])
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """An input or output as declared: name, dtype, global shape."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+    """What every stage reports about the program it came from."""
+
+    source: str                 # the file as the user named it
+    function: str | None
+    user_dir: str | None        # where the user's own sources live
+    mesh: MeshSpec
+    platform: str
+    inputs: tuple[TensorDecl, ...]
+    outputs: tuple[TensorDecl, ...]
+
+
+class Stage:
+    """One step of the pipeline; `as_text()` is its IR."""
+
+    name: ClassVar[str] = ""
+
+    def as_text(self) -> str:
+        raise NotImplementedError
+
+
+def _asm(operation: Any, debug_info: bool) -> str:
+    return operation.get_asm(enable_debug_info=debug_info)
+
+
+@dataclass(frozen=True, eq=False)
+class StableHLO(Stage):
+    """The traced program as StableHLO with irshard's mesh and shardings."""
+
+    name: ClassVar[str] = "stablehlo"
+    info: ProgramInfo
+    module: Any                     # jaxlib.mlir.ir.Module
+    devices: tuple[Any, ...]
+
+    def as_text(self, debug_info: bool = False) -> str:
+        return _asm(self.module.operation, debug_info)
+
+    def propagate(self) -> "Propagated":
+        """Runs Shardy's propagation in-process on a copy of the module."""
+        copy = self.module.operation.clone()
+        try:
+            backend.run_registered_passes(
+                copy, f"builtin.module({PROPAGATION_PIPELINE})")
+        except Exception as e:
+            raise BackendError(f"Shardy propagation failed: "
+                               f"{backend.first_line(e)}") from None
+        return Propagated(self.info, copy)
+
+    def compile(self, partitioned: bool = False) -> "Optimized":
+        """Partitions and compiles with XLA. With `partitioned`, also keeps
+        the HLO right after SPMD partitioning."""
+        from irshard import shardy
+        to_parameters, to_outputs = shardy.propagation_freedom(self.module)
+        compiled = backend.compile_module(self.module, self.devices,
+                                          to_parameters, to_outputs,
+                                          capture_partitioned=partitioned)
+        return Optimized(self.info, compiled)
+
+
+@dataclass(frozen=True, eq=False)
+class Propagated(Stage):
+    """Every value's sharding after Shardy propagation, with origins."""
+
+    name: ClassVar[str] = "propagated"
+    info: ProgramInfo
+    operation: Any
+
+    def as_text(self, debug_info: bool = False) -> str:
+        return _asm(self.operation, debug_info)
+
+
+def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
+                  mesh: MeshSpec, indexed: bool) -> tuple[TensorInfo, ...]:
+    result = []
+    for i, decl in enumerate(decls):
+        sharding = shardings[i] if i < len(shardings) else None
+        if sharding is None:
+            tiling = Tiling((), (), len(decl.shape), replicated=True)
+        else:
+            tiling = Tiling.from_hlo_sharding(sharding, len(decl.shape))
+        axes = mesh_axes_of(tiling, mesh)
+        result.append(TensorInfo(
+            name=decl.name, dtype=decl.dtype.name, shape=decl.shape,
+            sharding=axes, local_shape=tiling.local_shape(decl.shape),
+            index=i if indexed else None,
+            sharding_text=None if axes is not None else tiling.text))
+    return tuple(result)
+
+
+def _report(info: ProgramInfo, stage: str, view: HloModuleView,
+            compiled: backend.CompiledExecutable) -> CollectiveReport:
+    return CollectiveReport(
+        source=info.source, function=info.function, stage=stage,
+        mesh=info.mesh, platform=info.platform,
+        inputs=_tensor_infos(info.inputs, compiled.parameter_shardings(),
+                             info.mesh, indexed=False),
+        outputs=_tensor_infos(info.outputs, compiled.output_shardings(),
+                              info.mesh, indexed=True),
+        collectives=tuple(analysis.collectives(view, info.mesh, info.user_dir)),
+        memory=compiled.memory_stats())
+
+
+@dataclass(frozen=True, eq=False)
+class Partitioned(Stage):
+    """XLA's HLO right after the SPMD partitioner."""
+
+    name: ClassVar[str] = "partitioned"
+    info: ProgramInfo
+    text: str
+    compiled: backend.CompiledExecutable
+
+    def as_text(self) -> str:
+        return self.text
+
+    def report(self) -> CollectiveReport:
+        try:
+            view = HloModuleView.from_text(self.text)
+        except ValueError as e:
+            raise BackendError(f"cannot read XLA's partitioned HLO: {e}") from None
+        return _report(self.info, self.name, view, self.compiled)
+
+
+@dataclass(frozen=True, eq=False)
+class Optimized(Stage):
+    """The executable and its final HLO: what actually runs."""
+
+    name: ClassVar[str] = "optimized"
+    info: ProgramInfo
+    compiled: backend.CompiledExecutable
+
+    def as_text(self) -> str:
+        return self.compiled.hlo_modules()[0].to_string()
+
+    def partitioned(self) -> Partitioned:
+        if self.compiled.partitioned_text is None:
+            raise ValueError("compile with partitioned=True to keep the "
+                             "partitioned stage")
+        return Partitioned(self.info, self.compiled.partitioned_text,
+                           self.compiled)
+
+    def report(self) -> CollectiveReport:
+        view = HloModuleView(self.compiled.hlo_modules()[0])
+        return _report(self.info, self.name, view, self.compiled)
+
+
+# ---------------------------------------------------------------------------
+# Tracing a Python function
+
+
+def _output_decls(lowered: backend.LoweredFunction, program: Program,
+                  argnums: list[int]) -> tuple[TensorDecl, ...]:
+    decls = []
+    for i, (shape, dtype, path) in enumerate(zip(
+            lowered.out_shapes, lowered.out_dtypes, lowered.out_names)):
+        if program.grad:
+            name = f"grad({program.inputs[argnums[i]].name})"
+        else:
+            name = "result" + path
+        decls.append(TensorDecl(name, lookup_dtype(dtype) or lookup_dtype("f32"),
+                                tuple(shape)))
+    return tuple(decls)
+
+
+def trace(program: Program, platform: str = "cpu") -> StableHLO:
+    """Traces `program.fn` (or its gradient with `program.grad`) to StableHLO
+    and attaches the mesh and shardings with irshard's annotate pass."""
+    from irshard.passes.annotate import annotate
+    mesh = program.mesh
+    devices = backend.devices(platform, mesh.num_devices)
+    jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
+    fn = program.fn
+    argnums = list(range(len(program.inputs)))
+    if program.grad:
+        argnums = [i for i, spec in enumerate(program.inputs)
+                   if spec.type.dtype.is_float]
+        fn = backend.gradient(fn, argnums)
+    user_dir = os.path.dirname(os.path.abspath(program.source))
+    try:
+        lowered = backend.lower(
+            fn, [spec.type.shape for spec in program.inputs],
+            [spec.type.dtype.numpy for spec in program.inputs], jax_mesh)
+    except Exception as e:
+        if user_frame(e.__traceback__, user_dir) is not None:
+            raise UserCodeError(describe_user_exception(e, user_dir)) from None
+        if program.grad and "scalar" in str(e):
+            raise UserCodeError(
+                f"--grad needs '{program.function}' to return a scalar: "
+                f"{backend.first_line(e)}") from None
+        raise BackendError(f"JAX could not trace '{program.function}': "
+                           f"{type(e).__name__}: {backend.first_line(e)}") from None
+    annotate(lowered.module, mesh,
+             {i: spec.sharding for i, spec in enumerate(program.inputs)},
+             dict(program.out_shardings))
+    info = ProgramInfo(
+        source=program.source, function=program.function, user_dir=user_dir,
+        mesh=mesh, platform=platform,
+        inputs=tuple(TensorDecl(s.name, s.type.dtype, s.type.shape)
+                     for s in program.inputs),
+        outputs=_output_decls(lowered, program, argnums))
+    return StableHLO(info, lowered.module, tuple(devices))
