@@ -1,0 +1,321 @@
+"""Finding the collectives of an HLO module and what they cost.
+
+Walks the module from its entry computation in program order, descending into
+called computations (loop bodies, calls, branches, async wrappers) and
+keeping the trip counts of the enclosing `while` loops. Each collective gets
+its bytes, the mesh axes its groups span, and the user's source line: from
+its own metadata, or, for one the partitioner made without metadata, from a
+neighbouring instruction (`attribution: inferred`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sysconfig
+from dataclasses import dataclass
+from typing import Iterable
+
+from irshard import replica_groups as rg
+from irshard.hlo import (ArrayShape, Frame, HloModuleView, Instruction,
+                         shape_leaves)
+from irshard.loader import display_path
+from irshard.report import Collective, SourceLocation
+from irshard.specs import MeshSpec, lookup_dtype
+
+# Printed opcode -> report kind. `-start` forms are the async halves; their
+# `-done` partners are not counted again.
+COLLECTIVE_OPCODES = {
+    "all-reduce": "all-reduce", "all-reduce-start": "all-reduce",
+    "all-gather": "all-gather", "all-gather-start": "all-gather",
+    "reduce-scatter": "reduce-scatter",
+    "all-to-all": "all-to-all", "ragged-all-to-all": "ragged-all-to-all",
+    "collective-permute": "collective-permute",
+    "collective-permute-start": "collective-permute",
+    "collective-broadcast": "collective-broadcast",
+}
+
+# Computations these opcodes apply per element (reducers, comparators): they
+# hold no collectives and do not run once per call.
+_ELEMENTWISE_CALLERS = {"all-reduce", "all-reduce-start", "reduce-scatter",
+                        "reduce", "reduce-window", "scatter", "sort", "map",
+                        "select-and-scatter"}
+
+
+def hlo_dtype(dtype: str) -> str:
+    """HLO's element type in the grammar's spelling (`s32` -> `i32`)."""
+    known = lookup_dtype(dtype)
+    return known.name if known else dtype
+
+
+def wire_bytes(kind: str, nbytes: int, n: int) -> int:
+    """Bytes one device sends, with ring algorithms, for a result of
+    `nbytes` per device in a group of `n`."""
+    if n <= 1:
+        return 0
+    if kind in ("all-gather", "all-to-all", "ragged-all-to-all"):
+        return nbytes * (n - 1) // n
+    if kind == "reduce-scatter":       # the full buffer is n results
+        return nbytes * (n - 1)
+    if kind == "all-reduce":
+        return 2 * nbytes * (n - 1) // n
+    return nbytes                      # collective-permute, -broadcast
+
+
+# ---------------------------------------------------------------------------
+# Loops
+
+
+def _constant_value(inst: Instruction | None) -> int | None:
+    if inst is None or inst.opcode != "constant":
+        return None
+    m = re.search(r"constant\((-?\d+)\)", inst.text)
+    return int(m.group(1)) if m else None
+
+
+def _through_copies(view: HloModuleView, name: str) -> Instruction | None:
+    inst = view.instructions.get(name)
+    while inst is not None and inst.opcode in ("copy", "convert", "bitcast") \
+            and inst.operands:
+        inst = view.instructions.get(inst.operands[0])
+    return inst
+
+
+def _tuple_index(inst: Instruction | None) -> int | None:
+    if inst is None or inst.opcode != "get-tuple-element":
+        return None
+    m = re.search(r"\d+", inst.attrs.get("index", ""))
+    return int(m.group(0)) if m else None
+
+
+def _root(view: HloModuleView, computation: str) -> Instruction | None:
+    for inst in view.instructions_of(computation):
+        if inst.is_root:
+            return inst
+    body = view.instructions_of(computation)
+    return body[-1] if body else None
+
+
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
+
+
+def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
+    """Iterations of a `while`: XLA's `known_trip_count` when it has one,
+    else from the pattern `for (i = c0; i < N; i += step)` in the loop."""
+    known = loop.backend_config.get("known_trip_count", {}).get("n")
+    if known is not None:
+        return int(known)
+    called = dict(loop.called_computations())
+    cond = _root(view, called.get("condition", ""))
+    if cond is None or cond.opcode != "compare" or len(cond.operands) != 2:
+        return None
+    direction = re.search(r"[A-Z]+", cond.attrs.get("direction", ""))
+    direction = direction.group(0) if direction else ""
+    lhs, rhs = (_through_copies(view, o) for o in cond.operands)
+    if _tuple_index(lhs) is None:
+        lhs, rhs, direction = rhs, lhs, _FLIP.get(direction, "")
+    index, limit = _tuple_index(lhs), _constant_value(rhs)
+    if index is None or limit is None:
+        return None
+    init_tuple = view.instructions.get(loop.operands[0]) if loop.operands else None
+    if init_tuple is None or init_tuple.opcode != "tuple" \
+            or index >= len(init_tuple.operands):
+        return None
+    start = _constant_value(_through_copies(view, init_tuple.operands[index]))
+    body_root = _root(view, called.get("body", ""))
+    if start is None or body_root is None or body_root.opcode != "tuple":
+        return None
+    update = _through_copies(view, body_root.operands[index])
+    if update is None or update.opcode not in ("add", "subtract"):
+        return None
+    values = [_through_copies(view, o) for o in update.operands]
+    step = next((_constant_value(v) for v in values
+                 if _constant_value(v) is not None), None)
+    if step is None or not any(_tuple_index(v) == index for v in values):
+        return None
+    if update.opcode == "subtract":
+        step = -step
+    if step == 0:
+        return None
+    span = {"LT": limit - start, "LE": limit - start + (1 if step > 0 else 0),
+            "GT": limit - start, "GE": limit - start + (-1 if step < 0 else 0),
+            "NE": limit - start}.get(direction)
+    if span is None:
+        return None
+    trips = -(-span // step) if step > 0 else -(-(-span) // (-step))
+    return max(0, trips)
+
+
+# ---------------------------------------------------------------------------
+# Sources
+
+
+def _package_dirs() -> list[str]:
+    dirs = [sysconfig.get_paths()["stdlib"]]
+    import irshard
+    dirs.append(os.path.dirname(irshard.__file__))
+    for name in ("irshard.passes", "irshard.tools", "jax", "jaxlib"):
+        try:
+            module = __import__(name, fromlist=["__file__"])
+        except ImportError:
+            continue
+        dirs.append(os.path.dirname(module.__file__))
+    return [os.path.realpath(d) for d in dirs]
+
+
+class SourceResolver:
+    """Picks the user's frame out of a stack: the innermost in the user's
+    directory, else the innermost outside JAX, irshard and the standard
+    library."""
+
+    def __init__(self, user_dir: str | None):
+        self.user_dir = os.path.realpath(user_dir) if user_dir else None
+        self.excluded = _package_dirs()
+
+    def _is_excluded(self, path: str) -> bool:
+        return any(path == d or path.startswith(d + os.sep) for d in self.excluded)
+
+    def _in_user_dir(self, path: str) -> bool:
+        return bool(self.user_dir) and path.startswith(self.user_dir + os.sep) \
+            and "site-packages" not in path.split(os.sep)
+
+    def display(self, path: str) -> str:
+        real = os.path.realpath(path)
+        if self._in_user_dir(real):
+            return os.path.relpath(real, self.user_dir)
+        return display_path(path)
+
+    def choose(self, frames: Iterable[Frame]) -> SourceLocation | None:
+        frames = [f for f in frames if f.file and f.line > 0]
+        real = [(f, os.path.realpath(f.file)) for f in frames]
+        pick = next((f for f, p in real if self._in_user_dir(p)), None)
+        if pick is None:
+            pick = next((f for f, p in real if not self._is_excluded(p)
+                         and not f.file.startswith("<")), None)
+        if pick is None:
+            return None
+        return SourceLocation(self.display(pick.file), pick.line, pick.function)
+
+
+def _frames(view: HloModuleView, inst: Instruction) -> list[Frame]:
+    metadata = inst.metadata
+    frames = []
+    if "source_file" in metadata and "source_line" in metadata:
+        frames.append(Frame(metadata["source_file"],
+                            metadata.get("source_function", "?"),
+                            int(metadata["source_line"])))
+    if metadata.get("stack_frame_id", "").isdigit():
+        frames.extend(view.stack_frames.chain(int(metadata["stack_frame_id"])))
+    return frames
+
+
+def attribute(view: HloModuleView, inst: Instruction, resolver: SourceResolver,
+              max_depth: int = 4) -> tuple[SourceLocation | None, str, str | None]:
+    """(source, attribution, op_name) of `inst`."""
+    own = resolver.choose(_frames(view, inst))
+    if own is not None:
+        return own, "metadata", inst.metadata.get("op_name")
+    # Breadth-first over producers, then consumers.
+    seen = {inst.name}
+    frontier = [inst]
+    for _ in range(max_depth):
+        nxt = []
+        for current in frontier:
+            for name in current.operands + current.users:
+                if name in seen:
+                    continue
+                seen.add(name)
+                neighbour = view.instructions.get(name)
+                if neighbour is None:
+                    continue
+                source = resolver.choose(_frames(view, neighbour))
+                if source is not None:
+                    return source, "inferred", neighbour.metadata.get("op_name")
+                nxt.append(neighbour)
+        frontier = nxt
+    return None, "none", inst.metadata.get("op_name")
+
+
+# ---------------------------------------------------------------------------
+# Collectives
+
+
+@dataclass(frozen=True)
+class _Site:
+    inst: Instruction
+    loops: tuple[int | None, ...]
+    is_async: bool
+
+
+def _sites(view: HloModuleView) -> list[_Site]:
+    sites: list[_Site] = []
+
+    def visit(computation, loops, is_async, depth):
+        if depth > 64:
+            return
+        for inst in view.instructions_of(computation):
+            if inst.opcode in COLLECTIVE_OPCODES:
+                sites.append(_Site(inst, loops,
+                                   is_async or inst.opcode.endswith("-start")))
+            for key, callee in inst.called_computations():
+                if key == "to_apply" and inst.opcode in _ELEMENTWISE_CALLERS:
+                    continue
+                inner = loops
+                if inst.opcode == "while":
+                    trips = trip_count(view, inst)
+                    if key == "condition" and trips is not None:
+                        trips += 1
+                    inner = loops + (trips,)
+                visit(callee, inner, is_async or inst.opcode == "async-start",
+                      depth + 1)
+
+    visit(view.entry, (), False, 0)
+    return sites
+
+
+def _result_shape(view: HloModuleView, inst: Instruction):
+    """The collective's result: for an async `-start`, its `-done`'s."""
+    if inst.opcode.endswith("-start"):
+        for user in inst.users:
+            done = view.instructions.get(user)
+            if done is not None and done.opcode.endswith("-done"):
+                return done.shape
+        shape = inst.shape
+        if isinstance(shape, tuple) and len(shape) >= 2:
+            return shape[1]
+    return inst.shape
+
+
+def collectives(view: HloModuleView, mesh: MeshSpec | None,
+                user_dir: str | None) -> list[Collective]:
+    resolver = SourceResolver(user_dir)
+    devices = (mesh.num_devices if mesh
+               else view.num_partitions * view.num_replicas)
+    result = []
+    for site in _sites(view):
+        inst = site.inst
+        kind = COLLECTIVE_OPCODES[inst.opcode]
+        leaves = shape_leaves(_result_shape(view, inst))
+        if kind == "collective-permute" and "source_target_pairs" in inst.attrs:
+            pairs = rg.parse_pairs(inst.attrs["source_target_pairs"])
+            axes = rg.pair_axes(pairs, mesh) if mesh else None
+            group = (math.prod(mesh.size_of(a) for a in axes) if axes
+                     else len({d for p in pairs for d in p}))
+        else:
+            groups = rg.parse_replica_groups(inst.attrs.get("replica_groups", "{}"),
+                                             devices)
+            axes = rg.span_axes(groups, mesh) if mesh else None
+            group = len(groups[0]) if groups else devices
+        nbytes = sum(leaf.nbytes for leaf in leaves)
+        wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
+        source, attribution, op_name = attribute(view, inst, resolver)
+        first = leaves[0] if leaves else ArrayShape("f32", ())
+        result.append(Collective(
+            name=inst.name, kind=kind, dtype=hlo_dtype(first.dtype),
+            shape=first.dims, bytes=nbytes, wire_bytes=wire,
+            mesh_axes=tuple(axes) if axes is not None else None,
+            group_size=group, source=source, attribution=attribution,
+            op_name=op_name, loop_trip_counts=site.loops,
+            is_async=site.is_async, operands=len(leaves)))
+    return result

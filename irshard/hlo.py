@@ -1,0 +1,395 @@
+"""A structured view of an XLA HLO module.
+
+Structure comes from XLA's own objects (`HloModule.computations()`,
+`HloInstruction.name/opcode/operands/users`). What those objects do not
+expose — an instruction's result shape and attributes (replica groups,
+metadata, backend config, called computations) and the module's source tables
+— is read from the text the same module prints, one instruction at a time.
+Because every module is printed by the jaxlib in use (text files are first
+parsed by XLA's own parser), there is one printed form to read per attribute;
+where XLA prints an attribute several ways (replica groups), each is handled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from irshard.specs import lookup_dtype
+
+# Sizes of HLO element types the tensor grammar has no name for.
+_EXTRA_ITEMSIZES = {"token": 0, "opaque": 0}
+
+
+def element_size(dtype: str) -> int:
+    """Bytes per element of an HLO element type (`f32`, `s32`, `f8e4m3fn`)."""
+    known = lookup_dtype(dtype)
+    if known is not None:
+        return known.itemsize
+    if dtype in _EXTRA_ITEMSIZES:
+        return _EXTRA_ITEMSIZES[dtype]
+    m = re.match(r"[a-z]+(\d+)", dtype)
+    return max(1, int(m.group(1)) // 8) if m else 0
+
+
+@dataclass(frozen=True)
+class ArrayShape:
+    """An array shape as HLO prints it: `f32[8,4]{1,0}`."""
+
+    dtype: str
+    dims: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.dims) * element_size(self.dtype)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+Shape = Any  # ArrayShape, or a tuple of Shape
+
+
+def shape_leaves(shape: Shape) -> list[ArrayShape]:
+    if isinstance(shape, ArrayShape):
+        return [shape]
+    return [leaf for element in shape for leaf in shape_leaves(element)]
+
+
+def shape_bytes(shape: Shape) -> int:
+    return sum(leaf.nbytes for leaf in shape_leaves(shape))
+
+
+class _Scanner:
+    """A cursor over printed HLO text."""
+
+    def __init__(self, text: str, pos: int = 0):
+        self.text = text
+        self.pos = pos
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def skip_spaces(self) -> None:
+        while self.peek() == " ":
+            self.pos += 1
+
+    def expect(self, token: str) -> None:
+        if not self.text.startswith(token, self.pos):
+            raise ValueError(f"expected '{token}' at column {self.pos + 1} of "
+                             f"{self.text!r}")
+        self.pos += len(token)
+
+    def balanced(self) -> str:
+        """The text of a bracketed group starting here, brackets included."""
+        start = self.pos
+        end = matching_bracket(self.text, start)
+        self.pos = end + 1
+        return self.text[start:self.pos]
+
+
+_OPEN = {"(": ")", "{": "}", "[": "]"}
+
+
+def matching_bracket(text: str, start: int) -> int:
+    """Index of the bracket closing the one at `start`; quotes are skipped."""
+    stack = []
+    i = start
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in _OPEN:
+            stack.append(_OPEN[c])
+        elif stack and c == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i
+        i += 1
+    raise ValueError(f"unbalanced brackets in {text[start:start + 80]!r}")
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Splits on `sep` outside brackets and quotes."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_shape(text: str) -> Shape:
+    """`f32[8,4]{1,0}`, `(f32[4], s32[])`, `f32[<=8]`, `token[]`."""
+    text = _INDEX_COMMENT.sub("", text).strip()
+    if text.startswith("("):
+        inner = text[1:matching_bracket(text, 0)]
+        return tuple(parse_shape(part) for part in split_top_level(inner))
+    m = re.match(r"([a-z][a-z0-9]*)\[([^\]]*)\]", text)
+    if not m:
+        raise ValueError(f"not an HLO shape: {text!r}")
+    dims = tuple(int(d.strip().lstrip("<=")) for d in m.group(2).split(",")
+                 if d.strip())
+    return ArrayShape(m.group(1), dims)
+
+
+def parse_metadata(text: str) -> dict[str, str]:
+    """`{op_name="jit(f)/dot" stack_frame_id=2}` -> {"op_name": ..., ...}."""
+    body = text.strip()
+    if body.startswith("{"):
+        body = body[1:-1]
+    result: dict[str, str] = {}
+    for m in re.finditer(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|\S+)', body):
+        value = m.group(2)
+        if value.startswith('"'):
+            value = json.loads(value)
+        result[m.group(1)] = value
+    return result
+
+
+_CALLED_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
+                "true_computation", "false_computation", "called_computations")
+
+
+class Instruction:
+    """One HLO instruction: structure from XLA, attributes from its text.
+
+    The text is parsed on first use: a report reads the attributes of a few
+    instructions (collectives, loops and their neighbours), not of all.
+    """
+
+    __slots__ = ("name", "opcode", "computation", "operands", "users", "text",
+                 "_parsed")
+
+    def __init__(self, name: str, opcode: str, computation: str,
+                 operands: list[str], users: list[str], text: str):
+        self.name = name
+        self.opcode = opcode
+        self.computation = computation
+        self.operands = operands
+        self.users = users
+        self.text = text
+        self._parsed: tuple[Shape, dict[str, str]] | None = None
+
+    def _parse(self) -> tuple[Shape, dict[str, str]]:
+        if self._parsed is None:
+            _, shape, _, attrs = parse_instruction_text(self.text)
+            self._parsed = (shape, attrs)
+        return self._parsed
+
+    @property
+    def shape(self) -> Shape:
+        return self._parse()[0]
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        return self._parse()[1]
+
+    @property
+    def is_root(self) -> bool:
+        return self.text.lstrip().startswith("ROOT ")
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        raw = self.attrs.get("metadata")
+        return parse_metadata(raw) if raw else {}
+
+    @property
+    def backend_config(self) -> dict[str, Any]:
+        raw = self.attrs.get("backend_config")
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def called_computations(self) -> list[tuple[str, str]]:
+        """(attribute, computation) pairs, in printed order."""
+        if not any(f"{key}=" in self.text for key in _CALLED_KEYS):
+            return []
+        result = []
+        for key in _CALLED_KEYS:
+            if key in self.attrs:
+                for name in re.findall(r"%?([\w.\-]+)", self.attrs[key]):
+                    result.append((key, name))
+        return result
+
+    def __repr__(self) -> str:
+        return f"Instruction({self.text!r})"
+
+
+# Long tuples are printed with `/*index=5*/` markers between elements.
+_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
+
+
+def parse_instruction_text(text: str) -> tuple[str, Shape, str, dict[str, str]]:
+    """`%n = f32[4]{0} all-gather(%a), channel_id=1, ...` ->
+    (name, shape, opcode, attributes)."""
+    line = _INDEX_COMMENT.sub("", text.strip())
+    if line.startswith("ROOT "):
+        line = line[5:]
+    name, _, rest = line.partition(" = ")
+    s = _Scanner(rest)
+    if s.peek() == "(":
+        shape_text = s.balanced()
+    else:
+        m = re.compile(r"\S+").match(rest, s.pos)
+        shape_text = m.group(0)
+        s.pos = m.end()
+    s.skip_spaces()
+    m = re.compile(r"[a-z][a-z0-9\-]*").match(rest, s.pos)
+    if not m:
+        raise ValueError(f"no opcode in {text!r}")
+    opcode = m.group(0)
+    s.pos = m.end()
+    if s.peek() == "(":
+        s.balanced()
+    attrs: dict[str, str] = {}
+    tail = rest[s.pos:].lstrip(", ")
+    for part in split_top_level(tail):
+        key, eq, value = part.partition("=")
+        if eq:
+            attrs[key.strip()] = value.strip()
+    return name.lstrip("%"), parse_shape(shape_text), opcode, attrs
+
+
+def opcode_name(enum_name: str) -> str:
+    """`kAllGatherStart` -> `all-gather-start` (HLO's printed opcode)."""
+    body = enum_name[1:] if enum_name.startswith("k") else enum_name
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", body).lower()
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    function: str
+    line: int
+    column: int = 0
+
+
+class StackFrameTable:
+    """The `FileNames/FunctionNames/FileLocations/StackFrames` tables a module
+    prints before its computations, resolving a `stack_frame_id` to its
+    chain of frames, innermost first."""
+
+    def __init__(self, files: dict[int, str], functions: dict[int, str],
+                 locations: dict[int, dict[str, int]],
+                 frames: dict[int, dict[str, int]]):
+        self.files = files
+        self.functions = functions
+        self.locations = locations
+        self.frames = frames
+        # Some XLA releases print each parent id one higher than it is, so the
+        # first (root) frame shows itself as its parent; a frame cannot really
+        # be its own parent, so that pattern identifies the convention.
+        first = frames.get(1)
+        self._parent_offset = 1 if first and first.get("parent_frame_id") == 1 else 0
+
+    @classmethod
+    def parse(cls, module_text: str) -> "StackFrameTable":
+        tables: dict[str, dict[int, str]] = {}
+        current = None
+        for line in module_text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("%", "ENTRY")) or stripped.endswith("{"):
+                break  # the first computation: the tables are behind us
+            if stripped in ("FileNames", "FunctionNames", "FileLocations",
+                            "StackFrames"):
+                current = tables.setdefault(stripped, {})
+                continue
+            if not stripped:
+                continue
+            m = re.match(r"(\d+)\s+(.*)$", stripped)
+            if current is not None and m:
+                current[int(m.group(1))] = m.group(2)
+            elif current is not None:
+                current = None
+
+        def strings(name):
+            return {k: json.loads(v) for k, v in tables.get(name, {}).items()}
+
+        def records(name):
+            return {k: {a: int(b) for a, b in re.findall(r"(\w+)=(-?\d+)", v)}
+                    for k, v in tables.get(name, {}).items()}
+
+        return cls(strings("FileNames"), strings("FunctionNames"),
+                   records("FileLocations"), records("StackFrames"))
+
+    def chain(self, frame_id: int) -> list[Frame]:
+        result: list[Frame] = []
+        seen: set[int] = set()
+        while frame_id and frame_id in self.frames and frame_id not in seen:
+            seen.add(frame_id)
+            frame = self.frames[frame_id]
+            loc = self.locations.get(frame.get("file_location_id", 0))
+            if loc:
+                result.append(Frame(
+                    self.files.get(loc.get("file_name_id", 0), "?"),
+                    self.functions.get(loc.get("function_name_id", 0), "?"),
+                    loc.get("line", 0), loc.get("column", 0)))
+            frame_id = frame.get("parent_frame_id", 0) - self._parent_offset
+        return result
+
+
+class HloModuleView:
+    """Computations and instructions of one HLO module, with the call graph."""
+
+    def __init__(self, module: Any, text: str | None = None):
+        from irshard import backend
+        self.module = module
+        self.text = text if text is not None else module.to_string()
+        self.name = module.name
+        opcodes = {value: opcode_name(name)
+                   for value, name in backend.hlo_opcode_names().items()}
+        self.computations: dict[str, list[Instruction]] = {}
+        self.instructions: dict[str, Instruction] = {}
+        for comp in module.computations():
+            body = []
+            for hi in comp.instructions():
+                inst = Instruction(
+                    name=hi.name, opcode=opcodes[hi.opcode],
+                    computation=comp.name,
+                    operands=[o.name for o in hi.operands()],
+                    users=[u.name for u in hi.users()],
+                    text=hi.to_string())
+                body.append(inst)
+                self.instructions[inst.name] = inst
+            self.computations[comp.name] = body
+        m = re.search(r"^ENTRY %?([\w.\-]+)", self.text, re.M)
+        self.entry = m.group(1) if m else list(self.computations)[-1]
+        self.stack_frames = StackFrameTable.parse(self.text)
+        header = self.text.split("\n", 1)[0]
+        m = re.search(r"num_partitions=(\d+)", header)
+        self.num_partitions = int(m.group(1)) if m else 1
+        m = re.search(r"replica_count=(\d+)", header)
+        self.num_replicas = int(m.group(1)) if m else 1
+
+    @classmethod
+    def from_text(cls, text: str) -> "HloModuleView":
+        from irshard import backend
+        return cls(backend.hlo_module_from_text(text))
+
+    def instructions_of(self, computation: str) -> list[Instruction]:
+        return self.computations.get(computation, [])
+
+    def walk(self, computation: str | None = None) -> Iterator[Instruction]:
+        for inst in self.computations.get(computation or self.entry, []):
+            yield inst

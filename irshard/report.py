@@ -1,0 +1,275 @@
+"""The collective report: its data, JSON (schema 1) and the text table.
+
+Pure data and formatting; `analysis` builds reports from HLO modules. The
+same report always renders to the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from irshard.specs import MeshSpec, format_shape
+
+SCHEMA = 1
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+         "collective-permute")
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} ({self.function})"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """An input or output: global and per-device shape, and its sharding as
+    one spec entry per dimension (None when it is not a mesh sharding)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    sharding: tuple[str, ...] | None
+    local_shape: tuple[int, ...]
+    index: int | None = None
+    sharding_text: str | None = None   # XLA's form, when `sharding` is None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.index is not None:
+            d["index"] = self.index
+        d["name"] = self.name
+        d["dtype"] = self.dtype
+        d["shape"] = list(self.shape)
+        d["sharding"] = list(self.sharding) if self.sharding is not None \
+            else self.sharding_text
+        d["local_shape"] = list(self.local_shape)
+        return d
+
+    @property
+    def sharding_label(self) -> str:
+        if self.sharding is None:
+            return self.sharding_text or "?"
+        return ",".join(self.sharding) if self.sharding else "replicated"
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    bytes: int
+    wire_bytes: int
+    mesh_axes: tuple[str, ...] | None
+    group_size: int
+    source: SourceLocation | None
+    attribution: str               # metadata | inferred | none
+    op_name: str | None
+    loop_trip_counts: tuple[int | None, ...]
+    is_async: bool = False
+    operands: int = 1              # > 1 for a combined (tuple) collective
+
+    @property
+    def executions(self) -> int:
+        """Runs per program execution; unknown trip counts count once."""
+        n = 1
+        for trips in self.loop_trip_counts:
+            n *= trips if trips is not None else 1
+        return n
+
+    @property
+    def executions_known(self) -> bool:
+        return all(t is not None for t in self.loop_trip_counts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "bytes": self.bytes,
+            "wire_bytes": self.wire_bytes,
+            "mesh_axes": list(self.mesh_axes) if self.mesh_axes is not None else None,
+            "group_size": self.group_size,
+            "source": ({"file": self.source.file, "line": self.source.line,
+                        "function": self.source.function}
+                       if self.source else None),
+            "attribution": self.attribution,
+            "op_name": self.op_name,
+            "loop_trip_counts": list(self.loop_trip_counts),
+            "executions": self.executions,
+            "async": self.is_async,
+            "operands": self.operands,
+        }
+
+
+@dataclass(frozen=True)
+class CollectiveReport:
+    source: str
+    function: str | None
+    stage: str
+    mesh: MeshSpec | None
+    platform: str | None
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    collectives: tuple[Collective, ...]
+    memory: dict[str, int] | None
+    module: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def totals(self) -> dict[str, Any]:
+        by_kind = Counter(c.kind for c in self.collectives)
+        return {
+            "count": len(self.collectives),
+            "by_kind": {k: by_kind[k] for k in sorted(by_kind)},
+            "bytes_per_run": sum(c.bytes * c.executions for c in self.collectives),
+            "wire_bytes_per_run": sum(c.wire_bytes * c.executions
+                                      for c in self.collectives),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema": SCHEMA,
+            "source": self.source,
+            "function": self.function,
+            "stage": self.stage,
+        }
+        if self.module is not None:
+            d["module"] = self.module
+        d["mesh"] = ({"axes": [{"name": a.name, "size": a.size}
+                               for a in self.mesh.axes],
+                      "devices": self.mesh.num_devices,
+                      "platform": self.platform}
+                     if self.mesh else None)
+        d["inputs"] = [t.to_json() for t in self.inputs]
+        d["outputs"] = [t.to_json() for t in self.outputs]
+        d["collectives"] = [c.to_json() for c in self.collectives]
+        d["totals"] = self.totals()
+        d["memory"] = self.memory
+        d.update(self.extra)
+        return d
+
+    def render_json(self) -> str:
+        return dumps_json(self.to_json()) + "\n"
+
+    def render_text(self) -> str:
+        return "\n".join(render_text_lines(self)) + "\n"
+
+
+def dumps_json(value: Any, indent: str = "") -> str:
+    """JSON with objects and lists of objects indented, and lists of scalars
+    (shapes, axes) kept on one line."""
+    inner = indent + "  "
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        flat = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}"
+                               for k, v in value.items()) + "}"
+        if (all(not isinstance(v, (dict, list)) for v in value.values())
+                and len(flat) <= 72):
+            return flat
+        items = [f"{inner}{json.dumps(k)}: {dumps_json(v, inner)}"
+                 for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        items = [inner + dumps_json(v, inner) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + indent + "]"
+    if isinstance(value, list):
+        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    """Left-aligned columns; numeric columns (all digits) right-aligned."""
+    if not rows:
+        return []
+    widths = [max(len(str(r[i])) for r in [header] + rows)
+              for i in range(len(header))]
+    numeric = [all(str(r[i]).replace(",", "").isdigit() for r in rows)
+               for i in range(len(header))]
+
+    def fmt(row):
+        cells = [str(c).rjust(w) if num else str(c).ljust(w)
+                 for c, w, num in zip(row, widths, numeric)]
+        return (indent + "  ".join(cells)).rstrip()
+
+    return [fmt(header)] + [fmt(r) for r in rows]
+
+
+def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list[str]]:
+    rows = []
+    for t in tensors:
+        row = [str(t.index)] if with_index else []
+        row += [t.name, format_shape(t.dtype, t.shape), t.sharding_label,
+                format_shape(t.dtype, t.local_shape)]
+        rows.append(row)
+    return rows
+
+
+def render_text_lines(report: CollectiveReport) -> list[str]:
+    what = report.source + (f":{report.function}" if report.function else "")
+    where = (f"mesh {report.mesh} ({report.mesh.num_devices} "
+             f"{report.platform or ''} devices)".replace("  ", " ")
+             if report.mesh else "no mesh")
+    lines = [f"{what}  {where}  stage {report.stage}"]
+    if report.module:
+        lines[0] += f"  module {report.module}"
+    if report.inputs:
+        lines += ["", "inputs"]
+        lines += table(["name", "type", "sharding", "per device"],
+                       _tensor_rows(report.inputs, False))
+    if report.outputs:
+        lines += ["", "outputs"]
+        lines += table(["#", "name", "type", "sharding", "per device"],
+                       _tensor_rows(report.outputs, True))
+    lines += [""]
+    if not report.collectives:
+        lines.append("collectives: none")
+    else:
+        lines.append("collectives")
+        rows = []
+        for c in report.collectives:
+            axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
+            runs = str(c.executions) + ("" if c.executions_known else "+?")
+            kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
+            source = str(c.source) if c.source else "-"
+            if c.attribution == "inferred":
+                source += " [inferred]"
+            rows.append([kind, c.name, format_shape(c.dtype, c.shape),
+                         str(c.bytes), str(c.wire_bytes), axes,
+                         str(c.group_size), runs, source])
+        lines += table(["kind", "name", "shape", "bytes", "wire", "axes",
+                        "group", "runs", "source"], rows)
+    totals = report.totals()
+    kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
+    lines += ["", f"totals: {totals['count']} collective"
+              f"{'' if totals['count'] == 1 else 's'}"
+              + (f" ({kinds})" if kinds else "")]
+    lines.append(f"  per run: {totals['bytes_per_run']} bytes "
+                 f"({human_bytes(totals['bytes_per_run'])}), wire "
+                 f"{totals['wire_bytes_per_run']} bytes "
+                 f"({human_bytes(totals['wire_bytes_per_run'])}) per device")
+    if report.memory:
+        m = report.memory
+        lines.append(
+            f"memory per device: arguments {human_bytes(m['argument_bytes'])}, "
+            f"outputs {human_bytes(m['output_bytes'])}, "
+            f"temp {human_bytes(m['temp_bytes'])}")
+    return lines

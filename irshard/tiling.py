@@ -1,0 +1,108 @@
+"""XLA tile assignments in the user's terms: which mesh axes shard which
+dimension, and the per-device shape.
+
+An `HloSharding` tiles each dimension k of an array into T[k] pieces and says
+which device holds which tile. To name the mesh axes behind T[k], find the
+ordered axes whose coordinates, read as a mixed-radix number, give every
+device's tile index along k. Meshes have a handful of axes, so trying every
+ordered choice is cheap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from irshard.specs import MeshSpec
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The parts of an `HloSharding` that matter here."""
+
+    tile_dims: tuple[int, ...]       # one per array dim, then subgroup dims
+    devices: tuple[int, ...]         # row-major over tile_dims
+    rank: int
+    replicated: bool = False
+    maximal: bool = False
+    manual: bool = False
+    text: str = ""
+
+    @classmethod
+    def from_hlo_sharding(cls, sharding, rank: int) -> "Tiling":
+        text = str(sharding)
+        if sharding.is_replicated():
+            return cls((), (), rank, replicated=True, text=text)
+        if sharding.is_maximal():
+            return cls((), tuple(sharding.tile_assignment_devices()), rank,
+                       maximal=True, text=text)
+        if sharding.is_manual():
+            return cls((), (), rank, manual=True, text=text)
+        return cls(tuple(sharding.tile_assignment_dimensions()),
+                   tuple(sharding.tile_assignment_devices()), rank, text=text)
+
+    def shards(self) -> tuple[int, ...]:
+        if self.replicated or self.maximal or self.manual:
+            return (1,) * self.rank
+        return self.tile_dims[:self.rank]
+
+    def local_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """Per-device shape; XLA pads uneven tiles, so dims round up."""
+        return tuple(-(-n // t) for n, t in zip(shape, self.shards()))
+
+
+def _tile_indices(tiling: Tiling) -> dict[int, tuple[int, ...]]:
+    """Device -> its tile index along each array dimension."""
+    result = {}
+    positions = itertools.product(*(range(t) for t in tiling.tile_dims))
+    for device, index in zip(tiling.devices, positions):
+        result[device] = index[:tiling.rank]
+    return result
+
+
+def mesh_axes_of(tiling: Tiling, mesh: MeshSpec) -> tuple[str, ...] | None:
+    """One spec entry per dimension (`x`, `x+y`, `_`), or None when the
+    tiling is not a sharding over this mesh's axes."""
+    if tiling.replicated:
+        return ("_",) * tiling.rank
+    if tiling.maximal or tiling.manual:
+        return None
+    if len(tiling.devices) != mesh.num_devices or \
+            set(tiling.devices) != set(range(mesh.num_devices)):
+        return None
+    tiles = _tile_indices(tiling)
+    coords = {d: mesh.coords(d) for d in tiles}
+    used: set[int] = set()
+    entries = []
+    for dim in range(tiling.rank):
+        count = tiling.tile_dims[dim]
+        if count == 1:
+            entries.append("_")
+            continue
+        choice = _find_axes(dim, count, tiles, coords, mesh, used)
+        if choice is None:
+            return None
+        used.update(choice)
+        entries.append("+".join(mesh.axes[a].name for a in choice))
+    return tuple(entries)
+
+
+def _find_axes(dim, count, tiles, coords, mesh, used):
+    free = [a for a in range(len(mesh.axes)) if a not in used]
+    for r in range(1, len(free) + 1):
+        for choice in itertools.permutations(free, r):
+            if math.prod(mesh.axes[a].size for a in choice) != count:
+                continue
+            if all(_mixed_radix(coords[d], choice, mesh) == tiles[d][dim]
+                   for d in tiles):
+                return choice
+    return None
+
+
+def _mixed_radix(coord, axes, mesh) -> int:
+    value = 0
+    for a in axes:
+        value = value * mesh.axes[a].size + coord[a]
+    return value
