@@ -1,0 +1,37 @@
+# Quick start:
+#   make run    the heat example's collective report on 4 simulated CPU devices
+#   make test   unit tests (pytest) and regression tests (lit + FileCheck)
+# Both create .venv and install irshard into it on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test unit lit bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/irshard compile examples/heat1d.py --fn simulate_set --mesh x=4
+	@echo
+	$(BIN)/irshard compile examples/heat1d.py --fn simulate_roll --mesh x=4
+
+test: unit lit
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest
+
+lit: $(STAMP)
+	$(BIN)/lit -q tests/lit
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
+	find . -name __pycache__ -prune -exec rm -rf {} +
+	find tests/lit -name Output -prune -exec rm -rf {} +

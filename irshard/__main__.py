@@ -1,0 +1,5 @@
+import sys
+
+from irshard.cli import main
+
+sys.exit(main())
