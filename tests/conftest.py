@@ -1,0 +1,32 @@
+"""Test set-up: JAX on 8 simulated CPU devices, configured before any test
+imports it."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from irshard import backend
+
+backend.configure(8, "cpu")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def run_irshard(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """`irshard ARGS` as a separate process."""
+    return subprocess.run([sys.executable, "-m", "irshard", *args],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Writes a file under tmp_path and returns its path."""
+    def write(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return str(path)
+    return write

@@ -1,0 +1,23 @@
+# The heat equation written with `.at[1:-1].set(...)`: the partitioner
+# gathers the whole rod on every device, twice per step, 100 steps.
+# RUN: irshard compile %examples/heat1d.py --fn simulate_set --mesh x=4 | filecheck %s
+# RUN: irshard compile %examples/heat1d.py --fn simulate_set --mesh x=4 --format json | filecheck %s --check-prefix=JSON
+
+# CHECK: examples/heat1d.py:simulate_set  mesh x=4 (4 cpu devices)  stage optimized
+# CHECK: d     f32[1024]  x         f32[256]
+# CHECK: collectives
+# CHECK: all-gather          all-gather{{(\.[0-9]+)?}} {{ *}}f32[1024]   4096  3072  x         4   100  heat1d.py:25 (step_set)
+# CHECK: all-gather          all-gather{{(\.[0-9]+)?}} {{ *}}f32[1024]   4096  3072  x         4   100  heat1d.py:25 (step_set)
+# CHECK: totals: 4 collectives (2 all-gather, 2 collective-permute)
+
+# JSON: "kind": "all-gather",
+# JSON-NEXT: "dtype": "f32",
+# JSON-NEXT: "shape": [1024],
+# JSON-NEXT: "bytes": 4096,
+# JSON-NEXT: "wire_bytes": 3072,
+# JSON-NEXT: "mesh_axes": ["x"],
+# JSON-NEXT: "group_size": 4,
+# JSON-NEXT: "source": {"file": "heat1d.py", "line": 25, "function": "step_set"},
+# JSON-NEXT: "attribution": "metadata",
+# JSON: "loop_trip_counts": [100],
+# JSON-NEXT: "executions": 100,

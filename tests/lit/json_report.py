@@ -1,0 +1,40 @@
+# The JSON report, schema 1: the keys other tools read, in a stable order.
+# RUN: irshard compile %s --mesh x=2,y=2 --format json | filecheck %s
+
+# CHECK: {
+# CHECK-NEXT: "schema": 1,
+# CHECK-NEXT: "source": "{{.*}}json_report.py",
+# CHECK-NEXT: "function": "f",
+# CHECK-NEXT: "stage": "optimized",
+# CHECK-NEXT: "mesh": {
+# CHECK-NEXT: "axes": [
+# CHECK-NEXT: {"name": "x", "size": 2},
+# CHECK-NEXT: {"name": "y", "size": 2}
+# CHECK-NEXT: ],
+# CHECK-NEXT: "devices": 4,
+# CHECK-NEXT: "platform": "cpu"
+# CHECK-NEXT: },
+# CHECK-NEXT: "inputs": [
+# CHECK-NEXT: {
+# CHECK-NEXT: "name": "a",
+# CHECK-NEXT: "dtype": "f32",
+# CHECK-NEXT: "shape": [8, 6],
+# CHECK-NEXT: "sharding": ["x+y", "_"],
+# CHECK-NEXT: "local_shape": [2, 6]
+# CHECK: "outputs": [
+# CHECK-NEXT: {
+# CHECK-NEXT: "index": 0,
+# CHECK-NEXT: "name": "result",
+# CHECK: "collectives": [
+# CHECK: "totals": {
+# CHECK-NEXT: "count": 1,
+# CHECK-NEXT: "by_kind": {"all-reduce": 1},
+# CHECK-NEXT: "bytes_per_run": 24,
+# CHECK-NEXT: "wire_bytes_per_run": 36
+# CHECK-NEXT: },
+# CHECK-NEXT: "memory": {"argument_bytes": 48, "output_bytes": 24, "alias_bytes": 0, "temp_bytes": {{[0-9]+}}}
+# CHECK-NEXT: }
+
+
+def f(a: "f32[8@x+y,6]"):
+    return a.sum(axis=0)

@@ -1,0 +1,35 @@
+"""lit configuration: irshard's regression tests.
+
+Each test is a .py program (or .mlir/.hlo module) whose RUN lines call
+`irshard` and pipe its output into `filecheck` (the Python FileCheck). The
+`irshard` and `filecheck` found are those of the Python running lit, so
+`.venv/bin/lit tests/lit` tests the checkout installed in .venv.
+"""
+
+import os
+import sys
+
+import lit.formats
+
+config.name = "irshard"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".py", ".mlir", ".hlo"]
+config.excludes = ["lit.cfg.py", "Inputs"]
+config.test_source_root = os.path.dirname(os.path.abspath(__file__))
+config.test_exec_root = os.path.join(config.test_source_root, "Output")
+
+bin_dir = os.path.dirname(sys.executable)
+config.environment["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+config.environment["JAX_PLATFORMS"] = "cpu"
+config.environment["TF_CPP_MIN_LOG_LEVEL"] = "3"
+for name in ("HOME", "TMPDIR"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
+
+root = os.path.dirname(os.path.dirname(config.test_source_root))
+config.substitutions.append(("%examples", os.path.join(root, "examples")))
+config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
+# `%exit N CMD` runs CMD and succeeds only if it exits with status N.
+config.substitutions.append(
+    ("%exit", f"{sys.executable} {os.path.join(root, 'tools', 'expect_exit.py')}"))
