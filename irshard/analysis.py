@@ -164,21 +164,28 @@ def _package_dirs() -> list[str]:
     return [os.path.realpath(d) for d in dirs]
 
 
+# Frames in these parts of a path are JAX's own wherever the module was
+# compiled (an HLO dump may come from another machine).
+_FOREIGN_JAX = re.compile(r"(^|/)(jax/_src|jaxlib|jax/experimental|irshard)/")
+
+
 class SourceResolver:
-    """Picks the user's frame out of a stack: the innermost in the user's
-    directory, else the innermost outside JAX, irshard and the standard
-    library."""
+    """Picks the user's frame out of a stack, innermost first: a frame in the
+    user's directory; else one outside any installed package; else one
+    outside JAX, irshard and the standard library."""
 
     def __init__(self, user_dir: str | None):
         self.user_dir = os.path.realpath(user_dir) if user_dir else None
         self.excluded = _package_dirs()
 
-    def _is_excluded(self, path: str) -> bool:
-        return any(path == d or path.startswith(d + os.sep) for d in self.excluded)
+    def _is_excluded(self, path: str, original: str) -> bool:
+        return (any(path == d or path.startswith(d + os.sep) for d in self.excluded)
+                or bool(_FOREIGN_JAX.search(original.replace(os.sep, "/")))
+                or original.startswith("<"))
 
     def _in_user_dir(self, path: str) -> bool:
         return bool(self.user_dir) and path.startswith(self.user_dir + os.sep) \
-            and "site-packages" not in path.split(os.sep)
+            and not _is_installed(path)
 
     def display(self, path: str) -> str:
         real = os.path.realpath(path)
@@ -187,23 +194,28 @@ class SourceResolver:
         return display_path(path)
 
     def choose(self, frames: Iterable[Frame]) -> SourceLocation | None:
-        frames = [f for f in frames if f.file and f.line > 0]
-        real = [(f, os.path.realpath(f.file)) for f in frames]
-        pick = next((f for f, p in real if self._in_user_dir(p)), None)
-        if pick is None:
-            pick = next((f for f, p in real if not self._is_excluded(p)
-                         and not f.file.startswith("<")), None)
+        candidates = [(f, os.path.realpath(f.file)) for f in frames
+                      if f.file and f.line > 0]
+        kept = [(f, p) for f, p in candidates if not self._is_excluded(p, f.file)]
+        pick = (next((f for f, p in kept if self._in_user_dir(p)), None)
+                or next((f for f, p in kept if not _is_installed(f.file)), None)
+                or next((f for f, _ in kept), None))
         if pick is None:
             return None
-        return SourceLocation(self.display(pick.file), pick.line, pick.function)
+        return SourceLocation(self.display(pick.file), pick.line,
+                              pick.function or None)
+
+
+def _is_installed(path: str) -> bool:
+    parts = path.replace(os.sep, "/").split("/")
+    return "site-packages" in parts or "dist-packages" in parts
 
 
 def _frames(view: HloModuleView, inst: Instruction) -> list[Frame]:
     metadata = inst.metadata
     frames = []
     if "source_file" in metadata and "source_line" in metadata:
-        frames.append(Frame(metadata["source_file"],
-                            metadata.get("source_function", "?"),
+        frames.append(Frame(metadata["source_file"], "",
                             int(metadata["source_line"])))
     if metadata.get("stack_frame_id", "").isdigit():
         frames.extend(view.stack_frames.chain(int(metadata["stack_frame_id"])))
@@ -246,6 +258,7 @@ class _Site:
     inst: Instruction
     loops: tuple[int | None, ...]
     is_async: bool
+    start: Instruction | None = None   # the async-start running `inst`
 
 
 def _sites(view: HloModuleView) -> list[_Site]:
@@ -258,6 +271,9 @@ def _sites(view: HloModuleView) -> list[_Site]:
             if inst.opcode in COLLECTIVE_OPCODES:
                 sites.append(_Site(inst, loops,
                                    is_async or inst.opcode.endswith("-start")))
+            wrapped = view.instructions.get(inst.wrapped or "")
+            if wrapped is not None and wrapped.opcode in COLLECTIVE_OPCODES:
+                sites.append(_Site(wrapped, loops, True, inst))
             for key, callee in inst.called_computations():
                 if key == "to_apply" and inst.opcode in _ELEMENTWISE_CALLERS:
                     continue
@@ -310,6 +326,8 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
         nbytes = sum(leaf.nbytes for leaf in leaves)
         wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
         source, attribution, op_name = attribute(view, inst, resolver)
+        if source is None and site.start is not None:
+            source, attribution, op_name = attribute(view, site.start, resolver)
         first = leaves[0] if leaves else ArrayShape("f32", ())
         result.append(Collective(
             name=inst.name, kind=kind, dtype=hlo_dtype(first.dtype),

@@ -175,16 +175,20 @@ class Instruction:
     """
 
     __slots__ = ("name", "opcode", "computation", "operands", "users", "text",
-                 "_parsed")
+                 "wrapped", "_parsed")
 
     def __init__(self, name: str, opcode: str, computation: str,
-                 operands: list[str], users: list[str], text: str):
+                 operands: list[str], users: list[str], text: str,
+                 wrapped: str | None = None):
         self.name = name
         self.opcode = opcode
         self.computation = computation
         self.operands = operands
         self.users = users
         self.text = text
+        # For `async-start`: the instruction it runs asynchronously (XLA
+        # prints the pair as e.g. `reduce-scatter-start`, without the call).
+        self.wrapped = wrapped
         self._parsed: tuple[Shape, dict[str, str]] | None = None
 
     def _parse(self) -> tuple[Shape, dict[str, str]]:
@@ -264,10 +268,16 @@ def parse_instruction_text(text: str) -> tuple[str, Shape, str, dict[str, str]]:
         s.balanced()
     attrs: dict[str, str] = {}
     tail = rest[s.pos:].lstrip(", ")
+    previous = None
     for part in split_top_level(tail):
         key, eq, value = part.partition("=")
-        if eq:
-            attrs[key.strip()] = value.strip()
+        key = key.strip()
+        if key == "device_ids" and previous == "replica_groups":
+            # `replica_groups=mesh[...], device_ids=(...) {...}` is one value.
+            attrs[previous] += ", " + part.strip()
+        elif eq:
+            attrs[key] = value.strip()
+            previous = key
     return name.lstrip("%"), parse_shape(shape_text), opcode, attrs
 
 
@@ -349,6 +359,11 @@ class StackFrameTable:
         return result
 
 
+def _hlo_opcode(name: str):
+    from jaxlib import _hlo
+    return getattr(_hlo.HloOpcode, name)
+
+
 class HloModuleView:
     """Computations and instructions of one HLO module, with the call graph."""
 
@@ -359,6 +374,7 @@ class HloModuleView:
         self.name = module.name
         opcodes = {value: opcode_name(name)
                    for value, name in backend.hlo_opcode_names().items()}
+        async_start = _hlo_opcode("kAsyncStart")
         self.computations: dict[str, list[Instruction]] = {}
         self.instructions: dict[str, Instruction] = {}
         for comp in module.computations():
@@ -369,7 +385,9 @@ class HloModuleView:
                     computation=comp.name,
                     operands=[o.name for o in hi.operands()],
                     users=[u.name for u in hi.users()],
-                    text=hi.to_string())
+                    text=hi.to_string(),
+                    wrapped=(hi.async_wrapped_root().name
+                             if hi.opcode == async_start else None))
                 body.append(inst)
                 self.instructions[inst.name] = inst
             self.computations[comp.name] = body

@@ -139,6 +139,9 @@ def parse_replica_groups(text: str, num_devices: int) -> Groups:
         perm = _ints(m.group(3)) if m.group(3) else list(range(len(reshape)))
         return iota_groups(_ints(m.group(1)), reshape, perm)
     if text.startswith("{"):
+        from irshard.hlo import matching_bracket
+        if matching_bracket(text, 0) != len(text) - 1:
+            raise ValueError(f"unbalanced replica groups: {text!r}")
         groups = [_ints(g) for g in re.findall(r"\{([^{}]*)\}", text[1:-1])]
         groups = [g for g in groups if g] if text != "{}" else []
         return groups or [list(range(num_devices))]

@@ -22,10 +22,11 @@ KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
 class SourceLocation:
     file: str
     line: int
-    function: str
+    function: str | None
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line} ({self.function})"
+        where = f"{self.file}:{self.line}"
+        return f"{where} ({self.function})" if self.function else where
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ def dumps_json(value: Any, indent: str = "") -> str:
         flat = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}"
                                for k, v in value.items()) + "}"
         if (all(not isinstance(v, (dict, list)) for v in value.values())
-                and len(flat) <= 72):
+                and len(flat) <= 100):
             return flat
         items = [f"{inner}{json.dumps(k)}: {dumps_json(v, inner)}"
                  for k, v in value.items()]
