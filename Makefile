@@ -26,7 +26,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest
 
 lit: $(STAMP)
-	$(BIN)/lit -q tests/lit
+	$(BIN)/lit -s tests/lit
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -202,11 +202,20 @@ class CompiledExecutable:
             "temp_bytes": int(stats.temp_size_in_bytes),
         }
 
-    def parameter_shardings(self) -> list[Any]:
-        return [_hlo_sharding(s) for s in self.executable.get_parameter_shardings()]
+    def parameter_shardings(self, count: int) -> list[Any]:
+        """XLA's sharding of each of the `count` parameters."""
+        return _shardings(self.executable.get_parameter_shardings(), count)
 
-    def output_shardings(self) -> list[Any]:
-        return [_hlo_sharding(s) for s in self.executable.get_output_shardings()]
+    def output_shardings(self, count: int) -> list[Any]:
+        return _shardings(self.executable.get_output_shardings(), count)
+
+
+def _shardings(protos, count: int) -> list[Any]:
+    # A single-device executable reports no shardings: all are replicated.
+    from jaxlib import _hlo
+    if protos is None:
+        return [_hlo.HloSharding.replicate() for _ in range(count)]
+    return [_hlo_sharding(s) for s in protos]
 
 
 def _hlo_sharding(op_sharding):
@@ -293,3 +302,84 @@ def first_line(exc: BaseException) -> str:
         if line:
             return line
     return type(exc).__name__
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+
+def jax_sharding(hlo_sharding, mesh, rank: int):
+    """The `jax.sharding.Sharding` of an executable's parameter or result:
+    a NamedSharding over `mesh` when the tiling is a mesh sharding, else
+    XLA's own sharding wrapped as JAX does internally."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    from irshard.specs import MeshAxis, MeshSpec
+    from irshard.tiling import Tiling, mesh_axes_of
+    spec = MeshSpec(tuple(MeshAxis(n, s) for n, s in mesh.shape.items()))
+    entries = mesh_axes_of(Tiling.from_hlo_sharding(hlo_sharding, rank), spec)
+    if entries is not None:
+        parts = [None if e == "_" else tuple(e.split("+")) if "+" in e else e
+                 for e in entries]
+        return NamedSharding(mesh, PartitionSpec(*parts))
+    from jax._src.sharding_impls import GSPMDSharding
+    return GSPMDSharding(tuple(mesh.devices.flat), hlo_sharding)
+
+
+def execute(compiled: CompiledExecutable, arguments: Sequence[Any]) -> list[list[Any]]:
+    """Runs the executable on global arrays; per output, the single-device
+    arrays of this process's devices."""
+    try:
+        results = compiled.executable.execute_sharded(list(arguments))
+        return results.disassemble_into_single_device_arrays()
+    except Exception as e:
+        raise BackendError(f"XLA failed to run the program: {first_line(e)}") from None
+
+
+def gather(array) -> Any:
+    """The whole value of a global array as a NumPy array, on every process."""
+    import numpy as np
+    if array.is_fully_addressable:
+        return np.asarray(array)
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+def allgather_ints(values: Sequence[int]) -> list[list[int]]:
+    """Every process's `values` (unsigned 64-bit), in process order."""
+    import numpy as np
+    jax = _jax()
+    if jax.process_count() == 1:
+        return [list(values)]
+    from jax.experimental import multihost_utils
+    # JAX arrays are 32-bit unless x64 is on: send each value as two halves.
+    halves = np.array([[v >> 32, v & 0xFFFFFFFF] for v in values],
+                      dtype=np.uint32).reshape(-1, 2)
+    gathered = np.asarray(multihost_utils.process_allgather(halves))
+    gathered = gathered.reshape(jax.process_count(), -1, 2)
+    return [[(int(hi) << 32) | int(lo) for hi, lo in row] for row in gathered]
+
+
+def block_until_ready(arrays: Sequence[Any]) -> None:
+    for a in arrays:
+        a.block_until_ready()
+
+
+def describe_devices(platform: str) -> dict[str, Any]:
+    """The platform's global devices and each process's addressable ones."""
+    jax = _jax()
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        raise SpecError(f"platform '{platform}' is not available here") from None
+    processes: dict[int, list[int]] = {}
+    for d in devices:
+        processes.setdefault(d.process_index, []).append(d.id)
+    return {
+        "platform": devices[0].platform if devices else platform,
+        "process_count": jax.process_count(),
+        "process_index": jax.process_index(),
+        "processes": [{"index": p, "devices": ids}
+                      for p, ids in sorted(processes.items())],
+        "devices": [{"id": d.id, "process": d.process_index,
+                     "kind": d.device_kind} for d in devices],
+    }

@@ -188,6 +188,145 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--check", action="store_true",
+                   help="also run the function unsharded on one device and "
+                        "compare every output (exit 1 on a mismatch)")
+    p.add_argument("--rtol", type=float, metavar="R",
+                   help="relative tolerance of --check (default by dtype: "
+                        "f32 1e-5, f64 1e-10, f16 1e-3, bf16 1e-2)")
+    p.add_argument("--atol", type=float, metavar="A",
+                   help="absolute tolerance of --check (default by dtype: "
+                        "f32 1e-6, f64 1e-12, f16 1e-3, bf16 1e-2)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the random inputs (default 0); element "
+                        "[i, j, ...] has the same value on any mesh")
+    p.add_argument("--input", action="append", default=[],
+                   metavar="NAME=PATH.npy",
+                   help="read argument NAME from a .npy file (memory-mapped; "
+                        "each device reads its own slice)")
+    p.add_argument("--repeat", type=int, metavar="N",
+                   help="time N runs after a warm-up; report the median and "
+                        "minimum")
+    p.add_argument("--save", metavar="PATH.npz",
+                   help="save the outputs to a .npz file")
+
+
+def _run_options(args):
+    from irshard.program import split_assignment
+    from irshard.run import RunOptions
+    inputs = tuple(split_assignment(item, "--input", "PATH.npy")
+                   for item in args.input)
+    options = RunOptions(seed=args.seed, inputs=inputs, check=args.check,
+                         rtol=args.rtol, atol=args.atol, repeat=args.repeat,
+                         save=args.save, progress=True)
+    options.validate()
+    if args.save:
+        check_output_path(args.save)
+    return options
+
+
+def cmd_run(args) -> int:
+    emits = _stages(args)
+    mesh = _mesh(args)
+    check_output_path(args.output)
+    options = _run_options(args)
+    lowered = _load(args, mesh)
+    texts, _ = _emit_texts(lowered, [e for e in emits
+                                     if e in ("stablehlo", "propagated")],
+                           args.stage, args.debug_info)
+    compiled = lowered.compile(partitioned="partitioned" in emits
+                               or args.stage == "partitioned")
+    if "partitioned" in emits:
+        texts.append(("partitioned", compiled.partitioned().as_text()))
+    if "optimized" in emits:
+        texts.append(("optimized", compiled.as_text()))
+    from irshard import run
+    result = run.run(lowered, compiled, options)
+    report = (compiled.partitioned() if args.stage == "partitioned"
+              else compiled).report()
+    if args.format == "json":
+        body = report.to_json()
+        body["run"] = result.to_json()
+        from irshard.report import dumps_json
+        text = dumps_json(body) + "\n"
+    else:
+        from irshard.report import render_text_lines
+        text = "\n".join(render_text_lines(report, tensors=False)
+                         + result.render_text_lines()) + "\n"
+    if texts:
+        text = join_stage_texts(texts) + text
+    if _is_reporting_process():
+        write_output(args.output, text)
+    failure = run.check_failure(result)
+    if failure is not None:
+        raise failure
+    return 0
+
+
+def _is_reporting_process() -> bool:
+    from irshard import backend
+    return backend.process_index() == 0
+
+
+def cmd_show(args) -> int:
+    mesh = _mesh(args)
+    check_output_path(args.output)
+    lowered = _load(args, mesh)
+    compiled = lowered.compile()
+    from irshard import run
+    inputs, outputs = run.planned_layout(compiled)
+    info = compiled.info
+    if args.format == "json":
+        from irshard.report import dumps_json
+        body = {"schema": 1, "source": info.source, "function": info.function,
+                "mesh": {"axes": [{"name": a.name, "size": a.size}
+                                  for a in info.mesh.axes],
+                         "devices": info.mesh.num_devices,
+                         "platform": info.platform},
+                "inputs": [t.to_json() for t in inputs],
+                "outputs": [t.to_json() for t in outputs]}
+        for entry in body["inputs"] + body["outputs"]:
+            entry.pop("checksum")
+        text = dumps_json(body) + "\n"
+    else:
+        lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
+                 f"({info.mesh.num_devices} {info.platform} devices)", "",
+                 "inputs"]
+        lines += run.layout_lines(inputs)
+        lines += ["", "outputs"]
+        lines += run.layout_lines(outputs)
+        text = "\n".join(lines) + "\n"
+    write_output(args.output, text)
+    return 0
+
+
+def cmd_devices(args) -> int:
+    from irshard import backend
+    count = parse_mesh(args.mesh).num_devices if args.mesh else 1
+    backend.configure(count, args.platform)
+    listing = backend.describe_devices(args.platform)
+    if args.format == "json":
+        from irshard.report import dumps_json
+        write_output(None, dumps_json(listing) + "\n")
+        return 0
+    lines = [f"platform: {listing['platform']}, {len(listing['devices'])} "
+             f"device{'s' if len(listing['devices']) != 1 else ''}, "
+             f"{listing['process_count']} process"
+             f"{'es' if listing['process_count'] != 1 else ''}"]
+    from irshard.layout import device_list
+    for proc in listing["processes"]:
+        lines.append(f"process {proc['index']}: devices "
+                     f"{device_list(proc['devices'])}")
+    lines += ["", "devices"]
+    from irshard.report import table
+    lines += table(["id", "process", "kind"],
+                   [[str(d["id"]), str(d["process"]), d["kind"]]
+                    for d in listing["devices"]])
+    write_output(None, "\n".join(lines) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="irshard",
@@ -206,6 +345,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_options(p)
     _add_report_options(p)
     p.set_defaults(handler=cmd_compile)
+
+    p = sub.add_parser("run", help="compile as 'compile' does and execute the "
+                       "program on the mesh; --check compares with one device")
+    _add_program_options(p)
+    _add_report_options(p)
+    _add_run_options(p)
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("show", help="which device holds which slice of every "
+                       "input and output, from the shardings alone")
+    _add_program_options(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="PATH")
+    p.set_defaults(handler=cmd_show)
+
+    p = sub.add_parser("devices", help="the platform's devices, per process")
+    p.add_argument("--platform", choices=PLATFORMS, default="cpu")
+    p.add_argument("--mesh", metavar="SPEC",
+                   help="simulate as many CPU devices as this mesh needs")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=cmd_devices)
     return parser
 
 

@@ -224,7 +224,8 @@ def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list
     return rows
 
 
-def render_text_lines(report: CollectiveReport) -> list[str]:
+def render_text_lines(report: CollectiveReport,
+                      tensors: bool = True) -> list[str]:
     what = report.source + (f":{report.function}" if report.function else "")
     where = (f"mesh {report.mesh} ({report.mesh.num_devices} "
              f"{report.platform or ''} devices)".replace("  ", " ")
@@ -232,11 +233,11 @@ def render_text_lines(report: CollectiveReport) -> list[str]:
     lines = [f"{what}  {where}  stage {report.stage}"]
     if report.module:
         lines[0] += f"  module {report.module}"
-    if report.inputs:
+    if report.inputs and tensors:
         lines += ["", "inputs"]
         lines += table(["name", "type", "sharding", "per device"],
                        _tensor_rows(report.inputs, False))
-    if report.outputs:
+    if report.outputs and tensors:
         lines += ["", "outputs"]
         lines += table(["#", "name", "type", "sharding", "per device"],
                        _tensor_rows(report.outputs, True))

@@ -104,6 +104,9 @@ class StableHLO(Stage):
     info: ProgramInfo
     module: Any                     # jaxlib.mlir.ir.Module
     devices: tuple[Any, ...]
+    # The traced Python callable (the gradient with --grad); None for a
+    # module read from a file. `run --check` runs it on one device.
+    function: Any = None
 
     def as_text(self, debug_info: bool = False) -> str:
         return _asm(self.module.operation, debug_info)
@@ -165,9 +168,11 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
     return CollectiveReport(
         source=info.source, function=info.function, stage=stage,
         mesh=info.mesh, platform=info.platform,
-        inputs=_tensor_infos(info.inputs, compiled.parameter_shardings(),
+        inputs=_tensor_infos(info.inputs,
+                             compiled.parameter_shardings(len(info.inputs)),
                              info.mesh, indexed=False),
-        outputs=_tensor_infos(info.outputs, compiled.output_shardings(),
+        outputs=_tensor_infos(info.outputs,
+                              compiled.output_shardings(len(info.outputs)),
                               info.mesh, indexed=True),
         collectives=tuple(analysis.collectives(view, info.mesh, info.user_dir)),
         memory=compiled.memory_stats())
@@ -270,4 +275,4 @@ def trace(program: Program, platform: str = "cpu") -> StableHLO:
         inputs=tuple(TensorDecl(s.name, s.type.dtype, s.type.shape)
                      for s in program.inputs),
         outputs=_output_decls(lowered, program, argnums))
-    return StableHLO(info, lowered.module, tuple(devices))
+    return StableHLO(info, lowered.module, tuple(devices), fn)

@@ -1,0 +1,474 @@
+"""Running the partitioned program on its mesh, and checking it.
+
+The executable is irshard's own annotated module compiled through the
+backend (the `optimized` stage), not a second `jax.jit` of the function. Its
+inputs are made shard by shard — each device materialises only its own
+slice — from seeded values that depend only on the global index, or from
+`.npy` files read slice by slice through a memory map. `--check` runs the
+same function unsharded on one device with the same values and compares every
+output with dtype-aware tolerances.
+
+Everything here works the same in one process or many: per-process work
+touches only addressable devices, and what must be global (checksums, the
+values `--check` and `--save` need) is combined across processes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from irshard import backend, data, layout
+from irshard.errors import BackendError, CheckFailed, InputError, UsageError
+from irshard.report import table
+from irshard.specs import DType, TensorType, format_shape
+from irshard.stages import Optimized, StableHLO, TensorDecl
+from irshard.tiling import Tiling, mesh_axes_of
+
+# (rtol, atol) by dtype: loose enough for the reordered sums of a sharded
+# reduction, tight enough to catch a wrong element.
+TOLERANCES = {
+    "f64": (1e-10, 1e-12), "c128": (1e-10, 1e-12),
+    "f32": (1e-5, 1e-6), "c64": (1e-5, 1e-6),
+    "f16": (1e-3, 1e-3), "bf16": (1e-2, 1e-2),
+}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    seed: int = 0
+    inputs: tuple[tuple[str, str], ...] = ()     # (argument, .npy path)
+    check: bool = False
+    rtol: float | None = None
+    atol: float | None = None
+    repeat: int | None = None
+    save: str | None = None
+    progress: bool = False
+
+    def validate(self) -> None:
+        if self.repeat is not None and self.repeat < 1:
+            raise UsageError(f"--repeat {self.repeat}: give a positive number "
+                             f"of timed runs")
+        for name, value in (("--rtol", self.rtol), ("--atol", self.atol)):
+            if value is not None and (value < 0 or math.isnan(value)):
+                raise UsageError(f"{name} {value}: tolerances are non-negative "
+                                 f"numbers")
+        seen = set()
+        for name, path in self.inputs:
+            if name in seen:
+                raise UsageError(f"--input {name} is given twice")
+            seen.add(name)
+            if not path.endswith(".npy"):
+                raise InputError(f"--input {name}={path}: expected a .npy file")
+        if self.save and not self.save.endswith(".npz"):
+            raise UsageError(f"--save {self.save}: expected a path ending in .npz")
+
+
+@dataclass(frozen=True)
+class TensorRun:
+    """An input or output as it ran."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    sharding: tuple[str, ...] | None
+    local_shape: tuple[int, ...]
+    checksum: str
+    placements: tuple[layout.Placement, ...]
+    index: int | None = None
+    origin: str | None = None             # inputs: "random" or the .npy path
+
+    @property
+    def sharding_label(self) -> str:
+        if self.sharding is None:
+            return "?"
+        return ",".join(self.sharding) if self.sharding else "replicated"
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.index is not None:
+            d["index"] = self.index
+        d.update(name=self.name, dtype=self.dtype, shape=list(self.shape),
+                 sharding=list(self.sharding) if self.sharding is not None else None,
+                 local_shape=list(self.local_shape), checksum=self.checksum)
+        if self.origin is not None:
+            d["source"] = self.origin
+        d["layout"] = [p.to_json() for p in self.placements]
+        return d
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    index: int
+    name: str
+    passed: bool
+    rtol: float
+    atol: float
+    max_abs_error: float
+    abs_error_at: tuple[int, ...] | None
+    max_rel_error: float
+    rel_error_at: tuple[int, ...] | None
+    value: Any = None            # sharded value at the worst element
+    expected: Any = None         # reference value there
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "name": self.name, "passed": self.passed,
+            "rtol": self.rtol, "atol": self.atol,
+            "max_abs_error": _json_float(self.max_abs_error),
+            "max_abs_error_index": list(self.abs_error_at) if self.abs_error_at else None,
+            "max_rel_error": _json_float(self.max_rel_error),
+            "max_rel_error_index": list(self.rel_error_at) if self.rel_error_at else None,
+        }
+
+    def describe(self) -> str:
+        where = list(self.abs_error_at) if self.abs_error_at is not None else []
+        text = (f"output {self.index} ({self.name}) differs from the "
+                f"single-device result: max abs error {self.max_abs_error:.3g} "
+                f"at {where}")
+        if self.value is not None:
+            text += f" ({self.value!r} vs {self.expected!r})"
+        rel = list(self.rel_error_at) if self.rel_error_at is not None else []
+        return (text + f", max rel error {self.max_rel_error:.3g} at {rel} "
+                f"(rtol {self.rtol:g}, atol {self.atol:g})")
+
+
+def _json_float(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    seed: int
+    processes: int
+    inputs: tuple[TensorRun, ...]
+    outputs: tuple[TensorRun, ...]
+    checks: tuple[OutputCheck, ...] | None = None
+    timings: tuple[float, ...] = ()
+    saved: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.checks is None or all(c.passed for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "seed": self.seed,
+            "processes": self.processes,
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+            "check": None,
+            "timing": None,
+        }
+        if self.checks is not None:
+            d["check"] = {"passed": self.passed,
+                          "outputs": [c.to_json() for c in self.checks]}
+        if self.timings:
+            d["timing"] = {"runs": len(self.timings),
+                           "median_s": statistics.median(self.timings),
+                           "min_s": min(self.timings)}
+        if self.saved:
+            d["saved"] = self.saved
+        return d
+
+    def render_text_lines(self) -> list[str]:
+        lines = ["", f"run: seed {self.seed}, {self.processes} "
+                 f"process{'es' if self.processes > 1 else ''}", "", "inputs"]
+        lines += table(["name", "type", "sharding", "per device", "source",
+                        "checksum"],
+                       [[t.name, format_shape(t.dtype, t.shape), t.sharding_label,
+                         format_shape(t.dtype, t.local_shape), t.origin or "",
+                         t.checksum] for t in self.inputs])
+        lines += ["", "outputs"]
+        lines += table(["#", "name", "type", "sharding", "per device", "checksum"],
+                       [[str(t.index), t.name, format_shape(t.dtype, t.shape),
+                         t.sharding_label, format_shape(t.dtype, t.local_shape),
+                         t.checksum] for t in self.outputs])
+        if self.checks is not None:
+            verdict = "passed" if self.passed else "FAILED"
+            lines += ["", f"check against one device: {verdict}"]
+            rows = []
+            for c in self.checks:
+                rows.append([str(c.index), c.name, f"{c.max_abs_error:.3g}",
+                             str(list(c.abs_error_at))
+                             if c.abs_error_at is not None and c.max_abs_error else "-",
+                             f"{c.max_rel_error:.3g}",
+                             f"{c.rtol:g}", f"{c.atol:g}",
+                             "ok" if c.passed else "MISMATCH"])
+            lines += table(["#", "name", "max abs error", "at", "max rel error",
+                            "rtol", "atol", "result"], rows)
+        if self.timings:
+            lines += ["", f"timing: {len(self.timings)} runs after a warm-up: "
+                      f"median {_ms(statistics.median(self.timings))}, "
+                      f"min {_ms(min(self.timings))}"]
+        if self.saved:
+            lines += ["", f"outputs saved to {self.saved}"]
+        lines += ["", "layout"] + layout_lines(self.inputs + self.outputs)
+        return lines
+
+
+def layout_lines(tensors: Sequence[Any]) -> list[str]:
+    lines = []
+    for t in tensors:
+        label = t.name if t.index is None else f"output {t.index} ({t.name})"
+        lines.append(f"  {label}  {format_shape(t.dtype, t.shape)}  "
+                     f"{t.sharding_label}")
+        lines += layout.render(t.shape, list(t.placements), indent="    ")
+    return lines
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+# ---------------------------------------------------------------------------
+
+
+def _sharding_entries(hlo_sharding, decl: TensorDecl, mesh) -> tuple[
+        tuple[str, ...] | None, tuple[int, ...]]:
+    tiling = Tiling.from_hlo_sharding(hlo_sharding, len(decl.shape))
+    return mesh_axes_of(tiling, mesh), tiling.local_shape(decl.shape)
+
+
+def _input_source(index: int, decl: TensorDecl, options: RunOptions):
+    """A function from a block index to the input's values there."""
+    paths = dict(options.inputs)
+    if decl.name in paths:
+        array = data.load_npy(paths[decl.name], decl.name,
+                              TensorType(decl.dtype, decl.shape))
+        return (lambda idx: np.array(array[idx])), paths[decl.name]
+    return (lambda idx: data.random_block(options.seed, index, decl.dtype,
+                                          decl.shape, idx)), "random"
+
+
+def checksum(array) -> str:
+    """The array's checksum, combined over shards and processes."""
+    local = 0
+    for shard in array.addressable_shards:
+        if shard.replica_id == 0:
+            local = data.combine([local, data.block_checksum(
+                np.asarray(shard.data), shard.index, array.shape)])
+    parts = backend.allgather_ints([local])
+    return data.format_checksum(data.combine(p[0] for p in parts))
+
+
+def _placements(sharding, shape) -> tuple[layout.Placement, ...]:
+    return tuple(layout.placements(sharding.devices_indices_map(tuple(shape)), shape))
+
+
+def tensor_shardings(compiled: Optimized, jax_mesh):
+    """(input shardings, output shardings) as JAX shardings."""
+    info = compiled.info
+    params = compiled.compiled.parameter_shardings(len(info.inputs))
+    results = compiled.compiled.output_shardings(len(info.outputs))
+    ins = [backend.jax_sharding(s, jax_mesh, len(d.shape))
+           for s, d in zip(params, info.inputs)]
+    outs = [backend.jax_sharding(s, jax_mesh, len(d.shape))
+            for s, d in zip(results, info.outputs)]
+    return ins, outs
+
+
+def planned_layout(compiled: Optimized) -> tuple[list[TensorRun], list[TensorRun]]:
+    """Where each input and output will live, from the shardings alone."""
+    info = compiled.info
+    jax_mesh = backend.make_mesh(info.mesh.names, info.mesh.shape,
+                                 compiled.compiled.devices)
+    ins, outs = tensor_shardings(compiled, jax_mesh)
+    params = compiled.compiled.parameter_shardings(len(info.inputs))
+    results = compiled.compiled.output_shardings(len(info.outputs))
+
+    def describe(decls, hlo, jax_shardings, indexed):
+        result = []
+        for i, (decl, h, s) in enumerate(zip(decls, hlo, jax_shardings)):
+            entries, local = _sharding_entries(h, decl, info.mesh)
+            result.append(TensorRun(decl.name, decl.dtype.name, decl.shape,
+                                    entries, local, "", _placements(s, decl.shape),
+                                    index=i if indexed else None))
+        return result
+
+    return (describe(info.inputs, params, ins, False),
+            describe(info.outputs, results, outs, True))
+
+
+def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResult:
+    """Executes the optimized program on its mesh (and checks it)."""
+    import jax
+    info = compiled.info
+    exe = compiled.compiled
+    jax_mesh = backend.make_mesh(info.mesh.names, info.mesh.shape, exe.devices)
+    in_shardings, out_shardings = tensor_shardings(compiled, jax_mesh)
+    names = {d.name for d in info.inputs}
+    for name, _ in options.inputs:
+        if name not in names:
+            listed = ", ".join(d.name for d in info.inputs) or "none"
+            raise InputError(f"--input {name}: there is no argument '{name}'; "
+                             f"the arguments are {listed}")
+
+    arguments, sources, origins = [], [], []
+    for i, (decl, sharding) in enumerate(zip(info.inputs, in_shardings)):
+        source, origin = _input_source(i, decl, options)
+        sources.append(source)
+        origins.append(origin)
+        arguments.append(jax.make_array_from_callback(decl.shape, sharding, source))
+
+    outputs = _execute(exe, arguments, info.outputs, out_shardings)
+    timings = _time(exe, arguments, options) if options.repeat else []
+
+    hlo_in = exe.parameter_shardings(len(info.inputs))
+    hlo_out = exe.output_shardings(len(info.outputs))
+    input_runs = []
+    for i, (decl, array) in enumerate(zip(info.inputs, arguments)):
+        entries, local = _sharding_entries(hlo_in[i], decl, info.mesh)
+        input_runs.append(TensorRun(
+            decl.name, decl.dtype.name, decl.shape, entries, local,
+            checksum(array), _placements(array.sharding, decl.shape),
+            origin=origins[i]))
+    output_runs = []
+    for i, (decl, array) in enumerate(zip(info.outputs, outputs)):
+        entries, local = _sharding_entries(hlo_out[i], decl, info.mesh)
+        output_runs.append(TensorRun(
+            decl.name, decl.dtype.name, decl.shape, entries, local,
+            checksum(array), _placements(array.sharding, decl.shape), index=i))
+
+    values = None
+    if options.check or options.save:
+        values = [backend.gather(a) for a in outputs]
+    checks = None
+    if options.check:
+        checks = _check(lowered, info, sources, values, options)
+    saved = None
+    if options.save and backend.process_index() == 0:
+        _save(options.save, info.outputs, values)
+        saved = options.save
+    return RunResult(options.seed, jax.process_count(), tuple(input_runs),
+                     tuple(output_runs), checks, tuple(timings), saved)
+
+
+def _execute(exe, arguments, decls, shardings):
+    import jax
+    per_output = backend.execute(exe, arguments)
+    return [jax.make_array_from_single_device_arrays(decl.shape, sharding, arrays)
+            for decl, sharding, arrays in zip(decls, shardings, per_output)]
+
+
+def _time(exe, arguments, options: RunOptions) -> list[float]:
+    timings = []
+    show = options.progress and sys.stderr.isatty()
+    for step in range(options.repeat):
+        start = time.perf_counter()
+        results = backend.execute(exe, arguments)
+        backend.block_until_ready([a for arrays in results for a in arrays])
+        timings.append(time.perf_counter() - start)
+        if show:
+            done = (step + 1) * 30 // options.repeat
+            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] "
+                             f"{step + 1}/{options.repeat}")
+            sys.stderr.flush()
+    if show:
+        sys.stderr.write("\r" + " " * 50 + "\r")
+    return timings
+
+
+def _reference(lowered: StableHLO, info, sources) -> list[np.ndarray]:
+    """The function run unsharded on one device, on the same values."""
+    import jax
+    from jax.sharding import Mesh
+    if lowered.function is None:
+        raise BackendError("--check needs the Python function; this program "
+                           "has none")
+    device = lowered.devices[0]
+    args = []
+    for decl, source in zip(info.inputs, sources):
+        whole = source(tuple(slice(0, n) for n in decl.shape))
+        args.append(jax.device_put(np.asarray(whole), device))
+    mesh = Mesh(np.array([device]).reshape((1,) * len(info.mesh.axes)),
+                info.mesh.names)
+    try:
+        with jax.set_mesh(mesh):
+            results = jax.jit(lowered.function)(*args)
+    except Exception as e:
+        raise BackendError(f"the single-device reference failed: "
+                           f"{type(e).__name__}: {backend.first_line(e)}") from None
+    return [np.asarray(r) for r in jax.tree_util.tree_leaves(results)]
+
+
+def compare(index: int, decl: TensorDecl, actual: np.ndarray,
+            expected: np.ndarray, rtol: float | None,
+            atol: float | None) -> OutputCheck:
+    """Compares one output with the reference, |a - e| <= atol + rtol |e|."""
+    default_rtol, default_atol = TOLERANCES.get(decl.dtype.name, (0.0, 0.0))
+    exact = decl.dtype.name not in TOLERANCES
+    rtol = 0.0 if exact else (default_rtol if rtol is None else rtol)
+    atol = 0.0 if exact else (default_atol if atol is None else atol)
+    a = np.asarray(actual).astype(np.complex128 if decl.dtype.name.startswith("c")
+                                  else np.float64)
+    e = np.asarray(expected).astype(a.dtype)
+    both_nan = np.isnan(a) & np.isnan(e)
+    diff = np.where(both_nan, 0.0, np.abs(a - e))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    scale = np.abs(e)
+    rel = np.where(diff == 0, 0.0, diff / np.where(scale == 0, np.nan, scale))
+    rel = np.where(np.isnan(rel), np.inf, rel)
+    bad = diff > atol + rtol * scale
+    if diff.size == 0:
+        return OutputCheck(index, decl.name, True, rtol, atol, 0.0, None, 0.0, None)
+    abs_at = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    rel_at = tuple(int(i) for i in np.unravel_index(int(np.argmax(rel)), rel.shape))
+    passed = not bool(np.any(bad))
+    value = expected_value = None
+    if not passed:
+        value = np.asarray(actual)[abs_at].item()
+        expected_value = np.asarray(expected)[abs_at].item()
+    return OutputCheck(index, decl.name, passed, rtol, atol,
+                       float(diff[abs_at]), abs_at, float(rel[rel_at]), rel_at,
+                       value, expected_value)
+
+
+def _check(lowered, info, sources, values, options) -> tuple[OutputCheck, ...]:
+    """Compares on process 0; the verdict is shared with every process."""
+    checks: list[OutputCheck] = []
+    if backend.process_index() == 0:
+        reference = _reference(lowered, info, sources)
+        for i, decl in enumerate(info.outputs):
+            checks.append(compare(i, decl, values[i], reference[i],
+                                  options.rtol, options.atol))
+    flags = backend.allgather_ints([int(c.passed) for c in checks]
+                                   or [1] * len(info.outputs))
+    if backend.process_index() != 0:
+        checks = [OutputCheck(i, d.name, bool(flags[0][i]), 0.0, 0.0, 0.0, None,
+                              0.0, None) for i, d in enumerate(info.outputs)]
+    return tuple(checks)
+
+
+def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".irshard-", suffix=".npz")
+    os.close(fd)
+    try:
+        np.savez(tmp, **{d.name: v for d, v in zip(decls, values)})
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def check_failure(result: RunResult) -> CheckFailed | None:
+    """The error to exit with when the check found a mismatch."""
+    failed = [c for c in result.checks or () if not c.passed]
+    if not failed:
+        return None
+    first = failed[0]
+    more = f" ({len(failed) - 1} more output(s) differ)" if len(failed) > 1 else ""
+    if first.abs_error_at is None:   # another process's verdict
+        return CheckFailed(f"check failed: output {first.index} ({first.name}) "
+                           f"differs from the single-device result{more}")
+    return CheckFailed(f"check failed: {first.describe()}{more}")
