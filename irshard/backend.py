@@ -28,19 +28,20 @@ _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 PLATFORMS = ("cpu", "gpu", "tpu")
 
 
-def configure(num_devices: int, platform: str = "cpu") -> None:
-    """Prepares the environment for a mesh of `num_devices` on `platform`.
+def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> None:
+    """Prepares the environment for `num_devices` local devices on `platform`.
 
     Must run before JAX is imported. On the CPU it asks XLA for as many host
-    devices as the mesh needs (keeping a larger count the user set); on a real
-    accelerator it leaves device discovery to JAX.
+    devices as the mesh needs, keeping a larger count the user set unless
+    `exact` (each process of a multi-process run must own exactly its share);
+    on a real accelerator it leaves device discovery to JAX.
     """
     if platform == "cpu":
         flags = os.environ.get("XLA_FLAGS", "")
         m = re.search(_DEVICE_COUNT_FLAG + r"=(\d+)", flags)
         if m is None:
             flags = f"{flags} {_DEVICE_COUNT_FLAG}={num_devices}".strip()
-        elif int(m.group(1)) < num_devices:
+        elif int(m.group(1)) < num_devices or exact:
             flags = flags.replace(m.group(0),
                                   f"{_DEVICE_COUNT_FLAG}={num_devices}")
         os.environ["XLA_FLAGS"] = flags
@@ -383,3 +384,39 @@ def describe_devices(platform: str) -> dict[str, Any]:
         "devices": [{"id": d.id, "process": d.process_index,
                      "kind": d.device_kind} for d in devices],
     }
+
+
+def initialize_distributed(coordinator: str, num_processes: int,
+                           process_id: int, timeout: float,
+                           bind_loopback: bool = False) -> None:
+    """Joins the processes of one run through `jax.distributed` (CPU
+    collectives through gloo). `bind_loopback` keeps the coordination
+    service on 127.0.0.1 for runs on one machine."""
+    jax = _jax()
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if process_id != 0:
+        # JAX's client retries a coordinator that is not up yet only after a
+        # second or so; waiting for the port to open avoids that pause.
+        _wait_for_port(coordinator, min(timeout, 60.0))
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator, num_processes=num_processes,
+            process_id=process_id, cluster_detection_method="deactivate",
+            initialization_timeout=max(1, int(timeout)),
+            coordinator_bind_address=coordinator if bind_loopback else None)
+    except Exception as e:
+        raise BackendError(f"process {process_id} could not join the run "
+                           f"coordinated at {coordinator}: {first_line(e)}") from None
+
+
+def _wait_for_port(address: str, timeout: float) -> None:
+    import socket
+    import time
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.02)

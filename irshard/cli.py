@@ -124,14 +124,19 @@ def write_output(path: str | None, text: str) -> None:
         raise
 
 
-def _load(args, mesh: MeshSpec):
-    """The traced program (stage `stablehlo`) of the command's FILE."""
+def _load(args, mesh: MeshSpec, cluster=None):
+    """The traced program (stage `stablehlo`) of the command's FILE; with
+    `cluster`, after joining the other processes of the run."""
     from irshard import backend
-    backend.configure(mesh.num_devices, args.platform)
+    backend.configure(_local_devices(mesh.num_devices, cluster, args.platform),
+                      args.platform, exact=cluster is not None)
+    if cluster is not None:
+        _join(cluster, getattr(args, "timeout", None))
     from irshard import program, stages
     prog = program.load_program(
         args.file, mesh=mesh, fn_name=args.fn, args=args.arg,
         shards=args.shard, out_shards=args.out_shard, grad=args.grad)
+    _stage("tracing")
     return stages.trace(prog, args.platform)
 
 
@@ -226,12 +231,84 @@ def _run_options(args):
     return options
 
 
+def _add_process_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="run as N local processes forming one mesh "
+                        "(jax.distributed on 127.0.0.1, gloo collectives), "
+                        "each with devices/N devices")
+    p.add_argument("--coordinator", metavar="HOST:PORT",
+                   help="join a multi-process run coordinated at HOST:PORT "
+                        "(with --process-id and --num-processes); under "
+                        "Slurm or MPI these are read from the environment")
+    p.add_argument("--process-id", type=int, metavar="I")
+    p.add_argument("--num-processes", type=int, metavar="N")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="with --processes: stop every process if the run "
+                        "takes longer than S seconds (default 300)")
+
+
+def _cluster(args):
+    """This process's place in a multi-process run, or None."""
+    from irshard import distributed
+    if args.processes is not None and (args.coordinator or args.process_id
+                                       is not None or args.num_processes):
+        raise UsageError("--processes launches the processes itself; do not "
+                         "combine it with --coordinator/--process-id/"
+                         "--num-processes")
+    return distributed.detect(args.coordinator, args.process_id,
+                              args.num_processes)
+
+
+def _local_devices(total: int, cluster, platform: str) -> int:
+    if cluster is None:
+        return total
+    if platform == "cpu" and total % cluster.num_processes:
+        raise UsageError(f"the mesh's {total} devices cannot be split evenly "
+                         f"over {cluster.num_processes} processes")
+    return max(1, total // cluster.num_processes)
+
+
+def _join(cluster, timeout) -> None:
+    from irshard import backend, distributed
+    distributed.quiet_native_stdout()
+    distributed.report_stage("joining")
+    backend.initialize_distributed(
+        cluster.coordinator, cluster.num_processes, cluster.process_id,
+        timeout or distributed.DEFAULT_TIMEOUT,
+        bind_loopback=os.environ.get("IRSHARD_BIND_LOOPBACK") == "1")
+    distributed.report_stage("loading")
+
+
+def _stage(name: str) -> None:
+    from irshard import distributed
+    distributed.report_stage(name)
+
+
+def _launch(args, total_devices: int) -> int:
+    """`--processes N`: this process only starts and watches the others."""
+    from irshard import distributed
+    n = args.processes
+    if n < 1:
+        raise UsageError(f"--processes {n}: give at least 1")
+    if args.platform == "cpu" and total_devices % n:
+        raise UsageError(f"--processes {n}: the mesh's {total_devices} devices "
+                         f"cannot be split evenly over {n} processes")
+    argv = distributed.strip_option(args.argv, "--processes", True)
+    argv = distributed.strip_option(argv, "--timeout", True)
+    timeout = args.timeout if args.timeout is not None else distributed.DEFAULT_TIMEOUT
+    return distributed.run_launcher(argv, n, timeout)
+
+
 def cmd_run(args) -> int:
     emits = _stages(args)
     mesh = _mesh(args)
     check_output_path(args.output)
     options = _run_options(args)
-    lowered = _load(args, mesh)
+    cluster = _cluster(args)
+    if args.processes is not None:
+        return _launch(args, mesh.num_devices)
+    lowered = _load(args, mesh, cluster)
+    _stage("compiling")
     texts, _ = _emit_texts(lowered, [e for e in emits
                                      if e in ("stablehlo", "propagated")],
                            args.stage, args.debug_info)
@@ -242,7 +319,9 @@ def cmd_run(args) -> int:
     if "optimized" in emits:
         texts.append(("optimized", compiled.as_text()))
     from irshard import run
+    _stage("running")
     result = run.run(lowered, compiled, options)
+    _stage("writing")
     report = (compiled.partitioned() if args.stage == "partitioned"
               else compiled).report()
     if args.format == "json":
@@ -303,8 +382,17 @@ def cmd_show(args) -> int:
 
 def cmd_devices(args) -> int:
     from irshard import backend
-    count = parse_mesh(args.mesh).num_devices if args.mesh else 1
-    backend.configure(count, args.platform)
+    cluster = _cluster(args)
+    processes = args.processes or (cluster.num_processes if cluster else 1)
+    count = parse_mesh(args.mesh).num_devices if args.mesh else processes
+    if args.processes is not None:
+        return _launch(args, count)
+    backend.configure(_local_devices(count, cluster, args.platform), args.platform,
+                      exact=cluster is not None)
+    if cluster is not None:
+        _join(cluster, args.timeout)
+    if not _is_reporting_process():
+        return 0
     listing = backend.describe_devices(args.platform)
     if args.format == "json":
         from irshard.report import dumps_json
@@ -351,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_options(p)
     _add_report_options(p)
     _add_run_options(p)
+    _add_process_options(p)
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("show", help="which device holds which slice of every "
@@ -363,8 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="the platform's devices, per process")
     p.add_argument("--platform", choices=PLATFORMS, default="cpu")
     p.add_argument("--mesh", metavar="SPEC",
-                   help="simulate as many CPU devices as this mesh needs")
+                   help="simulate as many CPU devices as this mesh needs "
+                        "(default: one per process)")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    _add_process_options(p)
     p.set_defaults(handler=cmd_devices)
     return parser
 
@@ -372,7 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
+        args.argv = argv
         handler: Callable | None = getattr(args, "handler", None)
         if handler is None:
             parser.print_help()
