@@ -141,14 +141,33 @@ def gradient(fn: Callable[..., Any], argnums: Sequence[int]) -> Callable[..., An
     return grad_fn
 
 
+class PassFailure(Exception):
+    """A registered pass failed; the message is MLIR's first diagnostic."""
+
+
 def run_registered_passes(module, pipeline: str) -> None:
     """Runs a pipeline of passes registered with MLIR (Shardy's, upstream's)
-    over `module` in place. `pipeline` is MLIR's textual form, anchored on
-    the module, e.g. `builtin.module(sdy-propagation-pipeline)`."""
-    from jaxlib.mlir import passmanager
-    with module.context:
+    over `module` (a module or its operation) in place. `pipeline` is MLIR's
+    textual form, anchored on the module, e.g.
+    `builtin.module(sdy-propagation-pipeline)`."""
+    from jaxlib.mlir import ir, passmanager
+    operation = getattr(module, "operation", module)
+    with operation.context:
         pm = passmanager.PassManager.parse(pipeline)
-        pm.run(module.operation)
+        try:
+            pm.run(operation)
+        except ir.MLIRError as e:
+            diagnostics = list(e.error_diagnostics)
+            if diagnostics:
+                d = diagnostics[0]
+                raise PassFailure(f"{location_text(d.location)}{d.message}") from None
+            raise PassFailure(e.message) from None
+
+
+def location_text(location) -> str:
+    """`file:line:col: ` of a location, or '' when it has none."""
+    m = re.search(r'"([^"]+)":(\d+):(\d+)', str(location))
+    return f"{m.group(1)}:{m.group(2)}:{m.group(3)}: " if m else ""
 
 
 def parse_pipeline(pipeline: str, context) -> Any:
@@ -289,6 +308,15 @@ def hlo_module_from_text(text: str):
         return _hlo.hlo_module_from_text(text)
     except RuntimeError as e:
         raise ValueError(str(e)) from None
+
+
+def hlo_module_from_proto(data: bytes):
+    """Parses a serialized HloModuleProto (raises ValueError)."""
+    from jaxlib import _hlo
+    try:
+        return _hlo.HloModule.from_serialized_hlo_module_proto(data)
+    except Exception as e:
+        raise ValueError(first_line(e)) from None
 
 
 def hlo_opcode_names() -> dict[Any, str]:

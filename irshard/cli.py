@@ -88,10 +88,24 @@ def _stages(args) -> list[str]:
     return [s for s in STAGES if s in args.emit]
 
 
-def _mesh(args) -> MeshSpec:
-    if args.mesh is None:
-        raise UsageError("--mesh is required, e.g. --mesh x=4 or --mesh dp=2,tp=4")
-    return parse_mesh(args.mesh)
+def _mesh(args) -> MeshSpec | None:
+    """The --mesh; a .mlir module may bring its own instead (None)."""
+    if args.mesh is not None:
+        return parse_mesh(args.mesh)
+    from irshard import irfile
+    if irfile.is_mlir(args.file):
+        return None
+    raise UsageError("--mesh is required, e.g. --mesh x=4 or --mesh dp=2,tp=4")
+
+
+def _total_devices(args, mesh: MeshSpec | None) -> int:
+    if mesh is not None:
+        return mesh.num_devices
+    from irshard import irfile
+    count = irfile.declared_devices(irfile.read_bytes(args.file))
+    if count is None:
+        raise UsageError(f"{args.file} declares no mesh in text form; give --mesh")
+    return count
 
 
 def check_output_path(path: str | None) -> None:
@@ -124,12 +138,28 @@ def write_output(path: str | None, text: str) -> None:
         raise
 
 
-def _load(args, mesh: MeshSpec, cluster=None):
-    """The traced program (stage `stablehlo`) of the command's FILE; with
-    `cluster`, after joining the other processes of the run."""
-    from irshard import backend
-    backend.configure(_local_devices(mesh.num_devices, cluster, args.platform),
-                      args.platform, exact=cluster is not None)
+def _load(args, mesh: MeshSpec | None, cluster=None):
+    """The program (stage `stablehlo`) of the command's FILE: a traced Python
+    function or a .mlir module; with `cluster`, after joining the other
+    processes of the run."""
+    from irshard import backend, irfile
+
+    def configure(total: int) -> None:
+        backend.configure(_local_devices(total, cluster, args.platform),
+                          args.platform, exact=cluster is not None)
+
+    if irfile.is_mlir(args.file):
+        irfile.unused_options(args)
+        data = irfile.read_bytes(args.file)
+        configure(mesh.num_devices if mesh else irfile.declared_devices(data) or 1)
+        if cluster is not None:
+            _join(cluster, getattr(args, "timeout", None))
+        from irshard.program import parse_out_shardings
+        _stage("tracing")
+        return irfile.load(args.file, data, mesh, irfile.parse_shards(args.shard),
+                           parse_out_shardings(args.out_shard), args.platform,
+                           lambda m: configure(m.num_devices))
+    configure(mesh.num_devices)
     if cluster is not None:
         _join(cluster, getattr(args, "timeout", None))
     from irshard import program, stages
@@ -306,7 +336,7 @@ def cmd_run(args) -> int:
     options = _run_options(args)
     cluster = _cluster(args)
     if args.processes is not None:
-        return _launch(args, mesh.num_devices)
+        return _launch(args, _total_devices(args, mesh))
     lowered = _load(args, mesh, cluster)
     _stage("compiling")
     texts, _ = _emit_texts(lowered, [e for e in emits
@@ -415,6 +445,90 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def add_opt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE.mlir", nargs="?",
+                   help="a StableHLO + Shardy module, as text or bytecode "
+                        "('-' reads stdin)")
+    p.add_argument("-p", "--pipeline", metavar="PIPELINE",
+                   help="passes in MLIR's textual syntax, irshard's and "
+                        "registered ones mixed, e.g. "
+                        "'irshard-annotate{mesh=\"x=4\" args=\"0=x\"},"
+                        "sdy-propagation-pipeline,irshard-print-shardings'")
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="write the module to PATH instead of stdout")
+    p.add_argument("--list-passes", action="store_true",
+                   help="list irshard's passes and their options, then the "
+                        "passes MLIR has registered")
+    p.add_argument("--split-input-file", action="store_true",
+                   help="treat each '// -----' chunk as its own module")
+    p.add_argument("--verify-diagnostics", action="store_true",
+                   help="print an error on stdout in place of the chunk's "
+                        "module and succeed, so tests can check it")
+    p.add_argument("--print-ir-after-all", action="store_true",
+                   help="print the module to stderr after every pass")
+    p.add_argument("--debug-info", action="store_true",
+                   help="print locations")
+
+
+def cmd_opt(args) -> int:
+    from irshard import backend
+    backend.configure(1, "cpu")
+    from irshard import opt
+    if args.list_passes:
+        write_output(args.output, opt.list_passes())
+        return 0
+    if args.file is None:
+        raise UsageError("give a .mlir file (or '-' for stdin), or --list-passes")
+    check_output_path(args.output)
+    data = _read_module_bytes(args.file)
+    text = opt.opt(data, args.file, args.pipeline,
+                   split_input_file=args.split_input_file,
+                   verify_diagnostics=args.verify_diagnostics,
+                   print_ir_after_all=args.print_ir_after_all,
+                   debug_info=args.debug_info)
+    write_output(args.output, text)
+    return 0
+
+
+def _read_module_bytes(path: str) -> bytes:
+    from irshard.errors import InputError
+    if path == "-":
+        return sys.stdin.buffer.read()
+    if not os.path.exists(path):
+        raise InputError(f"file '{path}' does not exist")
+    if os.path.isdir(path):
+        raise InputError(f"'{path}' is a directory; expected a .mlir file")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"cannot read '{path}': {e.strerror}") from None
+
+
+def cmd_collectives(args) -> int:
+    check_output_path(args.output)
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    if args.stage not in REPORT_STAGES:
+        raise UsageError(f"unknown stage '{args.stage}'; --stage is one of "
+                         f"{', '.join(REPORT_STAGES)}")
+    from irshard import backend
+    backend.configure(1, "cpu")
+    from irshard import dumps
+    found = dumps.find_modules(args.path, args.stage)
+    reports = [dumps.report(f, args.path, mesh) for f in found]
+    if args.format == "json":
+        from irshard.report import SCHEMA, dumps_json
+        if len(reports) == 1 and not os.path.isdir(args.path):
+            text = reports[0].render_json()
+        else:
+            text = dumps_json({"schema": SCHEMA, "source": args.path,
+                               "modules": [r.to_json() for r in reports]}) + "\n"
+    else:
+        text = "\n".join(r.render_text() for r in reports)
+    write_output(args.output, text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="irshard",
@@ -457,6 +571,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     _add_process_options(p)
     p.set_defaults(handler=cmd_devices)
+
+    p = sub.add_parser("collectives", help="the collective report of an HLO "
+                       "text file or of every module in an XLA dump directory")
+    p.add_argument("path", metavar="PATH",
+                   help="an HLO text (.txt/.hlo) or HloModuleProto (.pb) file, "
+                        "or a directory from XLA_FLAGS=--xla_dump_to=PATH")
+    p.add_argument("--mesh", metavar="SPEC",
+                   help="name the mesh axes (default: the mesh the module "
+                        "records, if any)")
+    p.add_argument("--stage", default="optimized", metavar="STAGE",
+                   help="in a dump directory, read each module's optimized "
+                        "(default) or partitioned HLO")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="PATH")
+    p.set_defaults(handler=cmd_collectives)
+
+    p = sub.add_parser("opt", help="run a pass pipeline (irshard's passes and "
+                       "Shardy's) over a StableHLO + Shardy module; also "
+                       "installed as irshard-opt")
+    add_opt_arguments(p)
+    p.set_defaults(handler=cmd_opt)
     return parser
 
 

@@ -378,17 +378,18 @@ def _time(exe, arguments, options: RunOptions) -> list[float]:
 
 
 def _reference(lowered: StableHLO, info, sources) -> list[np.ndarray]:
-    """The function run unsharded on one device, on the same values."""
+    """The function run unsharded on one device, on the same values: the
+    Python function jitted there, or, for a module read from a file, the
+    module with its shardings stripped compiled for that device."""
     import jax
     from jax.sharding import Mesh
-    if lowered.function is None:
-        raise BackendError("--check needs the Python function; this program "
-                           "has none")
     device = lowered.devices[0]
     args = []
     for decl, source in zip(info.inputs, sources):
         whole = source(tuple(slice(0, n) for n in decl.shape))
         args.append(jax.device_put(np.asarray(whole), device))
+    if lowered.function is None:
+        return _module_reference(lowered, args, device)
     mesh = Mesh(np.array([device]).reshape((1,) * len(info.mesh.axes)),
                 info.mesh.names)
     try:
@@ -398,6 +399,25 @@ def _reference(lowered: StableHLO, info, sources) -> list[np.ndarray]:
         raise BackendError(f"the single-device reference failed: "
                            f"{type(e).__name__}: {backend.first_line(e)}") from None
     return [np.asarray(r) for r in jax.tree_util.tree_leaves(results)]
+
+
+def _module_reference(lowered: StableHLO, args, device) -> list[np.ndarray]:
+    from irshard import shardy
+    from irshard.passes.strip_shardings import StripShardingsPass
+    module = shardy.clone_module(lowered.module)
+    with module.context:
+        if any(op.name == "sdy.manual_computation"
+               for fn in shardy.functions(module) for op in shardy.walk(fn.operation)):
+            raise BackendError(
+                "--check cannot make a single-device reference of this module: "
+                "its manual computations (sdy.manual_computation) are written "
+                "per device")
+    StripShardingsPass(num_partitions=True).apply(module)
+    count = len(lowered.info.inputs), len(lowered.info.outputs)
+    compiled = backend.compile_module(module, [device], [True] * count[0],
+                                      [True] * count[1])
+    per_output = backend.execute(compiled, args)
+    return [np.asarray(arrays[0]) for arrays in per_output]
 
 
 def compare(index: int, decl: TensorDecl, actual: np.ndarray,

@@ -110,7 +110,8 @@ def set_attr_dicts(fn: func.FuncOp, key: str,
     fn.attributes[key] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
 
 
-_NAME_LOC = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+# `loc("d")` or `loc("d"(...))`, not a file location `loc("f.py":3:7)`.
+_NAME_LOC = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"(?=[()])')
 
 
 def location_name(location: ir.Location) -> str | None:
@@ -186,3 +187,79 @@ def propagation_freedom(module: ir.Module) -> tuple[list[bool], list[bool]]:
         results = [SHARDING not in attrs for attrs in
                    attr_dicts(main, "res_attrs", len(main.type.results))]
     return args, results
+
+
+_FILE_LOC = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+
+
+def location_frames(location) -> list[tuple[str, int, str]]:
+    """(file, line, function) of every file location in an MLIR location,
+    innermost first (the order `callsite(callee at caller)` prints them); the
+    function is the name JAX wraps a frame's location in, or ''."""
+    frames = []
+    for m in _FILE_LOC.finditer(str(location)):
+        frames.append((m.group(2), int(m.group(3)), m.group(1) or ""))
+    return frames
+
+
+def find_mesh(module: ir.Module, name: str | None, who: str) -> tuple[str, MeshSpec]:
+    """The mesh `name`, or the module's only mesh."""
+    found = meshes(module)
+    if name:
+        if name not in found:
+            listed = ", ".join("@" + n for n in sorted(found)) or "none"
+            raise IRError(f"{who}: the module has no mesh @{name} (its meshes: "
+                          f"{listed})")
+        return name, found[name]
+    if len(found) != 1:
+        what = "no sdy.mesh" if not found else \
+            f"meshes {', '.join('@' + n for n in sorted(found))}"
+        raise IRError(f"{who}: the module declares {what}; name the mesh with "
+                      f"mesh-name=NAME")
+    return next(iter(found.items()))
+
+
+_BARE_FILE_LOC = re.compile(r'loc\((?:"[^"]*":\d+:\d+|callsite\(|fused)')
+
+
+def name_locations(module: ir.Module) -> int:
+    """Wraps each operation's unnamed source location in a name (the op's).
+
+    XLA keeps a location's file and line in the HLO's metadata only under a
+    name (JAX writes `loc("jit(f)/dot"(...))`); modules from other frontends
+    often carry bare `loc("model.jl":12:3)`. Returns how many were wrapped.
+    """
+    count = 0
+    with module.context:
+        for fn in functions(module):
+            for operation in walk(fn.operation):
+                if _BARE_FILE_LOC.match(str(operation.location)):
+                    # The inner, empty name stands where JAX puts the
+                    # function's name: these frames have none.
+                    frame = ir.Location.name("", childLoc=operation.location)
+                    operation.location = ir.Location.name(operation.name,
+                                                          childLoc=frame)
+                    count += 1
+    return count
+
+
+def clone_module(module) -> ir.Module:
+    """A deep copy of a module (or of its operation) as an `ir.Module`."""
+    operation = getattr(module, "operation", module)
+    with operation.context:
+        return ir.Module.parse(operation.get_asm(enable_debug_info=True,
+                                                 binary=True))
+
+
+def result_names(fn: func.FuncOp) -> list[str]:
+    """Each result's name: JAX's `jax.result_info`, else `result` (or
+    `result[i]` when there are several)."""
+    results = attr_dicts(fn, "res_attrs", len(fn.type.results))
+    names = []
+    for i, attrs in enumerate(results):
+        info = attrs.get("jax.result_info")
+        if info is not None:
+            names.append(ir.StringAttr(info).value)
+        else:
+            names.append("result" if len(results) == 1 else f"result[{i}]")
+    return names

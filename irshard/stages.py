@@ -117,9 +117,8 @@ class StableHLO(Stage):
         try:
             backend.run_registered_passes(
                 copy, f"builtin.module({PROPAGATION_PIPELINE})")
-        except Exception as e:
-            raise BackendError(f"Shardy propagation failed: "
-                               f"{backend.first_line(e)}") from None
+        except backend.PassFailure as e:
+            raise BackendError(f"Shardy propagation failed: {e}") from None
         return Propagated(self.info, copy)
 
     def compile(self, partitioned: bool = False) -> "Optimized":

@@ -21,6 +21,10 @@ from irshard.errors import PassError
 
 PASSES: dict[str, str] = {
     "irshard-annotate": "irshard.passes.annotate:AnnotatePass",
+    "irshard-collectives": "irshard.passes.collectives:CollectivesPass",
+    "irshard-constrain": "irshard.passes.constrain:ConstrainPass",
+    "irshard-print-shardings": "irshard.passes.print_shardings:PrintShardingsPass",
+    "irshard-strip-shardings": "irshard.passes.strip_shardings:StripShardingsPass",
 }
 
 

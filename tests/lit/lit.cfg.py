@@ -13,7 +13,7 @@ import lit.formats
 
 config.name = "irshard"
 config.test_format = lit.formats.ShTest(execute_external=False)
-config.suffixes = [".py", ".mlir", ".hlo"]
+config.suffixes = [".py", ".mlir"]
 config.excludes = ["lit.cfg.py", "Inputs"]
 config.test_source_root = os.path.dirname(os.path.abspath(__file__))
 config.test_exec_root = os.path.join(config.test_source_root, "Output")
@@ -28,6 +28,7 @@ for name in ("HOME", "TMPDIR"):
         config.environment[name] = os.environ[name]
 
 root = os.path.dirname(os.path.dirname(config.test_source_root))
+config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%examples", os.path.join(root, "examples")))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 # `%exit N CMD` runs CMD and succeeds only if it exits with status N.

@@ -1,0 +1,185 @@
+"""Collective reports from HLO that any frontend wrote.
+
+`irshard collectives PATH` reads an HLO text file (or a serialized
+`HloModuleProto`, `.pb`), or a directory XLA dumped with
+`XLA_FLAGS=--xla_dump_to=DIR`, and reports every module found. In a dump
+directory each module is read from its final HLO (`*after_optimizations.txt`;
+with `--stage partitioned`, the dump after `spmd-partitioning`), falling back
+to the last pass dumped. Mesh axes are named by `--mesh`, else by the Shardy
+mesh the module was compiled from (`xla.sdy.meshes` in its frontend
+attributes), else by the mesh XLA printed in its replica groups; source lines
+come from the module's own tables.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from irshard import analysis, backend
+from irshard.errors import InputError, IRError, SpecError
+from irshard.hlo import ArrayShape, HloModuleView
+from irshard.report import CollectiveReport, TensorInfo
+from irshard.specs import MeshAxis, MeshSpec
+from irshard.tiling import Tiling, mesh_axes_of
+
+# module_0003.jit_step.<rest>.txt, as XLA names its dump files.
+_DUMP_FILE = re.compile(r"module_(\d+)\.(.+?)\.(.+)\.(txt|pb)$")
+_NOT_HLO = ("buffer-assignment", "memory-usage-report", "live-range",
+            "ir-no-opt", "ir-with-opt", "debug_options", "thunk_sequence")
+_SDY_MESH = re.compile(r'#sdy\.mesh<\[([^\]]*)\]')
+_SDY_AXIS = re.compile(r'\\?"([^"\\]+)\\?"\s*=\s*(\d+)')
+_PRINTED_MESH = re.compile(r"mesh\[([^\]]*)\]")
+_PRINTED_AXIS = re.compile(r"'?([\w.\-]+)'?=(\d+)")
+
+
+@dataclass(frozen=True)
+class FoundModule:
+    label: str            # how the report names it
+    path: str
+    stage: str            # optimized, partitioned, before_optimizations, file
+    sibling_text: str = ""    # text that may name the mesh (before_optimizations)
+
+
+def _stage_of(rest: str) -> str | None:
+    """The stage a dump file holds, or None if it holds no HLO module."""
+    if any(marker in rest for marker in _NOT_HLO) or rest.startswith("obj-file"):
+        return None
+    if rest.endswith("after_optimizations"):
+        return "optimized"
+    if "after_spmd-partitioning" in rest:
+        return "partitioned"
+    if rest == "before_optimizations":
+        return "before_optimizations"
+    if re.match(r"\d{4}\.", rest):
+        return "pass"
+    return None
+
+
+def find_modules(path: str, stage: str = "optimized") -> list[FoundModule]:
+    if not os.path.exists(path):
+        raise InputError(f"'{path}' does not exist; give an HLO text file or "
+                         f"an XLA dump directory")
+    if not os.path.isdir(path):
+        return [FoundModule(os.path.basename(path), path, "file")]
+    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    others = []
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if not os.path.isfile(full):
+            continue
+        m = _DUMP_FILE.match(name)
+        if m:
+            kind = _stage_of(m.group(3))
+            if kind is not None:
+                groups.setdefault((m.group(1), m.group(2)), []).append(
+                    (kind, m.group(3), full))
+        elif name.endswith((".hlo", ".hlo.txt")):
+            others.append(FoundModule(name, full, "file"))
+    found = []
+    for (number, module_name), files in sorted(groups.items()):
+        by_stage = {}
+        for kind, rest, full in files:
+            by_stage.setdefault(kind, []).append((rest, full))
+        choice = None
+        for wanted in ((stage,), ("optimized",), ("pass",), ("partitioned",),
+                       ("before_optimizations",)):
+            if wanted[0] in by_stage:
+                choice = (wanted[0], sorted(by_stage[wanted[0]])[-1][1])
+                break
+        if choice is None:
+            continue
+        sibling = ""
+        if "before_optimizations" in by_stage:
+            with open(by_stage["before_optimizations"][0][1], encoding="utf-8",
+                      errors="replace") as f:
+                sibling = f.readline()
+        found.append(FoundModule(f"module_{number}.{module_name}", choice[1],
+                                 choice[0] if choice[0] != "pass" else "last pass",
+                                 sibling))
+    found += others
+    if not found:
+        raise InputError(
+            f"no HLO modules in '{path}'; expected XLA dump files such as "
+            f"module_0000.NAME.after_optimizations.txt (from XLA_FLAGS="
+            f"--xla_dump_to={path}) or .hlo text files")
+    return found
+
+
+def load_view(found: FoundModule) -> HloModuleView:
+    """The module, parsed by XLA's own parser."""
+    try:
+        if found.path.endswith(".pb"):
+            with open(found.path, "rb") as f:
+                return HloModuleView(backend.hlo_module_from_proto(f.read()))
+        with open(found.path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read '{found.path}': {e.strerror}") from None
+    except ValueError as e:
+        raise IRError(f"{found.path} is not a serialized HLO module: {e}") from None
+    try:
+        return HloModuleView.from_text(text)
+    except ValueError as e:
+        message = " ".join(line.strip() for line in str(e).splitlines()[:3]
+                           if line.strip())
+        raise IRError(f"{found.path} does not parse as HLO: {message}") from None
+
+
+def module_mesh(view: HloModuleView, sibling_text: str = "") -> MeshSpec | None:
+    """The mesh that names a module's axes: Shardy's, else XLA's printed one."""
+    for text in (view.text.split("\n", 1)[0], sibling_text):
+        m = _SDY_MESH.search(text)
+        if m:
+            axes = _SDY_AXIS.findall(m.group(1))
+            if axes:
+                return MeshSpec(tuple(MeshAxis(n, int(s)) for n, s in axes))
+    m = _PRINTED_MESH.search(view.text)
+    if m:
+        axes = _PRINTED_AXIS.findall(m.group(1))
+        if axes:
+            return MeshSpec(tuple(MeshAxis(n, int(s)) for n, s in axes))
+    return None
+
+
+def _parameters(view: HloModuleView, mesh: MeshSpec | None) -> tuple[TensorInfo, ...]:
+    infos = []
+    for inst in view.instructions_of(view.entry):
+        if inst.opcode != "parameter" or not isinstance(inst.shape, ArrayShape):
+            continue
+        local = inst.shape.dims
+        sharding = inst.attrs.get("sharding")
+        entries, shape = None, local
+        if sharding:
+            try:
+                tiling = Tiling.from_hlo_sharding(
+                    backend.hlo_sharding_from_text(sharding), len(local))
+            except RuntimeError:
+                tiling = None
+            if tiling is not None:
+                shape = tuple(n * t for n, t in zip(local, tiling.shards()))
+                entries = mesh_axes_of(tiling, mesh) if mesh else None
+        infos.append(TensorInfo(
+            name=inst.metadata.get("op_name") or inst.name,
+            dtype=analysis.hlo_dtype(inst.shape.dtype), shape=shape,
+            sharding=entries, local_shape=local,
+            sharding_text=None if entries is not None else sharding))
+    return tuple(infos)
+
+
+def report(found: FoundModule, source: str, mesh: MeshSpec | None) -> CollectiveReport:
+    view = load_view(found)
+    devices = view.num_partitions * view.num_replicas
+    if mesh is not None and mesh.num_devices != devices:
+        raise SpecError(f"--mesh {mesh} has {mesh.num_devices} devices but "
+                        f"{found.label} runs on {devices}")
+    if mesh is None:
+        mesh = module_mesh(view, found.sibling_text)
+        if mesh is not None and mesh.num_devices != devices:
+            mesh = None
+    return CollectiveReport(
+        source=source, function=None, stage=found.stage, mesh=mesh,
+        platform=None, inputs=_parameters(view, mesh), outputs=(),
+        collectives=tuple(analysis.collectives(view, mesh, None)),
+        memory=None, module=found.label)

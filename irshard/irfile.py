@@ -1,0 +1,122 @@
+"""Programs read from `.mlir` files: StableHLO from any frontend.
+
+A module another frontend emitted (Reactant's `@code_hlo`, PyTorch/XLA, an
+exported JAX module) or a module from a bug report enters the same pipeline
+as a traced Python function: shardings already in it are kept, `--mesh` and
+`--shard` add or override them (arguments named `arg0`, `arg1`, ... or by
+their location names), and the entry function is `@main`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Callable, Sequence
+
+from irshard import backend
+from irshard.errors import InputError, SpecError, UsageError
+from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir, parse_sharding
+
+MLIR_SUFFIXES = (".mlir", ".mlirbc")
+_MESH_DECL = re.compile(rb'sdy\.mesh\s+@[\w.$\-]+\s*=\s*<\s*\[([^\]]*)\]')
+_AXIS_SIZE = re.compile(rb'"[^"]*"\s*=\s*(\d+)')
+
+
+def is_mlir(path: str) -> bool:
+    return path.endswith(MLIR_SUFFIXES)
+
+
+def read_bytes(path: str) -> bytes:
+    if not os.path.exists(path):
+        raise InputError(f"file '{path}' does not exist")
+    if os.path.isdir(path):
+        raise InputError(f"'{path}' is a directory; expected a .mlir file")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"cannot read '{path}': {e.strerror}") from None
+
+
+def declared_devices(data: bytes) -> int | None:
+    """The largest mesh a module's text declares (None for bytecode or a
+    module without meshes): how many devices to ask for before parsing."""
+    sizes = [math.prod(int(n) for n in _AXIS_SIZE.findall(m.group(1)))
+             for m in _MESH_DECL.finditer(data)]
+    return max(sizes) if sizes else None
+
+
+def parse_shards(items: Sequence[str]) -> dict[str, ShardingSpec]:
+    from irshard.program import split_assignment
+    result = {}
+    for item in items:
+        name, spec = split_assignment(item, "--shard", "SPEC")
+        result[name] = parse_sharding(spec)
+    return result
+
+
+def _argument_key(name: str) -> str:
+    """`arg3` -> `3`; other names are location names."""
+    m = re.fullmatch(r"arg(\d+)", name)
+    return m.group(1) if m else name
+
+
+def load(path: str, data: bytes, mesh: MeshSpec | None,
+         shards: dict[str, ShardingSpec],
+         out_shards: Sequence[tuple[int, ShardingSpec]], platform: str,
+         configure: Callable[[MeshSpec], None]):
+    """The module as stage `stablehlo`, annotated and with its devices.
+    `configure(mesh)` runs once the mesh is known, before JAX picks devices."""
+    from irshard import opt, shardy, stages
+    from irshard.passes.annotate import annotate
+    context = backend.ir_context()
+    module = opt.parse_module(data, context, path)
+    shardy.name_locations(module)
+    with context:
+        main = shardy.entry_function(module)
+        existing = shardy.meshes(module)
+    if mesh is None and not existing:
+        raise UsageError(f"{path} declares no sdy.mesh; give one with --mesh, "
+                         f"e.g. --mesh x=4")
+    mesh = annotate(module, mesh, {_argument_key(k): v for k, v in shards.items()},
+                    dict(out_shards))
+    configure(mesh)
+    devices = backend.devices(platform, mesh.num_devices)
+    with context:
+        names = shardy.argument_names(main)
+        inputs = tuple(_decl(names[i] or f"arg{i}", t, path)
+                       for i, t in enumerate(main.type.inputs))
+        outputs = [_decl(name, t, path) for name, t in
+                   zip(shardy.result_names(main), main.type.results)]
+    info = stages.ProgramInfo(
+        source=path, function="main",
+        user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
+        platform=platform, inputs=inputs, outputs=tuple(outputs))
+    return stages.StableHLO(info, module, tuple(devices), None)
+
+
+def _decl(name: str, type_, path: str):
+    from jaxlib.mlir import ir
+
+    from irshard import shardy, stages
+    shape = shardy.tensor_shape(type_)
+    if shape is None:
+        raise SpecError(f"{path}: @main's '{name}' has type {type_}; irshard "
+                        f"needs statically shaped tensors")
+    element = str(ir.RankedTensorType(type_).element_type)
+    dtype = dtype_from_mlir(element)
+    if dtype is None:
+        raise SpecError(f"{path}: @main's '{name}' has element type {element}, "
+                        f"which irshard cannot make values of")
+    return stages.TensorDecl(name, dtype, shape)
+
+
+def unused_options(args) -> None:
+    """Options that only mean something for a Python function."""
+    for option, given in (("--fn", args.fn), ("--arg", args.arg),
+                          ("--grad", args.grad)):
+        if given:
+            raise UsageError(f"{option} does not apply to a .mlir module: its "
+                             f"entry is @main and its types are in the module")
+

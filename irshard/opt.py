@@ -1,0 +1,183 @@
+"""`irshard opt`: an mlir-opt for StableHLO + Shardy modules.
+
+Reads a module (text or bytecode), runs a pipeline that mixes irshard's
+passes with the passes MLIR has registered, and prints the module. With
+`--split-input-file` each `// -----` chunk is a module of its own; with
+`--verify-diagnostics` an error is printed on stdout in the chunk's place and
+the command still succeeds, so lit can check error messages.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import TextIO
+
+from irshard import backend, pipeline
+from irshard.errors import IRError, IrshardError, PassError
+
+SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
+
+# Registered passes `--list-passes` looks for; only those this jaxlib has
+# registered are listed.
+_CANDIDATE_PASSES = """
+sdy-add-data-flow-edges sdy-add-func-data-flow-edges sdy-aggressive-propagate
+sdy-apply-sharding-constraints sdy-basic-propagate sdy-close-shardings
+sdy-constant-or-scalar-merger sdy-constant-or-scalar-splitter
+sdy-convert-global-to-local sdy-drop-sharding-and-mesh sdy-drop-sharding-rules
+sdy-explicit-gather-scatter-batching sdy-export-named-computations
+sdy-export-pipeline sdy-flatten-call-graph sdy-import-func-calls
+sdy-import-pipeline sdy-inline-meshes sdy-insert-explicit-reshards
+sdy-insert-func-call-reshards sdy-lift-inlined-meshes sdy-manual-axes-cleanup
+sdy-op-priority-propagate sdy-pad-for-divisibility
+sdy-per-instruction-partitioning sdy-populate-op-sharding-rules
+sdy-pre-order-funcs sdy-propagate-sharding-from-func-to-call
+sdy-propagate-to-func-results sdy-propagation-pipeline
+sdy-remove-all-gather-reduce-scatter-for-cmv1 sdy-remove-propagation-debug-info
+sdy-remove-sharding-groups sdy-remove-size-one-axes
+sdy-remove-sub-axes-in-input-output-shardings sdy-reshard-to-collectives
+sdy-resolve-permutation-factors sdy-sharding-constraint-to-reshard
+sdy-sharding-group-import sdy-sink-data-flow-edges
+sdy-sink-func-data-flow-edges sdy-unflatten-call-graph
+sdy-update-non-divisible-input-output-shardings sdy-user-priority-propagate
+sdy-verify-unreduced-axes
+stablehlo-aggressive-simplification stablehlo-legalize-to-vhlo
+stablehlo-refine-shapes chlo-legalize-to-stablehlo
+canonicalize cse inline symbol-dce symbol-privatize sccp strip-debuginfo
+remove-dead-values loop-invariant-code-motion topological-sort
+control-flow-sink print-op-stats
+""".split()
+
+
+def _check(text: str, context) -> None:
+    backend.parse_pipeline(text, context)
+
+
+def registered_passes(context) -> list[tuple[str, str]]:
+    """(name, anchor) of each candidate pass MLIR knows here."""
+    found = []
+    for name in _CANDIDATE_PASSES:
+        for anchor in ("builtin.module", "func.func"):
+            text = f"builtin.module({name})" if anchor == "builtin.module" \
+                else f"builtin.module(func.func({name}))"
+            try:
+                _check(text, context)
+            except ValueError:
+                continue
+            found.append((name, anchor))
+            break
+    return found
+
+
+def list_passes() -> str:
+    from irshard.passes import PASSES, pass_class
+    lines = ["irshard's passes:"]
+    for name in sorted(PASSES):
+        cls = pass_class(name)
+        lines.append(f"  {name}")
+        lines.append(f"      {cls.summary()}")
+        doc = (cls.__doc__ or "").splitlines()
+        starts = [i for i, line in enumerate(doc) if line.strip() == "Options:"]
+        if starts:
+            block = textwrap.dedent("\n".join(doc[starts[0] + 1:])).strip("\n")
+            lines += ["      " + line for line in block.splitlines() if line.strip()]
+    lines += ["", "passes registered with MLIR (Shardy's and upstream's; "
+              "function passes run on each func.func):"]
+    for name, anchor in registered_passes(backend.ir_context()):
+        lines.append(f"  {name}" + ("  [func.func]" if anchor == "func.func" else ""))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Chunk:
+    text: str
+    first_line: int          # 1-based line of the chunk in the file
+
+
+def split_chunks(text: str, split: bool) -> list[Chunk]:
+    if not split:
+        return [Chunk(text, 1)]
+    chunks, start, line = [], 0, 1
+    for m in SPLIT_MARKER.finditer(text):
+        chunks.append(Chunk(text[start:m.start()], line))
+        line += text[start:m.end()].count("\n")
+        start = m.end()
+    chunks.append(Chunk(text[start:], line))
+    return chunks
+
+
+def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
+    """A module from text or bytecode; errors say where, as MLIR does."""
+    from jaxlib.mlir import ir
+    with context:
+        try:
+            return ir.Module.parse(data)
+        except ir.MLIRError as e:
+            raise IRError(_located(e, source, first_line)) from None
+
+
+def _located(error, source: str, first_line: int) -> str:
+    diagnostics = list(error.error_diagnostics)
+    if not diagnostics:
+        return f"{source}: {error.message}"
+    d = diagnostics[0]
+    m = re.match(r'loc\("[^"]*":(\d+):(\d+)', str(d.location))
+    if m:
+        line = int(m.group(1)) + first_line - 1
+        return f"{source}:{line}:{m.group(2)}: {d.message}"
+    return f"{source}: {d.message}"
+
+
+def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
+              stderr: TextIO, debug_info: bool = False) -> None:
+    for step in steps:
+        if step.irshard_pass is not None:
+            step.irshard_pass.apply(module)
+        else:
+            try:
+                backend.run_registered_passes(
+                    module, f"builtin.module({step.mlir_text})")
+            except backend.PassFailure as e:
+                raise PassError(f"pass '{step.label}' failed: {e}") from None
+        if print_after_all:
+            stderr.write(f"// -----// IR Dump After {step.label} //----- //\n")
+            stderr.write(print_module(module, debug_info) + "\n")
+
+
+def print_module(module, debug_info: bool = False) -> str:
+    return module.operation.get_asm(enable_debug_info=debug_info).rstrip("\n")
+
+
+def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
+        split_input_file: bool = False, verify_diagnostics: bool = False,
+        print_ir_after_all: bool = False, debug_info: bool = False,
+        stderr: TextIO = sys.stderr) -> str:
+    """Runs the pipeline over the module(s) in `data`; returns the output."""
+    context = backend.ir_context()
+    steps: list[pipeline.Step] = []
+    if pipeline_text:
+        steps = pipeline.plan(pipeline.parse(pipeline_text), pipeline_text,
+                              context, _check, print_ir_after_all)
+    if isinstance(data, bytes) and not data.startswith(b"ML\xefR"):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise IRError(f"{source}: neither MLIR text (UTF-8) nor MLIR "
+                          f"bytecode") from None
+    if isinstance(data, bytes):
+        chunks = [Chunk(data, 1)]           # bytecode holds one module
+    else:
+        chunks = split_chunks(data, split_input_file)
+    outputs = []
+    for chunk in chunks:
+        try:
+            module = parse_module(chunk.text, context, source, chunk.first_line)
+            run_steps(module, steps, print_ir_after_all, stderr, debug_info)
+            outputs.append(print_module(module, debug_info))
+        except IrshardError as e:
+            if not verify_diagnostics:
+                raise
+            outputs.append(f"irshard: error: {e}")
+    return "\n// -----\n".join(outputs) + "\n"

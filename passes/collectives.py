@@ -1,0 +1,242 @@
+"""irshard-collectives: report the Shardy-level collectives in a module."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import ClassVar
+
+from jaxlib.mlir import ir
+
+from irshard import analysis, shardy
+from irshard.errors import IRError, PassError
+from irshard.hlo import Frame
+from irshard.passes import ModulePass
+from irshard.report import Collective, CollectiveReport, TensorInfo
+from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir
+
+# Shardy's collective ops, their report kind, and the attribute naming the
+# axes they communicate over. `sdy.all_slice` moves no data and is left out.
+SDY_COLLECTIVES = {
+    "sdy.all_gather": ("all-gather", "gathering_axes"),
+    "sdy.all_reduce": ("all-reduce", "reduction_axes"),
+    "sdy.reduce_scatter": ("reduce-scatter", "reduce_scatter_axes"),
+    "sdy.all_to_all": ("all-to-all", "params"),
+    "sdy.collective_permute": ("collective-permute", None),
+}
+_AXIS = re.compile(r'"([^"]+)"(:\(\d+\)\d+)?')
+
+
+def _axes_in(text: str) -> list[str]:
+    return [name + (sub or "") for name, sub in _AXIS.findall(text)]
+
+
+def _axis_size(axis: str, mesh: MeshSpec) -> int:
+    if ":(" in axis:
+        return int(axis.rsplit(")", 1)[1])
+    return mesh.size_of(axis)
+
+
+def _local_shape(shape, spec: ShardingSpec, mesh: MeshSpec) -> tuple[int, ...]:
+    return tuple(-(-n // math.prod(_axis_size(a, mesh) for a in d.axes))
+                 for n, d in zip(shape, spec.dims))
+
+
+def _element_type(type_: ir.Type) -> tuple[str, int]:
+    element = str(ir.RankedTensorType(type_).element_type)
+    dtype = dtype_from_mlir(element)
+    return (dtype.name, dtype.itemsize) if dtype else (element, 4)
+
+
+def _dense_int(value: ir.Value) -> int | None:
+    owner = value.owner
+    if not isinstance(owner, ir.Operation):
+        owner = getattr(owner, "operation", owner)
+    if getattr(owner, "name", "") not in ("stablehlo.constant", "sdy.constant",
+                                          "arith.constant"):
+        return None
+    m = re.match(r"dense<(-?\d+)>", str(owner.attributes["value"]))
+    return int(m.group(1)) if m else None
+
+
+def while_trip_count(loop: ir.Operation) -> int | None:
+    """`for (i = c0; i < N; i += step)` written as a stablehlo.while."""
+    cond, body = loop.regions[0].blocks[0], loop.regions[1].blocks[0]
+    compare = list(cond.operations)[-1].operands[0].owner
+    compare = getattr(compare, "operation", compare)
+    if getattr(compare, "name", "") != "stablehlo.compare":
+        return None
+    direction = re.search(r"comparison_direction\s*=?\s*#stablehlo<comparison_direction\s+(\w+)>",
+                          str(compare))
+    direction = direction.group(1) if direction else ""
+    lhs, rhs = compare.operands
+    args = list(cond.arguments)
+    if lhs in args and _dense_int(rhs) is not None and direction in ("LT", "LE"):
+        index, limit = args.index(lhs), _dense_int(rhs)
+    elif rhs in args and _dense_int(lhs) is not None and direction in ("GT", "GE"):
+        index, limit = args.index(rhs), _dense_int(lhs)
+        direction = {"GT": "LT", "GE": "LE"}[direction]
+    else:
+        return None
+    start = _dense_int(loop.operands[index])
+    update = list(body.operations)[-1].operands[index].owner
+    update = getattr(update, "operation", update)
+    if start is None or getattr(update, "name", "") != "stablehlo.add":
+        return None
+    step = next((_dense_int(v) for v in update.operands
+                 if _dense_int(v) is not None), None)
+    if not step or step < 0 or list(body.arguments)[index] not in list(update.operands):
+        return None
+    span = limit - start + (1 if direction == "LE" else 0)
+    return max(0, -(-span // step))
+
+
+def _loops_around(operation: ir.Operation) -> tuple[int | None, ...]:
+    trips = []
+    parent = operation.parent
+    while parent is not None and parent.name != "func.func":
+        if parent.name == "stablehlo.while":
+            trips.append(while_trip_count(parent))
+        parent = parent.parent
+    return tuple(reversed(trips))
+
+
+def _operand_spec(value: ir.Value, mesh_name: str) -> ShardingSpec | None:
+    owner = value.owner
+    owner = getattr(owner, "operation", owner)
+    if isinstance(owner, ir.Operation) and shardy.SHARDING in owner.attributes:
+        text = str(owner.attributes[shardy.SHARDING])
+        if text.startswith("#sdy.sharding<"):
+            return shardy.sharding_spec(owner.attributes[shardy.SHARDING])[1]
+    return None
+
+
+def _source(operation, resolver):
+    frames = [Frame(f, fn_name, line) for f, line, fn_name
+              in shardy.location_frames(operation.location)]
+    return resolver.choose(frames)
+
+
+def _attribute(operation: ir.Operation, resolver) -> tuple:
+    """The op's own source line, else its consumer's or producer's (Shardy
+    gives a reshard it inserts the location of the value it reshards)."""
+    own = _source(operation, resolver)
+    if own is not None:
+        return own, "metadata"
+    neighbours = [use.owner for result in operation.results for use in result.uses]
+    neighbours += [value.owner for value in operation.operands]
+    for neighbour in neighbours:
+        neighbour = getattr(neighbour, "operation", neighbour)
+        if isinstance(neighbour, ir.Operation):
+            source = _source(neighbour, resolver)
+            if source is not None:
+                return source, "inferred"
+    return None, "none"
+
+
+def sdy_collectives(module: ir.Module, mesh: MeshSpec, mesh_name: str,
+                    user_dir: str | None) -> list[Collective]:
+    resolver = analysis.SourceResolver(user_dir)
+    result = []
+    with module.context:
+        for fn in shardy.functions(module):
+            for operation in shardy.walk(fn.operation):
+                if operation.name not in SDY_COLLECTIVES:
+                    continue
+                kind, axes_attr = SDY_COLLECTIVES[operation.name]
+                _, out_spec = shardy.sharding_spec(operation.attributes["out_sharding"])
+                value = operation.results[0]
+                shape = shardy.tensor_shape(value.type) or ()
+                dtype, itemsize = _element_type(value.type)
+                local = _local_shape(shape, out_spec, mesh)
+                if axes_attr is not None:
+                    axes = _axes_in(str(operation.attributes[axes_attr]))
+                else:
+                    before = _operand_spec(operation.operands[0], mesh_name)
+                    moved = set(out_spec.axes_used())
+                    if before is not None:
+                        moved = {a for a in moved | set(before.axes_used())
+                                 if [a in d.axes for d in before.dims]
+                                 != [a in d.axes for d in out_spec.dims]}
+                    axes = [a for a in mesh.names if a in moved]
+                group = math.prod(_axis_size(a, mesh) for a in axes) if axes else 1
+                nbytes = math.prod(local) * itemsize
+                source, attribution = _attribute(operation, resolver)
+                result.append(Collective(
+                    name=operation.name, kind=kind, dtype=dtype, shape=local,
+                    bytes=nbytes, wire_bytes=analysis.wire_bytes(kind, nbytes, group),
+                    mesh_axes=tuple(axes), group_size=group, source=source,
+                    attribution=attribution, op_name=None,
+                    loop_trip_counts=_loops_around(operation)))
+    return result
+
+
+def _tensor_infos(fn, key: str, types, mesh: MeshSpec, indexed: bool):
+    infos = []
+    names = shardy.argument_names(fn) if key == "arg_attrs" else shardy.result_names(fn)
+    for i, attrs in enumerate(shardy.attr_dicts(fn, key, len(types))):
+        shape = shardy.tensor_shape(types[i]) or ()
+        dtype, _ = _element_type(types[i]) if shardy.tensor_shape(types[i]) is not None \
+            else (str(types[i]), 0)
+        spec = shardy.sharding_spec(attrs[shardy.SHARDING])[1] \
+            if shardy.SHARDING in attrs else ShardingSpec.replicated(len(shape))
+        infos.append(TensorInfo(
+            name=names[i] or f"arg{i}",
+            dtype=dtype, shape=shape,
+            sharding=tuple(str(d).rstrip("?") for d in spec.dims),
+            local_shape=_local_shape(shape, spec, mesh),
+            index=i if indexed else None))
+    return tuple(infos)
+
+
+def sdy_report(module: ir.Module, source: str, mesh_name: str | None,
+               user_dir: str | None) -> CollectiveReport:
+    with module.context:
+        name, mesh = shardy.find_mesh(module, mesh_name, "irshard-collectives")
+        main = shardy.entry_function(module)
+        return CollectiveReport(
+            source=source, function="main", stage="sdy", mesh=mesh, platform=None,
+            inputs=_tensor_infos(main, "arg_attrs", list(main.type.inputs), mesh, False),
+            outputs=_tensor_infos(main, "res_attrs", list(main.type.results), mesh, True),
+            collectives=tuple(sdy_collectives(module, mesh, name, user_dir)),
+            memory=None)
+
+
+@dataclass(frozen=True)
+class CollectivesPass(ModulePass):
+    """Report the Shardy-level collectives (sdy.all_gather, ...) on stderr.
+
+    After explicit resharding (`sdy-insert-explicit-reshards` then
+    `sdy-reshard-to-collectives`) the collectives Shardy will ask for are ops
+    in the module; this reports them in the same text or JSON form as the
+    HLO report (stage `sdy`): kind, per-device shape and bytes, mesh axes,
+    the trip counts of enclosing `stablehlo.while` loops, and the source
+    line. The module is unchanged.
+
+    Options:
+      format     `text` (default) or `json`.
+      mesh-name  the mesh (default: the module's only mesh).
+    """
+
+    name: ClassVar[str] = "irshard-collectives"
+    format: str = "text"
+    mesh_name: str = ""
+
+    def apply(self, module: ir.Module) -> None:
+        if self.format not in ("text", "json"):
+            raise PassError(f"{self.name}: format is text or json, not "
+                            f"'{self.format}'")
+        try:
+            report = sdy_report(module, "module", self.mesh_name or None,
+                                os.getcwd())
+        except IRError as e:
+            message = str(e)
+            if not message.startswith(self.name):
+                message = f"{self.name}: {message}"
+            raise PassError(message) from None
+        text = report.render_json() if self.format == "json" else report.render_text()
+        sys.stderr.write(text)
+        sys.stderr.flush()

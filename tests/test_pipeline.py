@@ -1,0 +1,90 @@
+"""The textual pipeline: parsing, option syntax, and planning."""
+
+import pytest
+
+from irshard import backend, opt, pipeline
+from irshard.errors import PassError
+
+
+@pytest.mark.parametrize("text, names", [
+    ("canonicalize", ["canonicalize"]),
+    ("a,b{x=1},c", ["a", "b", "c"]),
+    ("builtin.module(a, func.func(b,c))", ["a", "func.func"]),
+    (" a , b ", ["a", "b"]),
+    ('irshard-annotate{mesh="x=2,y=2" args="0=x,_"}', ["irshard-annotate"]),
+])
+def test_parse(text, names):
+    assert [e.name for e in pipeline.parse(text)] == names
+
+
+def test_nested_and_options_print_back():
+    elements = pipeline.parse("func.func(sdy-insert-explicit-reshards{enable-full-version=true}),cse")
+    assert elements[0].text() == "func.func(sdy-insert-explicit-reshards{enable-full-version=true})"
+    assert elements[0].nested[0].options == "enable-full-version=true"
+    assert elements[1].column == 67
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "the pipeline is empty"),
+    ("a,,b", "expected a pass name, found ',' at column 3"),
+    ("a b", "expected ',' or the end, found 'b' at column 3"),
+    ("a(b", "expected ',' or ')', found the end at column 4"),
+    ("a{x=1", "unclosed '{' of pass options at column 2"),
+    ("a,", "expected a pass name, found the end at column 3"),
+])
+def test_parse_errors(text, message):
+    with pytest.raises(PassError) as e:
+        pipeline.parse(text)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("text, options", [
+    ("", {}),
+    ("a=1 b=two", {"a": "1", "b": "two"}),
+    ('mesh="x=2,y=2" args="0=x;1=_,y"', {"mesh": "x=2,y=2", "args": "0=x;1=_,y"}),
+    ("list={1,2} flag=true", {"list": "1,2", "flag": "true"}),
+])
+def test_options(text, options):
+    assert pipeline.parse_options(text, "p") == options
+
+
+@pytest.mark.parametrize("text, message", [
+    ("=1", "expected KEY=VALUE"),
+    ('a="open', "unclosed quote"),
+    ("a={1", "unclosed '{'"),
+])
+def test_option_errors(text, message):
+    with pytest.raises(PassError, match=message):
+        pipeline.parse_options(text, "p")
+
+
+def _plan(text, print_after_all=False):
+    context = backend.ir_context()
+    return pipeline.plan(pipeline.parse(text), text, context,
+                         lambda t, c: backend.parse_pipeline(t, c), print_after_all)
+
+
+def test_plan_groups_registered_passes_between_irshard_passes():
+    steps = _plan("canonicalize,cse,irshard-strip-shardings,sdy-insert-explicit-reshards,cse")
+    assert [s.label for s in steps] == [
+        "canonicalize,cse", "irshard-strip-shardings",
+        "sdy-insert-explicit-reshards,cse"]
+    # A function pass written at the top level is nested, as mlir-opt users expect.
+    assert steps[2].mlir_text == "func.func(sdy-insert-explicit-reshards),cse"
+    assert steps[1].irshard_pass.name == "irshard-strip-shardings"
+
+
+def test_plan_one_step_per_pass_when_printing_after_each():
+    steps = _plan("canonicalize,cse,symbol-dce", print_after_all=True)
+    assert [s.label for s in steps] == ["canonicalize", "cse", "symbol-dce"]
+
+
+def test_plan_rejects_bad_options_of_irshard_passes():
+    with pytest.raises(PassError, match="option 'keep-meshes' takes true or false"):
+        _plan("irshard-strip-shardings{keep-meshes=maybe}")
+
+
+def test_split_input_file_keeps_line_numbers():
+    chunks = opt.split_chunks("a\nb\n// -----\nc\n// ----- x\nd\n", True)
+    assert [(c.text.strip(), c.first_line) for c in chunks] == [
+        ("a\nb", 1), ("c", 3), ("d", 5)]
