@@ -21,13 +21,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from irshard.specs import parse_mesh, parse_type  # noqa: E402  (no JAX)
+from timing import timed  # noqa: E402
 
 BASELINE = '''
 import os, sys
@@ -69,12 +69,6 @@ def baseline_script(path: str, fn: str, mesh_text: str, grad: bool) -> str:
         devices=mesh.num_devices, directory=os.path.dirname(os.path.abspath(path)),
         module=module, shape=mesh.shape, names=mesh.names, rank=len(mesh.axes),
         fn=fn, grad=grad, argnums=tuple(argnums), specs=specs, avals=avals)
-
-
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def main() -> None:

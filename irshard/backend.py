@@ -83,7 +83,6 @@ def make_mesh(axis_names: Sequence[str], axis_sizes: Sequence[int],
     """A `jax.sharding.Mesh` whose logical device i is `mesh_devices[i]`, with
     every axis left to the compiler's propagation (`AxisType.Auto`)."""
     import numpy as np
-    jax = _jax()
     from jax.sharding import AxisType, Mesh
     array = np.array(list(mesh_devices), dtype=object).reshape(tuple(axis_sizes))
     return Mesh(array, tuple(axis_names),
@@ -317,6 +316,12 @@ def hlo_module_from_proto(data: bytes):
         return _hlo.HloModule.from_serialized_hlo_module_proto(data)
     except Exception as e:
         raise ValueError(first_line(e)) from None
+
+
+def hlo_opcode(name: str) -> Any:
+    """XLA's opcode enum member `name`, e.g. `kAsyncStart`."""
+    from jaxlib import _hlo
+    return getattr(_hlo.HloOpcode, name)
 
 
 def hlo_opcode_names() -> dict[Any, str]:

@@ -480,7 +480,8 @@ def cmd_opt(args) -> int:
     if args.file is None:
         raise UsageError("give a .mlir file (or '-' for stdin), or --list-passes")
     check_output_path(args.output)
-    data = _read_module_bytes(args.file)
+    from irshard import irfile
+    data = irfile.read_bytes(args.file)
     text = opt.opt(data, args.file, args.pipeline,
                    split_input_file=args.split_input_file,
                    verify_diagnostics=args.verify_diagnostics,
@@ -488,21 +489,6 @@ def cmd_opt(args) -> int:
                    debug_info=args.debug_info)
     write_output(args.output, text)
     return 0
-
-
-def _read_module_bytes(path: str) -> bytes:
-    from irshard.errors import InputError
-    if path == "-":
-        return sys.stdin.buffer.read()
-    if not os.path.exists(path):
-        raise InputError(f"file '{path}' does not exist")
-    if os.path.isdir(path):
-        raise InputError(f"'{path}' is a directory; expected a .mlir file")
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise InputError(f"cannot read '{path}': {e.strerror}") from None
 
 
 def cmd_collectives(args) -> int:

@@ -81,6 +81,18 @@ def _port(environ: Mapping[str, str], job: str | None) -> int:
     return 12000 + (int(digits) % 20000 if digits else 0)
 
 
+def _ompi_host(environ: Mapping[str, str]) -> str:
+    """The host in `OMPI_MCA_orte_hnp_uri` (`JOB.0;tcp://HOST[,HOST]:PORT`):
+    where `mpirun` runs."""
+    m = re.search(r"//\[?([^\]/:;,]+)", environ.get("OMPI_MCA_orte_hnp_uri", ""))
+    return m.group(1) if m else ""
+
+
+def _ompi_job(environ: Mapping[str, str]) -> str:
+    return (environ.get("OMPI_MCA_ess_base_jobid")
+            or environ.get("OMPI_MCA_orte_hnp_uri", "").split(".")[0])
+
+
 def parse_coordinator(text: str, option: str = "--coordinator") -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -129,31 +141,22 @@ def detect(coordinator: str | None, process_id: int | None,
                                 f"{_port(environ, environ.get('SLURM_JOB_ID'))}")
         return ClusterSpec(address, rank, size, "Slurm")
 
-    size = _int(environ, "OMPI_COMM_WORLD_SIZE")
-    rank = _int(environ, "OMPI_COMM_WORLD_RANK")
-    if size and size > 1 and rank is not None:
-        address = override
-        if not address:
-            m = re.search(r"//\[?([^\]/:;,]+)", environ.get("OMPI_MCA_orte_hnp_uri", ""))
-            if not m:
-                raise UsageError("Open MPI does not say where rank 0 runs; set "
-                                 "--coordinator HOST:PORT or IRSHARD_COORDINATOR")
-            job = environ.get("OMPI_MCA_ess_base_jobid") or \
-                environ.get("OMPI_MCA_orte_hnp_uri", "").split(".")[0]
-            address = f"{m.group(1)}:{_port(environ, job)}"
-        return ClusterSpec(address, rank, size, "Open MPI")
-
-    size = _int(environ, "PMI_SIZE")
-    rank = _int(environ, "PMI_RANK")
-    if size and size > 1 and rank is not None:
-        address = override
-        if not address:
-            host = environ.get("PMI_PORT", "").rpartition(":")[0]
-            if not host:
-                raise UsageError("MPICH does not say where rank 0 runs; set "
-                                 "--coordinator HOST:PORT or IRSHARD_COORDINATOR")
-            address = f"{host}:{_port(environ, environ.get('PMI_ID'))}"
-        return ClusterSpec(address, rank, size, "MPICH")
+    for source, size_var, rank_var, host, job in (
+            ("Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+             _ompi_host, _ompi_job),
+            ("MPICH", "PMI_SIZE", "PMI_RANK",
+             lambda env: env.get("PMI_PORT", "").rpartition(":")[0],
+             lambda env: env.get("PMI_ID"))):
+        size, rank = _int(environ, size_var), _int(environ, rank_var)
+        if size and size > 1 and rank is not None:
+            address = override
+            if not address:
+                if not host(environ):
+                    raise UsageError(f"{source} does not say where rank 0 runs; "
+                                     f"set --coordinator HOST:PORT or "
+                                     f"IRSHARD_COORDINATOR")
+                address = f"{host(environ)}:{_port(environ, job(environ))}"
+            return ClusterSpec(address, rank, size, source)
     return None
 
 

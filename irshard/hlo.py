@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from irshard.specs import lookup_dtype
+from irshard.syntax import matching_bracket, split_top_level
 
 # Sizes of HLO element types the tensor grammar has no name for.
 _EXTRA_ITEMSIZES = {"token": 0, "opaque": 0}
@@ -89,50 +90,6 @@ class _Scanner:
         end = matching_bracket(self.text, start)
         self.pos = end + 1
         return self.text[start:self.pos]
-
-
-_OPEN = {"(": ")", "{": "}", "[": "]"}
-
-
-def matching_bracket(text: str, start: int) -> int:
-    """Index of the bracket closing the one at `start`; quotes are skipped."""
-    stack = []
-    i = start
-    while i < len(text):
-        c = text[i]
-        if c == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif c in _OPEN:
-            stack.append(_OPEN[c])
-        elif stack and c == stack[-1]:
-            stack.pop()
-            if not stack:
-                return i
-        i += 1
-    raise ValueError(f"unbalanced brackets in {text[start:start + 80]!r}")
-
-
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Splits on `sep` outside brackets and quotes."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        c = text[i]
-        if c == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-        elif c == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
 
 
 def parse_shape(text: str) -> Shape:
@@ -359,11 +316,6 @@ class StackFrameTable:
         return result
 
 
-def _hlo_opcode(name: str):
-    from jaxlib import _hlo
-    return getattr(_hlo.HloOpcode, name)
-
-
 class HloModuleView:
     """Computations and instructions of one HLO module, with the call graph."""
 
@@ -374,7 +326,7 @@ class HloModuleView:
         self.name = module.name
         opcodes = {value: opcode_name(name)
                    for value, name in backend.hlo_opcode_names().items()}
-        async_start = _hlo_opcode("kAsyncStart")
+        async_start = backend.hlo_opcode("kAsyncStart")
         self.computations: dict[str, list[Instruction]] = {}
         self.instructions: dict[str, Instruction] = {}
         for comp in module.computations():

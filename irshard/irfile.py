@@ -28,6 +28,10 @@ def is_mlir(path: str) -> bool:
 
 
 def read_bytes(path: str) -> bytes:
+    """The file's bytes (`-`: standard input), or an InputError."""
+    if path == "-":
+        import sys
+        return sys.stdin.buffer.read()
     if not os.path.exists(path):
         raise InputError(f"file '{path}' does not exist")
     if os.path.isdir(path):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from irshard.errors import PassError
+from irshard.syntax import matching_bracket
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 IRSHARD_PREFIX = "irshard-"
@@ -98,21 +99,10 @@ class _Parser:
 
 
 def _matching_brace(text: str, start: int) -> int:
-    depth, i = 0, start
-    while i < len(text):
-        c = text[i]
-        if c == '"':
-            i = text.find('"', i + 1)
-            if i < 0:
-                return -1
-        elif c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
+    try:
+        return matching_bracket(text, start, "{")
+    except ValueError:
+        return -1
 
 
 def parse(text: str) -> list[Element]:

@@ -23,6 +23,7 @@ import math
 import re
 
 from irshard.specs import MeshSpec
+from irshard.syntax import matching_bracket
 
 Groups = list[list[int]]
 
@@ -139,7 +140,6 @@ def parse_replica_groups(text: str, num_devices: int) -> Groups:
         perm = _ints(m.group(3)) if m.group(3) else list(range(len(reshape)))
         return iota_groups(_ints(m.group(1)), reshape, perm)
     if text.startswith("{"):
-        from irshard.hlo import matching_bracket
         if matching_bracket(text, 0) != len(text) - 1:
             raise ValueError(f"unbalanced replica groups: {text!r}")
         groups = [_ints(g) for g in re.findall(r"\{([^{}]*)\}", text[1:-1])]

@@ -227,9 +227,12 @@ def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list
 def render_text_lines(report: CollectiveReport,
                       tensors: bool = True) -> list[str]:
     what = report.source + (f":{report.function}" if report.function else "")
-    where = (f"mesh {report.mesh} ({report.mesh.num_devices} "
-             f"{report.platform or ''} devices)".replace("  ", " ")
-             if report.mesh else "no mesh")
+    if report.mesh:
+        devices = " ".join(filter(None, [str(report.mesh.num_devices),
+                                         report.platform, "devices"]))
+        where = f"mesh {report.mesh} ({devices})"
+    else:
+        where = "no mesh"
     lines = [f"{what}  {where}  stage {report.stage}"]
     if report.module:
         lines[0] += f"  module {report.module}"

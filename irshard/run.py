@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,7 +29,7 @@ import numpy as np
 from irshard import backend, data, layout
 from irshard.errors import BackendError, CheckFailed, InputError, UsageError
 from irshard.report import table
-from irshard.specs import DType, TensorType, format_shape
+from irshard.specs import TensorType, format_shape
 from irshard.stages import Optimized, StableHLO, TensorDecl
 from irshard.tiling import Tiling, mesh_axes_of
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from irshard import analysis, backend
-from irshard.errors import BackendError, IRError, UserCodeError
+from irshard.errors import BackendError, UserCodeError
 from irshard.hlo import HloModuleView
 from irshard.loader import describe_user_exception, user_frame
 from irshard.program import Program
 from irshard.report import CollectiveReport, TensorInfo
-from irshard.specs import DType, MeshSpec, ShardingSpec, dtype_from_mlir, lookup_dtype
+from irshard.specs import DType, MeshSpec, lookup_dtype
 from irshard.tiling import Tiling, mesh_axes_of
 
 STAGES = ("stablehlo", "propagated", "partitioned", "optimized")

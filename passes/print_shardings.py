@@ -12,6 +12,7 @@ from jaxlib.mlir import ir
 from irshard import shardy
 from irshard.passes import ModulePass
 from irshard.report import table
+from irshard.syntax import split_top_level
 
 
 def _origins(attr: ir.Attribute | None) -> str:
@@ -62,18 +63,7 @@ def sharding_rows(module: ir.Module) -> list[list[str]]:
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        if c in "<[{(":
-            depth += 1
-        elif c in ">]})":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    if text[start:].strip():
-        parts.append(text[start:].strip())
-    return parts
+    return split_top_level(text, ",", "<[{(")
 
 
 @dataclass(frozen=True)
