@@ -360,13 +360,18 @@ def _execute(exe, arguments, decls, shardings):
 
 
 def _time(exe, arguments, options: RunOptions) -> list[float]:
+    """Times `options.repeat` runs; on a terminal (stdout and stderr both),
+    a run that takes more than half a second shows a progress bar."""
     timings = []
-    show = options.progress and sys.stderr.isatty()
+    terminal = options.progress and sys.stderr.isatty() and sys.stdout.isatty()
+    show = False
+    begin = time.perf_counter()
     for step in range(options.repeat):
         start = time.perf_counter()
         results = backend.execute(exe, arguments)
         backend.block_until_ready([a for arrays in results for a in arrays])
         timings.append(time.perf_counter() - start)
+        show = show or (terminal and time.perf_counter() - begin > 0.5)
         if show:
             done = (step + 1) * 30 // options.repeat
             sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] "

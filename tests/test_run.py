@@ -36,6 +36,10 @@ CHECKED = [
     (os.path.join(EXAMPLES, "heat1d.py"), "simulate_set", {"x=4": [], "x=8": []}),
     (os.path.join(EXAMPLES, "heat1d.py"), "simulate_roll", {"x=2": [], "x=4": []}),
     (os.path.join(EXAMPLES, "matmul.py"), None, {"x=2,y=2": [], "x=4,y=2": []}),
+    ("softmax.py", None, {"x=4": ["logits=x,_"], "x=2,y=2": ["logits=x,y"]}),
+    ("cumsum.py", None, {"x=4": ["a=x,_"], "x=2,y=2": ["a=x,y"]}),
+    ("attention.py", None, {"x=2": ["q=x,_,_,_", "k=x,_,_,_", "v=x,_,_,_"],
+                            "x=2,y=2": ["q=x,_,y,_", "k=x,_,y,_", "v=x,_,y,_"]}),
 ]
 
 
@@ -239,3 +243,35 @@ def test_devices(capsys):
     out = capsys.readouterr().out
     assert out.startswith("platform: cpu, 8 devices, 1 process")
     assert "process 0: devices 0-7" in out
+
+
+def test_the_partitioned_dump_leaves_nothing_behind(tmp_path, write):
+    """The dump XLA writes for the partitioned stage lives in a temporary
+    directory that is removed, whether or not compilation succeeds."""
+    path = write("p.py", "def f(a: 'f32[8@x]'):\n    return a * 2\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
+    import subprocess
+    import sys
+    result = subprocess.run(
+        [sys.executable, "-m", "irshard", "compile", path, "--mesh", "x=2",
+         "--emit", "partitioned"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "HloModule" in result.stdout
+    assert list(scratch.iterdir()) == []
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
+    """A long timed run shows a progress bar on a terminal, none when piped."""
+    import itertools
+    clock = itertools.count()               # every reading one second later
+    monkeypatch.setattr(run.time, "perf_counter", lambda: next(clock))
+    path = os.path.join(PROGRAMS, "matmul.py")
+    run_program(path, "x=2", repeat=3, progress=True)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(run.sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(run.sys.stderr, "isatty", lambda: True)
+    result = run_program(path, "x=2", repeat=3, progress=True)
+    assert result.timings == (1, 1, 1)
+    assert "3/3" in capsys.readouterr().err

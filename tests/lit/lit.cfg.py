@@ -20,7 +20,6 @@ config.test_exec_root = os.path.join(config.test_source_root, "Output")
 
 bin_dir = os.path.dirname(sys.executable)
 config.environment["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
-config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 config.environment["JAX_PLATFORMS"] = "cpu"
 config.environment["TF_CPP_MIN_LOG_LEVEL"] = "3"
 for name in ("HOME", "TMPDIR"):
@@ -31,6 +30,11 @@ root = os.path.dirname(os.path.dirname(config.test_source_root))
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%examples", os.path.join(root, "examples")))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
+# Variables not starting with $ are scoped to their CHECK-LABEL block, as
+# LLVM's FILECHECK_OPTS=-enable-var-scope makes them (the Python FileCheck
+# takes the flag only on its command line).
+config.substitutions.append((r"(?<![\w/.-])filecheck(?![\w.-])",
+                             "filecheck --enable-var-scope"))
 # `%exit N CMD` runs CMD and succeeds only if it exits with status N.
 config.substitutions.append(
     ("%exit", f"{sys.executable} {os.path.join(root, 'tools', 'expect_exit.py')}"))
