@@ -589,8 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = argv
         handler: Callable | None = getattr(args, "handler", None)
         if handler is None:
-            parser.print_help()
-            return 2
+            raise UsageError("give a command: compile, run, show, collectives, "
+                             "opt or devices (see 'irshard --help')")
         return handler(args)
     except IrshardError as e:
         print(f"irshard: error: {e}", file=sys.stderr)

@@ -180,11 +180,16 @@ def dumps_json(value: Any, indent: str = "") -> str:
         items = [f"{inner}{json.dumps(k)}: {dumps_json(v, inner)}"
                  for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + indent + "}"
-    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+    if isinstance(value, list):
+        flat = "[" + ", ".join(dumps_json(v) if isinstance(v, list)
+                               else json.dumps(v) for v in value) + "]"
+        nested = [v for v in value if isinstance(v, (dict, list))]
+        if not nested or (all(isinstance(v, list) and not any(
+                isinstance(x, (dict, list)) for x in v) for v in nested)
+                and len(flat) <= 100):
+            return flat
         items = [inner + dumps_json(v, inner) for v in value]
         return "[\n" + ",\n".join(items) + "\n" + indent + "]"
-    if isinstance(value, list):
-        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
     return json.dumps(value)
 
 

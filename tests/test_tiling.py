@@ -1,0 +1,43 @@
+"""XLA tile assignments named by the user's mesh axes."""
+
+import pytest
+
+from irshard import backend, layout
+from irshard.specs import parse_mesh
+from irshard.tiling import Tiling, mesh_axes_of
+
+MESH = parse_mesh("x=2,y=4")
+
+
+@pytest.mark.parametrize("text, rank, axes, local", [
+    ("{replicated}", 2, ("_", "_"), (8, 16)),
+    ("{devices=[2,4]<=[8]}", 2, ("x", "y"), (4, 4)),
+    ("{devices=[4,2]<=[2,4]T(1,0)}", 2, ("y", "x"), (2, 8)),
+    ("{devices=[8,1]<=[8]}", 2, ("x+y", "_"), (1, 16)),
+    ("{devices=[8,1]<=[2,4]T(1,0)}", 2, ("y+x", "_"), (1, 16)),
+    ("{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 2, ("x", "_"), (4, 16)),
+    ("{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}", 2, ("_", "y"), (8, 4)),
+    ("{devices=[1,2,4]<=[8] last_tile_dim_replicate}", 2, ("_", "x"), (8, 8)),
+    ("{devices=[2,2,2]<=[8] last_tile_dim_replicate}", 2, None, (4, 8)),  # part of y
+    ("{maximal device=3}", 2, None, (8, 16)),
+])
+def test_mesh_axes_of_each_tiling(text, rank, axes, local):
+    tiling = Tiling.from_hlo_sharding(backend.hlo_sharding_from_text(text), rank)
+    assert mesh_axes_of(tiling, MESH) == axes
+    assert tiling.local_shape((8, 16)) == local
+
+
+def test_uneven_tiles_round_up():
+    tiling = Tiling.from_hlo_sharding(
+        backend.hlo_sharding_from_text("{devices=[4,1]<=[4]}"), 2)
+    assert tiling.local_shape((10, 3)) == (3, 3)
+
+
+def test_layout_grids():
+    places = [layout.Placement(d, 0, ((r * 4, r * 4 + 4),)) for d, r in
+              [(0, 0), (1, 1), (2, 0), (3, 1)]]
+    assert layout.render((8,), places, indent="") == [
+        "index   0:4  4:8", "device  0,2  1,3"]
+    assert layout.device_list([0, 1, 2, 3, 6, 8, 9]) == "0-3,6,8-9"
+    one = [layout.Placement(0, 0, ())]
+    assert layout.render((), one, indent="") == ["on device 0"]
