@@ -64,16 +64,7 @@ def parse_mesh_form(text: str) -> tuple[list[tuple[str, int]], list[int] | None,
     device_ids = None
     ids = re.search(r"device_ids=\((.*)\)", m.group(2))
     if ids:
-        body = ids.group(1)
-        iota = re.fullmatch(r"\s*\[([\d,\s]*)\]<=\[([\d,\s]*)\](?:T\(([\d,\s]*)\))?\s*",
-                            body)
-        if iota:
-            reshape = _ints(iota.group(2))
-            perm = _ints(iota.group(3)) if iota.group(3) else list(range(len(reshape)))
-            device_ids = [d for g in iota_groups([math.prod(reshape)], reshape, perm)
-                          for d in g]
-        else:
-            device_ids = _ints(body)
+        device_ids = _device_ids(ids.group(1))
     sizes = dict(axes)
     grouped = []
     for item in filter(None, (s.strip() for s in m.group(3).split(","))):
@@ -86,6 +77,18 @@ def parse_mesh_form(text: str) -> tuple[list[tuple[str, int]], list[int] | None,
         else:
             grouped.append((name, 1, sizes[name]))
     return axes, device_ids, grouped
+
+
+def _device_ids(body: str) -> list[int]:
+    """A mesh's device order: `0,2,1,3`, or an iota `[4,2]T(1,0)` (arange
+    reshaped and transposed), also written `[8]<=[4,2]T(1,0)`."""
+    iota = re.fullmatch(r"\s*(?:\[[\d,\s]*\]<=)?\[([\d,\s]*)\](?:T\(([\d,\s]*)\))?\s*",
+                        body)
+    if not iota:
+        return _ints(body)
+    reshape = _ints(iota.group(1))
+    perm = _ints(iota.group(2)) if iota.group(2) else list(range(len(reshape)))
+    return [d for g in iota_groups([math.prod(reshape)], reshape, perm) for d in g]
 
 
 def mesh_groups(axes: list[tuple[str, int]], device_ids: list[int] | None,

@@ -25,6 +25,11 @@ from irshard.specs import parse_mesh
     ("mesh['a'=4] {'a':(1)2}", [[0, 2], [1, 3]]),
     ("mesh['a'=4] {'a':(2)2}", [[0, 1], [2, 3]]),
     ("mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'a'}", [[0, 1], [2, 3]]),
+    # device_ids as an iota: arange(8).reshape(4,2).T = 0,2,4,6,1,3,5,7.
+    ("mesh['a'=2,'b'=2,'c'=2], device_ids=([4,2]T(1,0)) {'a'}",
+     [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ("mesh['a'=2,'b'=2,'c'=2], device_ids=([4,2]T(1,0)) {'c'}",
+     [[0, 2], [4, 6], [1, 3], [5, 7]]),
 ])
 def test_forms(text, groups):
     assert rg.parse_replica_groups(text, num_devices=4) == groups
@@ -47,13 +52,14 @@ def test_mesh_form_round_trips_through_xla():
     """XLA's parser accepts each mesh form we read, and prints it back."""
     from irshard.hlo import HloModuleView
     for form in ["mesh['x'=2,'y'=2] {'y'}", "mesh['a'=4] {'a':(1)2}",
-                 "mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'a'}"]:
+                 "mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'a'}",
+                 "mesh['a'=2,'b'=2,'c'=2], device_ids=([4,2]T(1,0)) {'a'}"]:
         view = HloModuleView.from_text(_module(form))
         assert view.instructions["ar"].attrs["replica_groups"] == form
 
 
 def _module(groups: str) -> str:
-    return f"""HloModule m, num_partitions=4
+    return f"""HloModule m, num_partitions=8
 
 %add (a: f32[], b: f32[]) -> f32[] {{
   %a = f32[] parameter(0)

@@ -1,0 +1,13 @@
+# On a 2x2x2 mesh XLA prints replica groups as a mesh whose device order is
+# itself an iota (`mesh[...], device_ids=([4,2]T(1,0)) {...}`); the report
+# still names the user's axis: the sum runs over the dimension sharded on z.
+# RUN: irshard compile %s --mesh x=2,y=2,z=2 | filecheck %s
+# RUN: irshard compile %s --mesh x=2,y=2,z=2 --emit optimized | filecheck %s --check-prefix=HLO
+
+import jax.numpy as jnp
+
+
+def three(a: "f32[8@x,8@y,8@z]"):
+    return jnp.transpose(a, (2, 0, 1)).sum(0)
+    # CHECK: all-reduce  all-reduce  f32[4,4]  64  64  z  2  1  three_axis_mesh.py:[[# @LINE - 1]] (three)
+    # HLO: replica_groups=mesh[{{.*}}], device_ids=(
