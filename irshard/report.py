@@ -106,7 +106,7 @@ class Collective:
             "attribution": self.attribution,
             "op_name": self.op_name,
             "loop_trip_counts": list(self.loop_trip_counts),
-            "executions": self.executions,
+            "executions": self.executions if self.executions_known else None,
             "async": self.is_async,
             "operands": self.operands,
         }
@@ -128,13 +128,19 @@ class CollectiveReport:
 
     def totals(self) -> dict[str, Any]:
         by_kind = Counter(c.kind for c in self.collectives)
-        return {
+        totals = {
             "count": len(self.collectives),
             "by_kind": {k: by_kind[k] for k in sorted(by_kind)},
             "bytes_per_run": sum(c.bytes * c.executions for c in self.collectives),
             "wire_bytes_per_run": sum(c.wire_bytes * c.executions
                                       for c in self.collectives),
         }
+        unknown = sum(not c.executions_known for c in self.collectives)
+        if unknown:
+            # Loops whose trip count is unknown are counted once: the totals
+            # are then lower bounds.
+            totals["unknown_executions"] = unknown
+        return totals
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -257,7 +263,7 @@ def render_text_lines(report: CollectiveReport,
         rows = []
         for c in report.collectives:
             axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
-            runs = str(c.executions) + ("" if c.executions_known else "+?")
+            runs = str(c.executions) if c.executions_known else "?"
             kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
             source = str(c.source) if c.source else "-"
             if c.attribution == "inferred":
@@ -272,10 +278,14 @@ def render_text_lines(report: CollectiveReport,
     lines += ["", f"totals: {totals['count']} collective"
               f"{'' if totals['count'] == 1 else 's'}"
               + (f" ({kinds})" if kinds else "")]
-    lines.append(f"  per run: {totals['bytes_per_run']} bytes "
+    at_least = "at least " if totals.get("unknown_executions") else ""
+    lines.append(f"  per run: {at_least}{totals['bytes_per_run']} bytes "
                  f"({human_bytes(totals['bytes_per_run'])}), wire "
                  f"{totals['wire_bytes_per_run']} bytes "
                  f"({human_bytes(totals['wire_bytes_per_run'])}) per device")
+    if at_least:
+        lines.append(f"  ({totals['unknown_executions']} in loops whose trip "
+                     f"count is not known counted once)")
     if report.memory:
         m = report.memory
         lines.append(
