@@ -142,10 +142,10 @@ def _load(args, mesh: MeshSpec | None, cluster=None):
     """The program (stage `stablehlo`) of the command's FILE: a traced Python
     function or a .mlir module; with `cluster`, after joining the other
     processes of the run."""
-    from irshard import backend, irfile
+    from irshard import backend, distributed, irfile
 
     def configure(total: int) -> None:
-        backend.configure(_local_devices(total, cluster, args.platform),
+        backend.configure(distributed.local_devices(total, cluster, args.platform),
                           args.platform, exact=cluster is not None)
 
     if irfile.is_mlir(args.file):
@@ -153,7 +153,7 @@ def _load(args, mesh: MeshSpec | None, cluster=None):
         data = irfile.read_bytes(args.file)
         configure(mesh.num_devices if mesh else irfile.declared_devices(data) or 1)
         if cluster is not None:
-            _join(cluster, getattr(args, "timeout", None))
+            distributed.join(cluster, getattr(args, "timeout", None))
         from irshard.program import parse_out_shardings
         _stage("tracing")
         return irfile.load(args.file, data, mesh, irfile.parse_shards(args.shard),
@@ -161,7 +161,7 @@ def _load(args, mesh: MeshSpec | None, cluster=None):
                            lambda m: configure(m.num_devices))
     configure(mesh.num_devices)
     if cluster is not None:
-        _join(cluster, getattr(args, "timeout", None))
+        distributed.join(cluster, getattr(args, "timeout", None))
     from irshard import program, stages
     prog = program.load_program(
         args.file, mesh=mesh, fn_name=args.fn, args=args.arg,
@@ -170,16 +170,18 @@ def _load(args, mesh: MeshSpec | None, cluster=None):
     return stages.trace(prog, args.platform)
 
 
-def _emit_texts(lowered, emits: list[str], stage: str, debug_info: bool):
+def _emit_texts(lowered, emits: list[str], stage: str, debug_info: bool,
+                compile_anyway: bool = False):
     """The requested stages' IR, in pipeline order, and the compiled program
-    (None when only MLIR stages were asked for)."""
+    (None when only MLIR stages were asked for and not `compile_anyway`)."""
     texts = []
     if "stablehlo" in emits:
         texts.append(("stablehlo", lowered.as_text(debug_info)))
     if "propagated" in emits:
         texts.append(("propagated", lowered.propagate().as_text(debug_info)))
     compiled = None
-    if any(s in emits for s in ("partitioned", "optimized")) or not emits:
+    if (compile_anyway or not emits
+            or any(s in emits for s in ("partitioned", "optimized"))):
         compiled = lowered.compile(
             partitioned="partitioned" in emits or stage == "partitioned")
     if "partitioned" in emits:
@@ -289,26 +291,6 @@ def _cluster(args):
                               args.num_processes)
 
 
-def _local_devices(total: int, cluster, platform: str) -> int:
-    if cluster is None:
-        return total
-    if platform == "cpu" and total % cluster.num_processes:
-        raise UsageError(f"the mesh's {total} devices cannot be split evenly "
-                         f"over {cluster.num_processes} processes")
-    return max(1, total // cluster.num_processes)
-
-
-def _join(cluster, timeout) -> None:
-    from irshard import backend, distributed
-    distributed.quiet_native_stdout()
-    distributed.report_stage("joining")
-    backend.initialize_distributed(
-        cluster.coordinator, cluster.num_processes, cluster.process_id,
-        timeout or distributed.DEFAULT_TIMEOUT,
-        bind_loopback=os.environ.get("IRSHARD_BIND_LOOPBACK") == "1")
-    distributed.report_stage("loading")
-
-
 def _stage(name: str) -> None:
     from irshard import distributed
     distributed.report_stage(name)
@@ -317,16 +299,11 @@ def _stage(name: str) -> None:
 def _launch(args, total_devices: int) -> int:
     """`--processes N`: this process only starts and watches the others."""
     from irshard import distributed
-    n = args.processes
-    if n < 1:
-        raise UsageError(f"--processes {n}: give at least 1")
-    if args.platform == "cpu" and total_devices % n:
-        raise UsageError(f"--processes {n}: the mesh's {total_devices} devices "
-                         f"cannot be split evenly over {n} processes")
     argv = distributed.strip_option(args.argv, "--processes", True)
     argv = distributed.strip_option(argv, "--timeout", True)
     timeout = args.timeout if args.timeout is not None else distributed.DEFAULT_TIMEOUT
-    return distributed.run_launcher(argv, n, timeout)
+    return distributed.run_launcher(argv, args.processes, timeout,
+                                    total_devices, args.platform)
 
 
 def cmd_run(args) -> int:
@@ -339,30 +316,15 @@ def cmd_run(args) -> int:
         return _launch(args, _total_devices(args, mesh))
     lowered = _load(args, mesh, cluster)
     _stage("compiling")
-    texts, _ = _emit_texts(lowered, [e for e in emits
-                                     if e in ("stablehlo", "propagated")],
-                           args.stage, args.debug_info)
-    compiled = lowered.compile(partitioned="partitioned" in emits
-                               or args.stage == "partitioned")
-    if "partitioned" in emits:
-        texts.append(("partitioned", compiled.partitioned().as_text()))
-    if "optimized" in emits:
-        texts.append(("optimized", compiled.as_text()))
+    texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
+                                  compile_anyway=True)
     from irshard import run
     _stage("running")
     result = run.run(lowered, compiled, options)
     _stage("writing")
     report = (compiled.partitioned() if args.stage == "partitioned"
               else compiled).report()
-    if args.format == "json":
-        body = report.to_json()
-        body["run"] = result.to_json()
-        from irshard.report import dumps_json
-        text = dumps_json(body) + "\n"
-    else:
-        from irshard.report import render_text_lines
-        text = "\n".join(render_text_lines(report, tensors=False)
-                         + result.render_text_lines()) + "\n"
+    text = run.render(report, result, args.format)
     if texts:
         text = join_stage_texts(texts) + text
     if _is_reporting_process():
@@ -385,63 +347,27 @@ def cmd_show(args) -> int:
     compiled = lowered.compile()
     from irshard import run
     inputs, outputs = run.planned_layout(compiled)
-    info = compiled.info
-    if args.format == "json":
-        from irshard.report import dumps_json
-        body = {"schema": 1, "source": info.source, "function": info.function,
-                "mesh": {"axes": [{"name": a.name, "size": a.size}
-                                  for a in info.mesh.axes],
-                         "devices": info.mesh.num_devices,
-                         "platform": info.platform},
-                "inputs": [t.to_json() for t in inputs],
-                "outputs": [t.to_json() for t in outputs]}
-        for entry in body["inputs"] + body["outputs"]:
-            entry.pop("checksum")
-        text = dumps_json(body) + "\n"
-    else:
-        lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
-                 f"({info.mesh.num_devices} {info.platform} devices)", "",
-                 "inputs"]
-        lines += run.layout_lines(inputs)
-        lines += ["", "outputs"]
-        lines += run.layout_lines(outputs)
-        text = "\n".join(lines) + "\n"
-    write_output(args.output, text)
+    write_output(args.output, run.render_layout(compiled.info, inputs, outputs,
+                                                args.format))
     return 0
 
 
 def cmd_devices(args) -> int:
-    from irshard import backend
+    from irshard import backend, distributed
     cluster = _cluster(args)
     processes = args.processes or (cluster.num_processes if cluster else 1)
     count = parse_mesh(args.mesh).num_devices if args.mesh else processes
     if args.processes is not None:
         return _launch(args, count)
-    backend.configure(_local_devices(count, cluster, args.platform), args.platform,
+    backend.configure(distributed.local_devices(count, cluster, args.platform), args.platform,
                       exact=cluster is not None)
     if cluster is not None:
-        _join(cluster, args.timeout)
+        distributed.join(cluster, args.timeout)
     if not _is_reporting_process():
         return 0
     listing = backend.describe_devices(args.platform)
-    if args.format == "json":
-        from irshard.report import dumps_json
-        write_output(None, dumps_json(listing) + "\n")
-        return 0
-    lines = [f"platform: {listing['platform']}, {len(listing['devices'])} "
-             f"device{'s' if len(listing['devices']) != 1 else ''}, "
-             f"{listing['process_count']} process"
-             f"{'es' if listing['process_count'] != 1 else ''}"]
-    from irshard.layout import device_list
-    for proc in listing["processes"]:
-        lines.append(f"process {proc['index']}: devices "
-                     f"{device_list(proc['devices'])}")
-    lines += ["", "devices"]
-    from irshard.report import table
-    lines += table(["id", "process", "kind"],
-                   [[str(d["id"]), str(d["process"]), d["kind"]]
-                    for d in listing["devices"]])
-    write_output(None, "\n".join(lines) + "\n")
+    from irshard import layout
+    write_output(None, layout.render_devices(listing, args.format))
     return 0
 
 

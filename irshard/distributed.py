@@ -422,10 +422,15 @@ def _stage_rank(stage: str) -> int:
     return STAGES.index(stage) if stage in STAGES else len(STAGES)
 
 
-def run_launcher(argv: Sequence[str], num_processes: int, timeout: float) -> int:
+def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
+                 total_devices: int, platform: str) -> int:
     """Launches, relays process 0's output, and returns the exit code."""
     if num_processes < 1:
         raise UsageError(f"--processes {num_processes}: give at least 1")
+    if platform == "cpu" and total_devices % num_processes:
+        raise UsageError(f"--processes {num_processes}: the mesh's "
+                         f"{total_devices} devices cannot be split evenly over "
+                         f"{num_processes} processes")
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g}: give a positive number of seconds")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -446,6 +451,28 @@ def run_launcher(argv: Sequence[str], num_processes: int, timeout: float) -> int
 
 # ---------------------------------------------------------------------------
 # Inside one of the processes
+
+
+def local_devices(total: int, cluster: ClusterSpec | None, platform: str) -> int:
+    """How many of the mesh's `total` devices this process owns."""
+    if cluster is None:
+        return total
+    if platform == "cpu" and total % cluster.num_processes:
+        raise UsageError(f"the mesh's {total} devices cannot be split evenly "
+                         f"over {cluster.num_processes} processes")
+    return max(1, total // cluster.num_processes)
+
+
+def join(cluster: ClusterSpec, timeout: float | None) -> None:
+    """Joins the run's other processes (after `backend.configure`)."""
+    from irshard import backend
+    quiet_native_stdout()
+    report_stage("joining")
+    backend.initialize_distributed(
+        cluster.coordinator, cluster.num_processes, cluster.process_id,
+        timeout or DEFAULT_TIMEOUT,
+        bind_loopback=os.environ.get("IRSHARD_BIND_LOOPBACK") == "1")
+    report_stage("loading")
 
 
 def quiet_native_stdout() -> None:

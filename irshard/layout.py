@@ -99,3 +99,21 @@ def _columns(rows: list[list[str]], indent: str, right: bool = False) -> list[st
                   for c, w in zip(row[1:], widths[1:])]
         lines.append((indent + "  ".join(cells)).rstrip())
     return lines
+
+
+def render_devices(listing: dict[str, Any], fmt: str) -> str:
+    """`irshard devices`: the platform, each process's devices, the list."""
+    from irshard.report import dumps_json, table
+    if fmt == "json":
+        return dumps_json(listing) + "\n"
+    count, processes = len(listing["devices"]), listing["process_count"]
+    lines = [f"platform: {listing['platform']}, {count} "
+             f"device{'s' if count != 1 else ''}, {processes} "
+             f"process{'es' if processes != 1 else ''}"]
+    for proc in listing["processes"]:
+        lines.append(f"process {proc['index']}: devices {device_list(proc['devices'])}")
+    lines += ["", "devices"]
+    lines += table(["id", "process", "kind"],
+                   [[str(d["id"]), str(d["process"]), d["kind"]]
+                    for d in listing["devices"]])
+    return "\n".join(lines) + "\n"

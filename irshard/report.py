@@ -151,11 +151,7 @@ class CollectiveReport:
         }
         if self.module is not None:
             d["module"] = self.module
-        d["mesh"] = ({"axes": [{"name": a.name, "size": a.size}
-                               for a in self.mesh.axes],
-                      "devices": self.mesh.num_devices,
-                      "platform": self.platform}
-                     if self.mesh else None)
+        d["mesh"] = mesh_json(self.mesh, self.platform) if self.mesh else None
         d["inputs"] = [t.to_json() for t in self.inputs]
         d["outputs"] = [t.to_json() for t in self.outputs]
         d["collectives"] = [c.to_json() for c in self.collectives]
@@ -169,6 +165,11 @@ class CollectiveReport:
 
     def render_text(self) -> str:
         return "\n".join(render_text_lines(self)) + "\n"
+
+
+def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
+    return {"axes": [{"name": a.name, "size": a.size} for a in mesh.axes],
+            "devices": mesh.num_devices, "platform": platform}
 
 
 def dumps_json(value: Any, indent: str = "") -> str:

@@ -28,7 +28,8 @@ import numpy as np
 
 from irshard import backend, data, layout
 from irshard.errors import BackendError, CheckFailed, InputError, UsageError
-from irshard.report import table
+from irshard.report import (SCHEMA, dumps_json, mesh_json, render_text_lines,
+                            table)
 from irshard.specs import TensorType, format_shape
 from irshard.stages import Optimized, StableHLO, TensorDecl
 from irshard.tiling import Tiling, mesh_axes_of
@@ -497,3 +498,33 @@ def check_failure(result: RunResult) -> CheckFailed | None:
         return CheckFailed(f"check failed: output {first.index} ({first.name}) "
                            f"differs from the single-device result{more}")
     return CheckFailed(f"check failed: {first.describe()}{more}")
+
+
+def render(report, result: RunResult, fmt: str) -> str:
+    """The compile report with the run's section: JSON (the report's object
+    plus `run`) or text (the collectives, then the run's tables)."""
+    if fmt == "json":
+        body = report.to_json()
+        body["run"] = result.to_json()
+        return dumps_json(body) + "\n"
+    return "\n".join(render_text_lines(report, tensors=False)
+                     + result.render_text_lines()) + "\n"
+
+
+def render_layout(info, inputs: Sequence[TensorRun], outputs: Sequence[TensorRun],
+                  fmt: str) -> str:
+    """`irshard show`: where every input and output lives."""
+    if fmt == "json":
+        body = {"schema": SCHEMA, "source": info.source, "function": info.function,
+                "mesh": mesh_json(info.mesh, info.platform),
+                "inputs": [t.to_json() for t in inputs],
+                "outputs": [t.to_json() for t in outputs]}
+        for entry in body["inputs"] + body["outputs"]:
+            entry.pop("checksum")
+        return dumps_json(body) + "\n"
+    lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
+             f"({info.mesh.num_devices} {info.platform} devices)", "", "inputs"]
+    lines += layout_lines(inputs)
+    lines += ["", "outputs"]
+    lines += layout_lines(outputs)
+    return "\n".join(lines) + "\n"
