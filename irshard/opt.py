@@ -131,7 +131,8 @@ def _located(error, source: str, first_line: int) -> str:
 
 
 def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
-              stderr: TextIO, debug_info: bool = False) -> None:
+              stderr: TextIO, debug_info: bool = False, source: str = "-",
+              first_line: int = 1) -> None:
     for step in steps:
         if step.irshard_pass is not None:
             step.irshard_pass.apply(module)
@@ -140,7 +141,10 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
                 backend.run_registered_passes(
                     module, f"builtin.module({step.mlir_text})")
             except backend.PassFailure as e:
-                raise PassError(f"pass '{step.label}' failed: {e}") from None
+                # MLIR calls the parsed text '-'; say which file and line.
+                where = re.sub(r"^-:(\d+):", lambda m: f"{source}:"
+                               f"{int(m.group(1)) + first_line - 1}:", str(e))
+                raise PassError(f"pass '{step.label}' failed: {where}") from None
         if print_after_all:
             stderr.write(f"// -----// IR Dump After {step.label} //----- //\n")
             stderr.write(print_module(module, debug_info) + "\n")
@@ -174,7 +178,8 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
     for chunk in chunks:
         try:
             module = parse_module(chunk.text, context, source, chunk.first_line)
-            run_steps(module, steps, print_ir_after_all, stderr, debug_info)
+            run_steps(module, steps, print_ir_after_all, stderr, debug_info,
+                      source, chunk.first_line)
             outputs.append(print_module(module, debug_info))
         except IrshardError as e:
             if not verify_diagnostics:
