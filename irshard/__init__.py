@@ -6,3 +6,7 @@ produce. Importing this package does not import JAX.
 """
 
 __version__ = "0.1.0"
+
+# The pipeline's stages, in order, and those the collective report can read.
+STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
+REPORT_STAGES = ("partitioned", "optimized")

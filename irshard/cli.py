@@ -15,12 +15,10 @@ import sys
 import tempfile
 from typing import Callable, Sequence
 
-from irshard import __version__
+from irshard import REPORT_STAGES, STAGES, __version__
 from irshard.errors import IrshardError, UsageError
 from irshard.specs import MeshSpec, parse_mesh
 
-STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
-REPORT_STAGES = ("partitioned", "optimized")
 PLATFORMS = ("cpu", "gpu", "tpu")
 
 

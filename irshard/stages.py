@@ -30,8 +30,6 @@ from irshard.report import CollectiveReport, TensorInfo
 from irshard.specs import DType, MeshSpec, lookup_dtype
 from irshard.tiling import Tiling, mesh_axes_of
 
-STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
-
 # Shardy's propagation, as its own `sdy-propagation-pipeline` runs it, with
 # the debug options that record why each axis is where it is
 # (`sdy.sharding_origins`), and stopping where Shardy dumps its
