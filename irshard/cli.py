@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from typing import Callable, Sequence
 
 from irshard import REPORT_STAGES, STAGES, __version__
@@ -124,16 +123,9 @@ def write_output(path: str | None, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".irshard-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from irshard import files
+    with files.atomic(path) as f:
+        f.write(text)
 
 
 def _load(args, mesh: MeshSpec | None, cluster=None):
@@ -327,7 +319,8 @@ def cmd_run(args) -> int:
         text = join_stage_texts(texts) + text
     if _is_reporting_process():
         write_output(args.output, text)
-    failure = run.check_failure(result)
+    from irshard import check
+    failure = check.failure(result.checks)
     if failure is not None:
         raise failure
     return 0
