@@ -159,12 +159,14 @@ def parse_module(text: str, context: Any, source: str) -> ir.Module:
             raise IRError(f"{source}: {diagnostic_text(e)}") from None
 
 
-def diagnostic_text(error: ir.MLIRError) -> str:
+def diagnostic_text(error: ir.MLIRError, with_location: bool = True) -> str:
     """The first diagnostic of an MLIRError as `line:col: message`."""
     diagnostics = list(error.error_diagnostics)
     if not diagnostics:
         return error.message
     d = diagnostics[0]
+    if not with_location:
+        return d.message
     where = str(d.location)
     m = re.match(r'loc\("[^"]*":(\d+):(\d+)', where)
     prefix = f"{m.group(1)}:{m.group(2)}: " if m else ""

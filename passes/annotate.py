@@ -27,15 +27,16 @@ def parse_assignments(text: str, what: str) -> dict[str, ShardingSpec]:
 
 
 def _resolve_mesh(module: ir.Module, mesh: MeshSpec | None,
-                  mesh_name: str) -> tuple[str, MeshSpec]:
-    """Creates or updates the mesh symbol; returns its name and axes."""
+                  mesh_name: str) -> tuple[str, MeshSpec, MeshSpec | None]:
+    """Creates or updates the mesh symbol; returns its name, its axes and the
+    axes it had before, if it was replaced."""
     ops = shardy.mesh_ops(module)
     if mesh is None:
         if mesh_name in ops:
-            return mesh_name, shardy.mesh_spec(ops[mesh_name].attributes["mesh"])
+            return mesh_name, shardy.mesh_spec(ops[mesh_name].attributes["mesh"]), None
         if len(ops) == 1:
             name, op = next(iter(ops.items()))
-            return name, shardy.mesh_spec(op.attributes["mesh"])
+            return name, shardy.mesh_spec(op.attributes["mesh"]), None
         if not ops:
             raise SpecError("the module declares no sdy.mesh; give one with "
                             "--mesh, e.g. --mesh x=4")
@@ -43,13 +44,15 @@ def _resolve_mesh(module: ir.Module, mesh: MeshSpec | None,
                         f"{', '.join('@' + n for n in sorted(ops))}; name the "
                         f"one to use with --mesh")
     attr = shardy.mesh_attr(mesh)
+    previous = None
     if mesh_name in ops:
+        previous = shardy.mesh_spec(ops[mesh_name].attributes["mesh"])
         ops[mesh_name].attributes["mesh"] = attr
     else:
         from jaxlib.mlir.dialects import sdy
         with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown():
             sdy.MeshOp(mesh_name, attr)
-    return mesh_name, mesh
+    return mesh_name, mesh, previous if previous != mesh else None
 
 
 def _index(key: int | str, names: list[str | None], kind: str) -> int:
@@ -79,7 +82,7 @@ def annotate(module: ir.Module, mesh: MeshSpec | None,
     """
     with module.context, ir.Location.unknown():
         main = shardy.entry_function(module)
-        name, mesh = _resolve_mesh(module, mesh, mesh_name)
+        name, mesh, replaced = _resolve_mesh(module, mesh, mesh_name)
         arg_names = shardy.argument_names(main)
         arg_types = list(main.type.inputs)
         result_types = list(main.type.results)
@@ -111,6 +114,12 @@ def annotate(module: ir.Module, mesh: MeshSpec | None,
         try:
             module.operation.verify()
         except ir.MLIRError as e:
+            if replaced is not None:
+                raise SpecError(
+                    f"the mesh {mesh} replaces the module's @{name} "
+                    f"({replaced}), but the module's own shardings do not fit "
+                    f"it: {shardy.diagnostic_text(e, with_location=False)}; "
+                    f"use the module's axis names") from None
             raise IRError(f"the annotated module does not verify: "
                           f"{shardy.diagnostic_text(e)}") from None
     return mesh

@@ -24,3 +24,8 @@ func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"
   %1 = stablehlo.tanh %0 : tensor<8x8xf32> loc("model.jl":21:3)
   return %1 : tensor<8x8xf32>
 }
+
+// A --mesh that does not fit the module's own shardings is one error saying so.
+// RUN: %exit 2 irshard compile %s --mesh a=4 2> %t.err
+// RUN: filecheck %s --check-prefix=MESHERR < %t.err
+// MESHERR: irshard: error: the mesh a=4 replaces the module's @mesh (x=2,y=2), but the module's own shardings do not fit it: 'func.func' op arg 0 - unknown axis name: "x"; use the module's axis names
