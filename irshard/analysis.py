@@ -10,6 +10,7 @@ neighbouring instruction (`attribution: inferred`).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -151,7 +152,8 @@ def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
 # Sources
 
 
-def _package_dirs() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _package_dirs() -> tuple[str, ...]:
     dirs = [sysconfig.get_paths()["stdlib"]]
     import irshard
     dirs.append(os.path.dirname(irshard.__file__))
@@ -161,7 +163,7 @@ def _package_dirs() -> list[str]:
         except ImportError:
             continue
         dirs.append(os.path.dirname(module.__file__))
-    return [os.path.realpath(d) for d in dirs]
+    return tuple(os.path.realpath(d) for d in dirs)
 
 
 # Frames in these parts of a path are JAX's own wherever the module was

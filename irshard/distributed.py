@@ -51,7 +51,6 @@ class ClusterSpec:
     process_id: int
     num_processes: int
     source: str           # what said so: "command line", "Slurm", ...
-    bind_address: str | None = None
 
 
 def _int(environ: Mapping[str, str], name: str) -> int | None:

@@ -16,7 +16,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from irshard.specs import lookup_dtype
 from irshard.syntax import matching_bracket, split_top_level
@@ -77,12 +77,6 @@ class _Scanner:
     def skip_spaces(self) -> None:
         while self.peek() == " ":
             self.pos += 1
-
-    def expect(self, token: str) -> None:
-        if not self.text.startswith(token, self.pos):
-            raise ValueError(f"expected '{token}' at column {self.pos + 1} of "
-                             f"{self.text!r}")
-        self.pos += len(token)
 
     def balanced(self) -> str:
         """The text of a bracketed group starting here, brackets included."""
@@ -359,7 +353,3 @@ class HloModuleView:
 
     def instructions_of(self, computation: str) -> list[Instruction]:
         return self.computations.get(computation, [])
-
-    def walk(self, computation: str | None = None) -> Iterator[Instruction]:
-        for inst in self.computations.get(computation or self.entry, []):
-            yield inst

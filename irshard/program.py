@@ -41,9 +41,6 @@ class Program:
     grad: bool = False
     static: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
-    def local_shape(self, spec: InputSpec) -> tuple[int, ...]:
-        return spec.sharding.local_shape(spec.type.shape, self.mesh)
-
 
 def split_assignment(text: str, option: str, value_name: str) -> tuple[str, str]:
     """`NAME=VALUE` -> (NAME, VALUE)."""

@@ -14,8 +14,6 @@ from typing import Any
 from irshard.specs import MeshSpec, format_shape
 
 SCHEMA = 1
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-         "collective-permute")
 
 
 @dataclass(frozen=True)

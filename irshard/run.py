@@ -182,12 +182,6 @@ def _ms(seconds: float) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _sharding_entries(hlo_sharding, decl: TensorDecl, mesh) -> tuple[
-        tuple[str, ...] | None, tuple[int, ...]]:
-    tiling = Tiling.from_hlo_sharding(hlo_sharding, len(decl.shape))
-    return mesh_axes_of(tiling, mesh), tiling.local_shape(decl.shape)
-
-
 def _input_source(index: int, decl: TensorDecl, options: RunOptions):
     """A function from a block index to the input's values there."""
     paths = dict(options.inputs)
@@ -214,38 +208,44 @@ def _placements(sharding, shape) -> tuple[layout.Placement, ...]:
     return tuple(layout.placements(sharding.devices_indices_map(tuple(shape)), shape))
 
 
-def tensor_shardings(compiled: Optimized, jax_mesh):
-    """(input shardings, output shardings) as JAX shardings."""
-    info = compiled.info
-    params = compiled.compiled.parameter_shardings(len(info.inputs))
-    results = compiled.compiled.output_shardings(len(info.outputs))
-    ins = [backend.jax_sharding(s, jax_mesh, len(d.shape))
-           for s, d in zip(params, info.inputs)]
-    outs = [backend.jax_sharding(s, jax_mesh, len(d.shape))
-            for s, d in zip(results, info.outputs)]
-    return ins, outs
+@dataclass(frozen=True)
+class _Sharded:
+    """One input or output: its declaration, XLA's sharding of it and the
+    equivalent JAX sharding."""
+
+    decl: TensorDecl
+    hlo: Any
+    sharding: Any
+
+    def describe(self, mesh, checksum: str = "", index: int | None = None,
+                 origin: str | None = None) -> TensorRun:
+        tiling = Tiling.from_hlo_sharding(self.hlo, len(self.decl.shape))
+        return TensorRun(self.decl.name, self.decl.dtype.name, self.decl.shape,
+                         mesh_axes_of(tiling, mesh),
+                         tiling.local_shape(self.decl.shape), checksum,
+                         _placements(self.sharding, self.decl.shape),
+                         index=index, origin=origin)
+
+
+def _sharded(compiled: Optimized) -> tuple[list[_Sharded], list[_Sharded]]:
+    """The executable's inputs and outputs with their shardings."""
+    info, exe = compiled.info, compiled.compiled
+    jax_mesh = backend.make_mesh(info.mesh.names, info.mesh.shape, exe.devices)
+
+    def pair(decls, hlo_shardings):
+        return [_Sharded(d, h, backend.jax_sharding(h, jax_mesh, len(d.shape)))
+                for d, h in zip(decls, hlo_shardings)]
+
+    return (pair(info.inputs, exe.parameter_shardings(len(info.inputs))),
+            pair(info.outputs, exe.output_shardings(len(info.outputs))))
 
 
 def planned_layout(compiled: Optimized) -> tuple[list[TensorRun], list[TensorRun]]:
     """Where each input and output will live, from the shardings alone."""
-    info = compiled.info
-    jax_mesh = backend.make_mesh(info.mesh.names, info.mesh.shape,
-                                 compiled.compiled.devices)
-    ins, outs = tensor_shardings(compiled, jax_mesh)
-    params = compiled.compiled.parameter_shardings(len(info.inputs))
-    results = compiled.compiled.output_shardings(len(info.outputs))
-
-    def describe(decls, hlo, jax_shardings, indexed):
-        result = []
-        for i, (decl, h, s) in enumerate(zip(decls, hlo, jax_shardings)):
-            entries, local = _sharding_entries(h, decl, info.mesh)
-            result.append(TensorRun(decl.name, decl.dtype.name, decl.shape,
-                                    entries, local, "", _placements(s, decl.shape),
-                                    index=i if indexed else None))
-        return result
-
-    return (describe(info.inputs, params, ins, False),
-            describe(info.outputs, results, outs, True))
+    ins, outs = _sharded(compiled)
+    mesh = compiled.info.mesh
+    return ([t.describe(mesh) for t in ins],
+            [t.describe(mesh, index=i) for i, t in enumerate(outs)])
 
 
 def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResult:
@@ -253,8 +253,7 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     import jax
     info = compiled.info
     exe = compiled.compiled
-    jax_mesh = backend.make_mesh(info.mesh.names, info.mesh.shape, exe.devices)
-    in_shardings, out_shardings = tensor_shardings(compiled, jax_mesh)
+    ins, outs = _sharded(compiled)
     names = {d.name for d in info.inputs}
     for name, _ in options.inputs:
         if name not in names:
@@ -263,30 +262,20 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
                              f"the arguments are {listed}")
 
     arguments, sources, origins = [], [], []
-    for i, (decl, sharding) in enumerate(zip(info.inputs, in_shardings)):
-        source, origin = _input_source(i, decl, options)
+    for i, t in enumerate(ins):
+        source, origin = _input_source(i, t.decl, options)
         sources.append(source)
         origins.append(origin)
-        arguments.append(jax.make_array_from_callback(decl.shape, sharding, source))
+        arguments.append(jax.make_array_from_callback(t.decl.shape, t.sharding,
+                                                      source))
 
-    outputs = _execute(exe, arguments, info.outputs, out_shardings)
+    outputs = _execute(exe, arguments, info.outputs, [t.sharding for t in outs])
     timings = _time(exe, arguments, options) if options.repeat else []
 
-    hlo_in = exe.parameter_shardings(len(info.inputs))
-    hlo_out = exe.output_shardings(len(info.outputs))
-    input_runs = []
-    for i, (decl, array) in enumerate(zip(info.inputs, arguments)):
-        entries, local = _sharding_entries(hlo_in[i], decl, info.mesh)
-        input_runs.append(TensorRun(
-            decl.name, decl.dtype.name, decl.shape, entries, local,
-            checksum(array), _placements(array.sharding, decl.shape),
-            origin=origins[i]))
-    output_runs = []
-    for i, (decl, array) in enumerate(zip(info.outputs, outputs)):
-        entries, local = _sharding_entries(hlo_out[i], decl, info.mesh)
-        output_runs.append(TensorRun(
-            decl.name, decl.dtype.name, decl.shape, entries, local,
-            checksum(array), _placements(array.sharding, decl.shape), index=i))
+    input_runs = [t.describe(info.mesh, checksum(array), origin=origin)
+                  for t, array, origin in zip(ins, arguments, origins)]
+    output_runs = [t.describe(info.mesh, checksum(array), index=i)
+                   for i, (t, array) in enumerate(zip(outs, outputs))]
 
     values = None
     if options.check or options.save:

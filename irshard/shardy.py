@@ -137,10 +137,6 @@ def tensor_shape(type_: ir.Type) -> tuple[int, ...] | None:
     return tuple(ranked.shape)
 
 
-def format_type(type_: ir.Type) -> str:
-    return str(type_)
-
-
 def walk(op: ir.Operation) -> Iterator[ir.Operation]:
     """Every operation nested in `op`, in pre-order."""
     for region in op.regions:

@@ -205,10 +205,6 @@ class ShardingSpec:
     def rank(self) -> int:
         return len(self.dims)
 
-    @property
-    def is_replicated(self) -> bool:
-        return all(not d.axes for d in self.dims)
-
     def axes_used(self) -> tuple[str, ...]:
         return tuple(a for d in self.dims for a in d.axes)
 
