@@ -27,6 +27,7 @@ unit: $(STAMP)
 
 lit: $(STAMP)
 	$(BIN)/lit -s tests/lit
+	@test -c /dev/null || { echo "error: a test replaced /dev/null" >&2; exit 1; }
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -1,7 +1,9 @@
 """The exception hierarchy.
 
 Every failure irshard can explain is an `IrshardError`. The command line turns
-one into a single `irshard: error: ...` line and the exit code the class names;
+one into a single `irshard: error: ...` line and the exit code the class names
+(a multi-line message, such as JAX's with its hints, follows that line with
+its further lines indented);
 library users catch the class they care about. Messages say what was wrong and
 what would have been accepted, in the user's terms (their argument names, their
 file and line), never in terms of irshard's internals.
@@ -27,6 +29,11 @@ class SpecError(UsageError):
 
 class InputError(IrshardError):
     """A problem with the user's file: missing, unreadable, no such function."""
+
+
+class OutputError(IrshardError):
+    """The output cannot be written: a missing or read-only directory, a full
+    disk, a closed standard output."""
 
 
 class UserCodeError(IrshardError):

@@ -15,6 +15,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """No test may replace a system file: the suite runs as root in CI, where
+    a writer that replaced its target once turned /dev/null into a file."""
+    import stat
+    if os.path.exists("/dev/null") and not stat.S_ISCHR(os.stat("/dev/null").st_mode):
+        print("\nerror: /dev/null is no longer a character device: a test "
+              "replaced it", file=sys.stderr)
+        session.exitstatus = 1
+
+
 def run_irshard(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
     """`irshard ARGS` as a separate process."""
     return subprocess.run([sys.executable, "-m", "irshard", *args],

@@ -1,4 +1,4 @@
-// RUN: irshard opt %s -p 'irshard-annotate{mesh="x=2" args="0=x"},sdy-propagation-pipeline,irshard-strip-shardings' --print-ir-after-all -o /dev/null 2>&1 | filecheck %s
+// RUN: irshard opt %s -p 'irshard-annotate{mesh="x=2" args="0=x"},sdy-propagation-pipeline,irshard-strip-shardings' --print-ir-after-all -o %t.mlir 2>&1 | filecheck %s
 
 // CHECK: // -----// IR Dump After irshard-annotate //----- //
 // CHECK: sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>

@@ -1,0 +1,96 @@
+"""Prompt interruption, and temporary files that never outlive a command.
+
+Python delivers a signal to its handler only between bytecodes of the main
+thread, so Ctrl-C during a long XLA compile (native code) would wait for the
+compile to finish. `call` runs such work on a helper thread while the main
+thread waits in short steps: the interrupt arrives at once. SIGTERM is turned
+into the same `KeyboardInterrupt`. The command line then calls `exit_now`,
+which removes every temporary directory made through `temp_dir` and ends the
+process with status 130 without waiting for the native work.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from typing import Any, Callable
+
+_TEMP_DIRS: set[str] = set()
+_LOCK = threading.Lock()
+
+
+def temp_dir(prefix: str = "irshard-") -> str:
+    """A new temporary directory, removed by `remove` or on interruption."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    with _LOCK:
+        _TEMP_DIRS.add(path)
+    return path
+
+
+def remove(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    with _LOCK:
+        _TEMP_DIRS.discard(path)
+
+
+def remove_all() -> None:
+    with _LOCK:
+        paths = list(_TEMP_DIRS)
+    for path in paths:
+        remove(path)
+
+
+def call(fn: Callable[..., Any], *args: Any, deadline: float | None = None,
+         **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on a helper thread; the main thread stays
+    interruptible while it runs. Exceptions propagate as raised. With
+    `deadline` (seconds), a `TimeoutError` is raised when `fn` has not
+    returned by then (it goes on running on its thread)."""
+    if threading.current_thread() is not threading.main_thread() and deadline is None:
+        return fn(*args, **kwargs)
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # handed to the caller below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=work, name="irshard-native", daemon=True)
+    thread.start()
+    import time
+    end = None if deadline is None else time.monotonic() + deadline
+    while thread.is_alive():
+        thread.join(0.05)
+        if end is not None and time.monotonic() > end and thread.is_alive():
+            raise TimeoutError(f"{getattr(fn, '__name__', 'work')} did not "
+                               f"finish within {deadline:g} s")
+    if "error" in outcome:
+        raise outcome["error"].with_traceback(outcome["error"].__traceback__)
+    return outcome.get("value")
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """SIGTERM interrupts like Ctrl-C (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def exit_now(message: str = "irshard: interrupted") -> None:
+    """Removes the temporary files and ends the process with status 130,
+    without waiting for native work still running on other threads."""
+    remove_all()
+    try:
+        print(message, file=sys.stderr)
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(130)
