@@ -305,8 +305,57 @@ def _result_shape(view: HloModuleView, inst: Instruction):
     return inst.shape
 
 
+@dataclass(frozen=True)
+class _Moved:
+    kind: str
+    leaves: tuple[ArrayShape, ...]
+
+
+def program_shapes(view: HloModuleView) -> dict[int, _Moved]:
+    """What each collective of a (partitioned) module moves, by channel id:
+    the program's own element types, before a backend changed them."""
+    result = {}
+    for site in _sites(view):
+        channel = site.inst.attrs.get("channel_id", "")
+        if channel.isdigit():
+            result[int(channel)] = _Moved(
+                COLLECTIVE_OPCODES[site.inst.opcode],
+                tuple(shape_leaves(_result_shape(view, site.inst))))
+    return result
+
+
+_FLOATS = ("f16", "bf16", "f32", "f64")
+
+
+def _program_leaves(leaves: list[ArrayShape], kind: str, channel: str,
+                    programs: dict[int, _Moved] | None) -> list[ArrayShape] | None:
+    """The program's own leaves of a collective whose element type the
+    backend widened (the CPU backend runs bf16 collectives in f32), found by
+    channel id in the partitioned module; None if it kept its type."""
+    if not programs or not channel.isdigit():
+        return None
+    moved = programs.get(int(channel))
+    if moved is None or moved.kind != kind or len(moved.leaves) != len(leaves):
+        return None
+    widened = False
+    for ours, theirs in zip(leaves, moved.leaves):
+        if ours.dims != theirs.dims:
+            return None
+        if ours.dtype != theirs.dtype:
+            if not (ours.dtype in _FLOATS and theirs.dtype in _FLOATS
+                    and theirs.nbytes < ours.nbytes):
+                return None
+            widened = True
+    return list(moved.leaves) if widened else None
+
+
 def collectives(view: HloModuleView, mesh: MeshSpec | None,
-                user_dir: str | None) -> list[Collective]:
+                user_dir: str | None,
+                programs: dict[int, _Moved] | None = None) -> list[Collective]:
+    """The collectives of `view` in program order. With `programs` (from
+    `program_shapes` of the partitioned module), a collective the backend
+    widened reports the program's own type and bytes, and the backend's type
+    as `backend_dtype`."""
     resolver = SourceResolver(user_dir)
     devices = (mesh.num_devices if mesh
                else view.num_partitions * view.num_replicas)
@@ -325,6 +374,12 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
                                              devices)
             axes = rg.span_axes(groups, mesh) if mesh else None
             group = len(groups[0]) if groups else devices
+        backend_dtype = None
+        own = _program_leaves(leaves, kind, inst.attrs.get("channel_id", ""),
+                              programs)
+        if own is not None:
+            backend_dtype = hlo_dtype(leaves[0].dtype)
+            leaves = own
         nbytes = sum(leaf.nbytes for leaf in leaves)
         wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
         source, attribution, op_name = attribute(view, inst, resolver)
@@ -337,5 +392,6 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
             mesh_axes=tuple(axes) if axes is not None else None,
             group_size=group, source=source, attribution=attribution,
             op_name=op_name, loop_trip_counts=site.loops,
-            is_async=site.is_async, operands=len(leaves)))
+            is_async=site.is_async, operands=len(leaves),
+            backend_dtype=backend_dtype))
     return result

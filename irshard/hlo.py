@@ -321,11 +321,15 @@ class HloModuleView:
         opcodes = {value: opcode_name(name)
                    for value, name in backend.hlo_opcode_names().items()}
         async_start = backend.hlo_opcode("kAsyncStart")
+        schedule = backend.hlo_schedule(module)
         self.computations: dict[str, list[Instruction]] = {}
         self.instructions: dict[str, Instruction] = {}
         for comp in module.computations():
             body = []
-            for hi in comp.instructions():
+            # Program order: the schedule of a scheduled module (what the
+            # executable runs, in order), else XLA's instruction order.
+            ordered = backend.scheduled_sequence(schedule, comp)
+            for hi in ordered if ordered is not None else comp.instructions():
                 inst = Instruction(
                     name=hi.name, opcode=opcodes[hi.opcode],
                     computation=comp.name,

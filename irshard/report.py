@@ -75,6 +75,9 @@ class Collective:
     loop_trip_counts: tuple[int | None, ...]
     is_async: bool = False
     operands: int = 1              # > 1 for a combined (tuple) collective
+    # The element type the backend moves when it differs from the
+    # program's (`dtype`): the CPU backend runs bf16 collectives in f32.
+    backend_dtype: str | None = None
 
     @property
     def executions(self) -> int:
@@ -107,6 +110,8 @@ class Collective:
             "executions": self.executions if self.executions_known else None,
             "async": self.is_async,
             "operands": self.operands,
+            **({"backend_dtype": self.backend_dtype}
+               if self.backend_dtype else {}),
         }
 
 
@@ -122,6 +127,9 @@ class CollectiveReport:
     collectives: tuple[Collective, ...]
     memory: dict[str, int] | None
     module: str | None = None
+    # What the reader must know to read the numbers right (64-bit mode, a
+    # backend that widens types), one sentence each.
+    notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def totals(self) -> dict[str, Any]:
@@ -155,6 +163,9 @@ class CollectiveReport:
         d["collectives"] = [c.to_json() for c in self.collectives]
         d["totals"] = self.totals()
         d["memory"] = self.memory
+        notes = report_notes(self)
+        if notes:
+            d["notes"] = notes
         d.update(self.extra)
         return d
 
@@ -200,8 +211,8 @@ def dumps_json(value: Any, indent: str = "") -> str:
 
 def human_bytes(n: int) -> str:
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024 or unit == "EiB":
             return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"
@@ -264,10 +275,11 @@ def render_text_lines(report: CollectiveReport,
             axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
             runs = str(c.executions) if c.executions_known else "?"
             kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
+            shape = format_shape(c.dtype, c.shape) + ("*" if c.backend_dtype else "")
             source = str(c.source) if c.source else "-"
             if c.attribution == "inferred":
                 source += " [inferred]"
-            rows.append([kind, c.name, format_shape(c.dtype, c.shape),
+            rows.append([kind, c.name, shape,
                          str(c.bytes), str(c.wire_bytes), axes,
                          str(c.group_size), runs, source])
         lines += table(["kind", "name", "shape", "bytes", "wire", "axes",
@@ -291,4 +303,23 @@ def render_text_lines(report: CollectiveReport,
             f"memory per device: arguments {human_bytes(m['argument_bytes'])}, "
             f"outputs {human_bytes(m['output_bytes'])}, "
             f"temp {human_bytes(m['temp_bytes'])}")
+    for note in report_notes(report):
+        lines.append(f"note: {note}")
     return lines
+
+
+def report_notes(report: CollectiveReport) -> list[str]:
+    """The report's notes, and one for collectives a backend widened."""
+    notes = list(report.notes)
+    widened: dict[tuple[str, str], int] = {}
+    for c in report.collectives:
+        if c.backend_dtype:
+            key = (c.dtype, c.backend_dtype)
+            widened[key] = widened.get(key, 0) + 1
+    for (own, moved), n in sorted(widened.items()):
+        where = report.platform or "this"
+        notes.append(
+            f"the {where} backend runs {n} {own} collective"
+            f"{'' if n == 1 else 's'} in {moved} (marked *); their bytes are "
+            f"the program's own {own}, as a GPU or TPU moves them")
+    return notes
