@@ -12,11 +12,13 @@ Pure NumPy; nothing here imports JAX.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Sequence
 
 import numpy as np
 
+from irshard import files
 from irshard.errors import InputError
 from irshard.specs import DType, TensorType
 
@@ -64,12 +66,19 @@ def _key(seed: int, argument: int) -> np.uint64:
                          dtype=np.uint64))[0]
 
 
+# Default value ranges: floats in [-1, 1), integers in [0, 16).
+DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
+DEFAULT_INT_RANGE = (0, 16)
+
+
 def random_block(seed: int, argument: int, dtype: DType,
-                 shape: Sequence[int], index: Index) -> np.ndarray:
+                 shape: Sequence[int], index: Index,
+                 value_range: tuple[float, float] | None = None) -> np.ndarray:
     """The block `index` of argument `argument`'s random value.
 
-    Floats are uniform in [-1, 1); integers in [0, 16) (usable as indices
-    into any axis of at least 16); booleans are fair coin flips.
+    Floats are uniform in [-1, 1) (complex: both parts), integers in [0, 16)
+    (usable as indices into any axis of at least 16), booleans fair coin
+    flips; `value_range` (LO, HI) replaces the interval [LO, HI).
     """
     with np.errstate(over="ignore"):
         bits = _mix(flat_indices(index, shape) * _GOLDEN ^ _key(seed, argument))
@@ -77,12 +86,44 @@ def random_block(seed: int, argument: int, dtype: DType,
     if dtype.name == "pred":
         return (bits & np.uint64(1)).astype(bool)
     if dtype.is_integer:
-        return (bits % np.uint64(16)).astype(np_dtype)
-    unit = (bits >> np.uint64(11)).astype(np.float64) * (2.0 ** -53) * 2 - 1
+        low, high = value_range or DEFAULT_INT_RANGE
+        span = int(high) - int(low)
+        offset = bits if span >= 2 ** 64 else bits % np.uint64(span)
+        # low + offset lies in the dtype's range: wrapping 64-bit arithmetic
+        # then reading the bits as signed gives it exactly.
+        with np.errstate(over="ignore"):
+            values = offset + np.uint64(int(low) % 2 ** 64)
+        if np_dtype.kind == "i":
+            values = values.view(np.int64)
+        return values.astype(np_dtype)
+    low, high = value_range or DEFAULT_FLOAT_RANGE
+
+    def uniform(b):
+        unit = (b >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
+        return low + (high - low) * unit
+
     if dtype.name.startswith("c"):
-        other = (_mix(bits) >> np.uint64(11)).astype(np.float64) * (2.0 ** -53) * 2 - 1
-        return (unit + 1j * other).astype(np_dtype)
-    return unit.astype(np_dtype)
+        return (uniform(bits) + 1j * uniform(_mix(bits))).astype(np_dtype)
+    return uniform(bits).astype(np_dtype)
+
+
+def check_range(value_range: tuple[float, float], dtype: DType,
+                what: str) -> None:
+    """A `--range` must be a non-empty interval the dtype can hold."""
+    low, high = value_range
+    if dtype.name == "pred":
+        raise InputError(f"{what}: booleans take no range (they are fair "
+                         f"coin flips)")
+    if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+        raise InputError(f"{what}: expected LO < HI, two finite numbers")
+    if dtype.is_integer:
+        if low != int(low) or high != int(high):
+            raise InputError(f"{what}: an integer argument needs integer "
+                             f"bounds")
+        info = np.iinfo(numpy_dtype(dtype))
+        if low < info.min or high - 1 > info.max:
+            raise InputError(f"{what}: {dtype.name} holds [{info.min}, "
+                             f"{info.max}]; [LO, HI) must lie within it")
 
 
 def numpy_dtype(dtype: DType) -> np.dtype:
@@ -125,6 +166,7 @@ def load_npy(path: str, name: str, ttype: TensorType) -> np.ndarray:
     """A `.npy` file, memory-mapped, checked against the argument's type."""
     if not os.path.exists(path):
         raise InputError(f"--input {name}: file '{path}' does not exist")
+    files.check_regular(path, f"--input {name}: file")
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:

@@ -42,6 +42,8 @@ class RunOptions:
     repeat: int | None = None
     save: str | None = None
     progress: bool = False
+    ranges: tuple[tuple[str, tuple[float, float]], ...] = ()   # --range
+    reference: str | None = None        # --reference: a function's name
 
     def validate(self) -> None:
         if self.repeat is not None and self.repeat < 1:
@@ -60,6 +62,40 @@ class RunOptions:
                 raise InputError(f"--input {name}={path}: expected a .npy file")
         if self.save and not self.save.endswith(".npz"):
             raise UsageError(f"--save {self.save}: expected a path ending in .npz")
+        if self.reference and not self.check:
+            raise UsageError("--reference names the function --check compares "
+                             "with; give --check too")
+        ranged = {name for name, _ in self.ranges}
+        both = sorted(ranged & {name for name, _ in self.inputs})
+        if both:
+            raise UsageError(f"--range {both[0]}: the argument is read from a "
+                             f"file (--input); give one or the other")
+
+
+def _number(text: str) -> float:
+    """An integer exactly (64-bit bounds), else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_range(item: str) -> tuple[str, tuple[float, float]]:
+    """`--range NAME=LO,HI` -> (NAME, (LO, HI))."""
+    from irshard.program import split_assignment
+    name, value = split_assignment(item, "--range", "LO,HI")
+    parts = [p.strip() for p in value.split(",")]
+    try:
+        if len(parts) != 2 or any(len(p) > 40 for p in parts):
+            raise ValueError
+        low, high = (_number(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"--range {item}: expected NAME=LO,HI, two numbers, "
+                         f"e.g. x=0,10 (values in [LO, HI))") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise UsageError(f"--range {item}: expected LO < HI, two finite "
+                         f"numbers")
+    return name, (low, high)
 
 
 @dataclass(frozen=True)
@@ -75,6 +111,8 @@ class TensorRun:
     placements: tuple[layout.Placement, ...]
     index: int | None = None
     origin: str | None = None             # inputs: "random" or the .npy path
+    nan: int = 0                          # elements that are NaN
+    inf: int = 0                          # elements that are +-infinity
 
     @property
     def sharding_label(self) -> str:
@@ -89,6 +127,8 @@ class TensorRun:
         d.update(name=self.name, dtype=self.dtype, shape=list(self.shape),
                  sharding=list(self.sharding) if self.sharding is not None else None,
                  local_shape=list(self.local_shape), checksum=self.checksum)
+        if self.checksum:
+            d.update(nan=self.nan, inf=self.inf)
         if self.origin is not None:
             d["source"] = self.origin
         d["layout"] = [p.to_json() for p in self.placements]
@@ -142,19 +182,31 @@ class RunResult:
                        [[str(t.index), t.name, format_shape(t.dtype, t.shape),
                          t.sharding_label, format_shape(t.dtype, t.local_shape),
                          t.checksum] for t in self.outputs])
+        for t in self.outputs:
+            if t.nan or t.inf:
+                size = math.prod(t.shape)
+                what = ", ".join(f"{n} {label}" for n, label in
+                                 ((t.nan, "NaN"), (t.inf, "infinite")) if n)
+                lines.append(f"warning: output {t.index} ({t.name}) has {what} "
+                             f"of {size} elements")
         if self.checks is not None:
             verdict = "passed" if self.passed else "FAILED"
+            references = sorted({c.reference for c in self.checks})
             lines += ["", f"check against one device: {verdict}"]
             rows = []
             for c in self.checks:
-                rows.append([str(c.index), c.name, f"{c.max_abs_error:.3g}",
-                             str(list(c.abs_error_at))
-                             if c.abs_error_at is not None and c.max_abs_error else "-",
-                             f"{c.max_rel_error:.3g}",
-                             f"{c.rtol:g}", f"{c.atol:g}",
+                at = (str(list(c.worst_at)) if c.worst_at is not None
+                      and c.worst_error else "-")
+                rows.append([str(c.index), c.name, f"{c.worst_error:.3g}",
+                             f"{c.worst_allowed:.3g}", at, c.reference,
+                             f"{c.reference_error:.3g}" if c.reference == "float64"
+                             else "-",
                              "ok" if c.passed else "MISMATCH"])
-            lines += table(["#", "name", "max abs error", "at", "max rel error",
-                            "rtol", "atol", "result"], rows)
+            lines += table(["#", "name", "error", "allowed", "at", "reference",
+                            "ref error", "result"], rows)
+            lines += [f"  {line}" for line in _check_legend(references)]
+            lines += [f"warning: {c.nan_warning}" for c in self.checks
+                      if c.nan_warning]
         if self.timings:
             lines += ["", f"timing: {len(self.timings)} runs after a warm-up: "
                       f"median {_ms(statistics.median(self.timings))}, "
@@ -163,6 +215,20 @@ class RunResult:
             lines += ["", f"outputs saved to {self.saved}"]
         lines += ["", "layout"] + layout_lines(self.inputs + self.outputs)
         return lines
+
+
+def _check_legend(references: Sequence[str]) -> list[str]:
+    """How the 'allowed' column was computed (README: --check)."""
+    lines = []
+    if "float64" in references:
+        lines.append("float64: error against the function run in float64 (t); "
+                     "allowed atol + rtol|t| + 4 x ref error")
+        lines.append("  (ref error: the single-device result's own worst "
+                     "error against t)")
+    if "unsharded" in references:
+        lines.append("unsharded: error against the single-device result (e); "
+                     "allowed atol + rtol (|e| + max|e|)")
+    return lines
 
 
 def layout_lines(tensors: Sequence[Any]) -> list[str]:
@@ -189,19 +255,41 @@ def _input_source(index: int, decl: TensorDecl, options: RunOptions):
         array = data.load_npy(paths[decl.name], decl.name,
                               TensorType(decl.dtype, decl.shape))
         return (lambda idx: np.array(array[idx])), paths[decl.name]
+    value_range = dict(options.ranges).get(decl.name)
+    origin = "random"
+    if value_range is not None:
+        data.check_range(value_range, decl.dtype,
+                         f"--range {decl.name}={value_range[0]:g},"
+                         f"{value_range[1]:g}")
+        origin = f"random [{value_range[0]:g}, {value_range[1]:g})"
     return (lambda idx: data.random_block(options.seed, index, decl.dtype,
-                                          decl.shape, idx)), "random"
+                                          decl.shape, idx, value_range)), origin
 
 
-def checksum(array) -> str:
-    """The array's checksum, combined over shards and processes."""
-    local = 0
+@dataclass(frozen=True)
+class Digest:
+    """What is computed from every element of an array: its checksum and
+    how many elements are not finite."""
+
+    checksum: str
+    nan: int
+    inf: int
+
+
+def digest(array) -> Digest:
+    """The array's digest, combined over shards and processes."""
+    local, nan, inf = 0, 0, 0
     for shard in array.addressable_shards:
         if shard.replica_id == 0:
+            block = np.asarray(shard.data)
             local = data.combine([local, data.block_checksum(
-                np.asarray(shard.data), shard.index, array.shape)])
-    parts = backend.allgather_ints([local])
-    return data.format_checksum(data.combine(p[0] for p in parts))
+                block, shard.index, array.shape)])
+            if block.dtype.kind in "fc" or block.dtype.name == "bfloat16":
+                nan += int(np.count_nonzero(np.isnan(block)))
+                inf += int(np.count_nonzero(np.isinf(block)))
+    parts = backend.allgather_ints([local, nan, inf])
+    return Digest(data.format_checksum(data.combine(p[0] for p in parts)),
+                  sum(p[1] for p in parts), sum(p[2] for p in parts))
 
 
 def _placements(sharding, shape) -> tuple[layout.Placement, ...]:
@@ -217,14 +305,17 @@ class _Sharded:
     hlo: Any
     sharding: Any
 
-    def describe(self, mesh, checksum: str = "", index: int | None = None,
-                 origin: str | None = None) -> TensorRun:
+    def describe(self, mesh, digest: Digest | None = None,
+                 index: int | None = None, origin: str | None = None) -> TensorRun:
         tiling = Tiling.from_hlo_sharding(self.hlo, len(self.decl.shape))
         return TensorRun(self.decl.name, self.decl.dtype.name, self.decl.shape,
                          mesh_axes_of(tiling, mesh),
-                         tiling.local_shape(self.decl.shape), checksum,
+                         tiling.local_shape(self.decl.shape),
+                         digest.checksum if digest else "",
                          _placements(self.sharding, self.decl.shape),
-                         index=index, origin=origin)
+                         index=index, origin=origin,
+                         nan=digest.nan if digest else 0,
+                         inf=digest.inf if digest else 0)
 
 
 def _sharded(compiled: Optimized) -> tuple[list[_Sharded], list[_Sharded]]:
@@ -255,11 +346,12 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     exe = compiled.compiled
     ins, outs = _sharded(compiled)
     names = {d.name for d in info.inputs}
-    for name, _ in options.inputs:
-        if name not in names:
-            listed = ", ".join(d.name for d in info.inputs) or "none"
-            raise InputError(f"--input {name}: there is no argument '{name}'; "
-                             f"the arguments are {listed}")
+    for option, items in (("--input", options.inputs), ("--range", options.ranges)):
+        for name, _ in items:
+            if name not in names:
+                listed = ", ".join(d.name for d in info.inputs) or "none"
+                raise InputError(f"{option} {name}: there is no argument "
+                                 f"'{name}'; the arguments are {listed}")
 
     arguments, sources, origins = [], [], []
     for i, t in enumerate(ins):
@@ -272,9 +364,9 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     outputs = _execute(exe, arguments, info.outputs, [t.sharding for t in outs])
     timings = _time(exe, arguments, options) if options.repeat else []
 
-    input_runs = [t.describe(info.mesh, checksum(array), origin=origin)
+    input_runs = [t.describe(info.mesh, digest(array), origin=origin)
                   for t, array, origin in zip(ins, arguments, origins)]
-    output_runs = [t.describe(info.mesh, checksum(array), index=i)
+    output_runs = [t.describe(info.mesh, digest(array), index=i)
                    for i, (t, array) in enumerate(zip(outs, outputs))]
 
     values = None
@@ -282,7 +374,8 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
         values = [backend.gather(a) for a in outputs]
     checks = None
     if options.check:
-        checks = check.check(lowered, info, sources, values, options)
+        checks = check.check(lowered, info, sources, values, options,
+                             lowered.reference)
     saved = None
     if options.save and backend.process_index() == 0:
         _save(options.save, info.outputs, values)
@@ -302,7 +395,8 @@ def _time(exe, arguments, options: RunOptions) -> list[float]:
     """Times `options.repeat` runs; on a terminal (stdout and stderr both),
     a run that takes more than half a second shows a progress bar."""
     timings = []
-    terminal = options.progress and sys.stderr.isatty() and sys.stdout.isatty()
+    from irshard import files
+    terminal = options.progress and sys.stderr.isatty() and files.STDOUT.isatty()
     show = False
     begin = time.perf_counter()
     for step in range(options.repeat):
@@ -322,7 +416,7 @@ def _time(exe, arguments, options: RunOptions) -> list[float]:
 
 
 def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
-    with files.atomic(path, binary=True) as f:
+    with files.output(path, binary=True, option="--save") as f:
         np.savez(f, **{d.name: v for d, v in zip(decls, values)})
 
 

@@ -5,8 +5,8 @@
 # RUN: filecheck %s --check-prefix=ERR < %t.err
 
 # OUT: check against one device: FAILED
-# OUT: 0  result  3  [{{[67]}}]  {{.*}}  MISMATCH
-# ERR: irshard: error: check failed: output 0 (result) differs from the single-device result: max abs error 3 at [{{[67]}}]
+# OUT: 0  result  3  {{[0-9.e+-]+}}  [{{[67]}}]  float64  {{.*}}  MISMATCH
+# ERR: irshard: error: check failed: output 0 (result) differs from the float64 result: error 3 at [{{[67]}}]
 
 import jax
 from jax.sharding import PartitionSpec as P
