@@ -15,8 +15,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -26,6 +24,9 @@ _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 # Platforms a user may ask for, and the names JAX knows them by.
 PLATFORMS = ("cpu", "gpu", "tpu")
+# The most CPU devices XLA simulates in one process: above it, XLA's CPU
+# client treats the device ids as another process's and refuses to compile.
+MAX_CPU_DEVICES = 2048
 
 
 def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> None:
@@ -37,6 +38,11 @@ def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> N
     on a real accelerator it leaves device discovery to JAX.
     """
     if platform == "cpu":
+        if num_devices > MAX_CPU_DEVICES:
+            raise SpecError(
+                f"the mesh needs {num_devices} devices in this process; XLA "
+                f"simulates at most {MAX_CPU_DEVICES} CPU devices in one "
+                f"process; give a smaller --mesh")
         flags = os.environ.get("XLA_FLAGS", "")
         m = re.search(_DEVICE_COUNT_FLAG + r"=(\d+)", flags)
         if m is None:
@@ -108,6 +114,37 @@ class LoweredFunction:
     out_shapes: tuple[tuple[int, ...], ...]
     out_dtypes: tuple[str, ...]           # NumPy dtype names
     out_names: tuple[str, ...]            # pytree paths, e.g. "[0]", "['w']"
+    # Python callbacks the program calls (jax.debug.print, pure_callback):
+    # the executable must be compiled with them and keep them alive.
+    callbacks: tuple[tuple[Any, ...], Any] = ((), None)
+
+
+class BadOutput(TypeError):
+    """The traced function returned something that is not an array."""
+
+
+def checked_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, failing clearly when an output leaf is not an array or number
+    (JAX's own error about a string output names no line of the user's)."""
+    import functools
+
+    import numpy as np
+    jax = _jax()
+
+    @functools.wraps(fn)
+    def checked(*args):
+        out = fn(*args)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool,
+                                     int, float, complex)):
+                where = f" (output result{jax.tree_util.keystr(path)})" \
+                    if path else ""
+                raise BadOutput(f"it returns a {type(leaf).__name__}{where}; "
+                                f"irshard compiles functions that return "
+                                f"arrays (or pytrees of arrays)")
+        return out
+
+    return checked
 
 
 def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
@@ -116,12 +153,14 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
 
     The mesh is set as JAX's context mesh while tracing, so the function may
     use `with_sharding_constraint(x, P(...))` or `shard_map` without naming a
-    mesh; the inputs themselves carry no sharding.
+    mesh; the inputs themselves carry no sharding. Unused inputs are kept
+    (`jax.jit` drops them by default), so argument i of the module is always
+    input i.
     """
     jax = _jax()
     avals = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)]
     with jax.set_mesh(mesh):
-        lowered = jax.jit(fn).lower(*avals)
+        lowered = jax.jit(fn, keep_unused=True).lower(*avals)
         module = lowered.compiler_ir("stablehlo")
     leaves = jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]
     names = tuple(jax.tree_util.keystr(path) for path, _ in leaves)
@@ -129,7 +168,22 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
         module=module,
         out_shapes=tuple(tuple(leaf.shape) for _, leaf in leaves),
         out_dtypes=tuple(str(leaf.dtype) for _, leaf in leaves),
-        out_names=names)
+        out_names=names,
+        callbacks=_host_callbacks(lowered))
+
+
+def _host_callbacks(lowered) -> tuple[tuple[Any, ...], Any]:
+    """The callbacks a lowering registered, and what keeps them alive."""
+    lowering = getattr(lowered, "_lowering", None)
+    compile_args = getattr(lowering, "compile_args", None) or {}
+    return (tuple(compile_args.get("host_callbacks", ()) or ()),
+            compile_args.get("keepalive"))
+
+
+def enable_x64() -> None:
+    """64-bit types for the rest of the process (jax_enable_x64): without it
+    JAX silently makes i64/f64 values 32-bit."""
+    _jax().config.update("jax_enable_x64", True)
 
 
 def gradient(fn: Callable[..., Any], argnums: Sequence[int]) -> Callable[..., Any]:
@@ -150,11 +204,13 @@ def run_registered_passes(module, pipeline: str) -> None:
     textual form, anchored on the module, e.g.
     `builtin.module(sdy-propagation-pipeline)`."""
     from jaxlib.mlir import ir, passmanager
+
+    from irshard import interrupts
     operation = getattr(module, "operation", module)
     with operation.context:
         pm = passmanager.PassManager.parse(pipeline)
         try:
-            pm.run(operation)
+            interrupts.call(pm.run, operation)
         except ir.MLIRError as e:
             diagnostics = list(e.error_diagnostics)
             if diagnostics:
@@ -208,6 +264,8 @@ class CompiledExecutable:
     executable: Any
     devices: tuple[Any, ...]
     partitioned_text: str | None     # HLO after SPMD partitioning, if asked
+    # Host callbacks the executable calls; they must live as long as it.
+    callbacks: Any = None
 
     def hlo_modules(self) -> list[Any]:
         return list(self.executable.hlo_modules())
@@ -250,24 +308,31 @@ def hlo_sharding_from_text(text: str):
 def compile_module(module, mesh_devices: Sequence[Any],
                    propagate_to_parameters: Sequence[bool],
                    propagate_to_outputs: Sequence[bool],
-                   capture_partitioned: bool = False) -> CompiledExecutable:
+                   capture_partitioned: bool = False,
+                   callbacks: tuple[tuple[Any, ...], Any] = ((), None),
+                   ) -> CompiledExecutable:
     """Compiles a StableHLO module annotated with Shardy shardings for the
     devices of the mesh (logical device i runs on `mesh_devices[i]`).
 
     `propagate_to_parameters[i]` lets XLA refine argument i's sharding (its
     sharding has open dimensions); `propagate_to_outputs[i]` lets it choose
-    result i's (no sharding was given for it).
+    result i's (no sharding was given for it). `callbacks` are the host
+    callbacks the lowering registered and what keeps them alive.
 
     With `capture_partitioned`, XLA dumps the module right after SPMD
     partitioning into a temporary directory, read and then removed whatever
-    happens.
+    happens (an interrupt included). The compile itself runs where Ctrl-C
+    still reaches the command (`interrupts.call`).
     """
     from jax._src import xla_bridge
     from jax._src.lib import xla_client as xc
+
+    from irshard import interrupts
     platform = mesh_devices[0].platform
     client = xla_bridge.get_backend(platform)
     device_list = xc.DeviceList(tuple(mesh_devices))
-    dump_dir = tempfile.mkdtemp(prefix="irshard-") if capture_partitioned else None
+    host_callbacks, keepalive = callbacks
+    dump_dir = interrupts.temp_dir() if capture_partitioned else None
     try:
         overrides = None
         if dump_dir:
@@ -278,21 +343,30 @@ def compile_module(module, mesh_devices: Sequence[Any],
         options = _compile_options(module, len(mesh_devices),
                                    [d.id for d in mesh_devices], overrides,
                                    propagate_to_parameters, propagate_to_outputs)
+        extra = {"host_callbacks": list(host_callbacks)} if host_callbacks else {}
         try:
-            executable = client.compile_and_load(module, device_list, options)
+            executable = interrupts.call(client.compile_and_load, module,
+                                         device_list, options, **extra)
         except Exception as e:  # XlaRuntimeError and friends
             raise BackendError(f"XLA failed to compile the module: "
-                               f"{first_line(e)}") from None
-        partitioned = _read_partitioned_dump(dump_dir) if dump_dir else None
+                               f"{message(e)}") from None
+        partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
+                       if dump_dir else None)
     finally:
         if dump_dir:
-            shutil.rmtree(dump_dir, ignore_errors=True)
-    return CompiledExecutable(executable, tuple(mesh_devices), partitioned)
+            interrupts.remove(dump_dir)
+    return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
+                              (host_callbacks, keepalive))
 
 
-def _read_partitioned_dump(dump_dir: str) -> str:
+def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
     files = sorted(glob.glob(os.path.join(
         dump_dir, "*after_spmd-partitioning*.txt")))
+    if not files and num_devices == 1:
+        # One device: XLA runs no partitioner, and the per-device program is
+        # the module as XLA received it.
+        files = sorted(glob.glob(os.path.join(
+            dump_dir, "*before_optimizations.txt")))
     if not files:
         raise BackendError("XLA wrote no dump after spmd-partitioning; this "
                            "jaxlib may name its passes differently")
@@ -318,6 +392,25 @@ def hlo_module_from_proto(data: bytes):
         raise ValueError(first_line(e)) from None
 
 
+def hlo_schedule(module) -> Any:
+    """The module's instruction schedule, or None when it is not scheduled."""
+    try:
+        return module.schedule()
+    except Exception:
+        return None
+
+
+def scheduled_sequence(schedule, computation) -> list[Any] | None:
+    """The instructions of `computation` in scheduled order, or None when
+    the schedule has no sequence for it (fused and applied computations)."""
+    if schedule is None:
+        return None
+    try:
+        return list(schedule.sequence(computation))
+    except Exception:
+        return None
+
+
 def hlo_opcode(name: str) -> Any:
     """XLA's opcode enum member `name`, e.g. `kAsyncStart`."""
     from jaxlib import _hlo
@@ -336,6 +429,17 @@ def first_line(exc: BaseException) -> str:
         if line:
             return line
     return type(exc).__name__
+
+
+def message(exc: BaseException, limit: int = 40) -> str:
+    """An XLA/JAX error message whole (its later lines hold the hints), at
+    most `limit` lines."""
+    lines = [line.rstrip() for line in str(exc).strip().splitlines()]
+    if not lines:
+        return type(exc).__name__
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------
@@ -363,10 +467,12 @@ def execute(compiled: CompiledExecutable, arguments: Sequence[Any]) -> list[list
     """Runs the executable on global arrays; per output, the single-device
     arrays of this process's devices."""
     try:
-        results = compiled.executable.execute_sharded(list(arguments))
+        from irshard import interrupts
+        results = interrupts.call(compiled.executable.execute_sharded,
+                                  list(arguments))
         return results.disassemble_into_single_device_arrays()
     except Exception as e:
-        raise BackendError(f"XLA failed to run the program: {first_line(e)}") from None
+        raise BackendError(f"XLA failed to run the program: {message(e)}") from None
 
 
 def gather(array) -> Any:
@@ -421,25 +527,55 @@ def describe_devices(platform: str) -> dict[str, Any]:
 
 def initialize_distributed(coordinator: str, num_processes: int,
                            process_id: int, timeout: float,
-                           bind_loopback: bool = False) -> None:
+                           bind: bool = False) -> None:
     """Joins the processes of one run through `jax.distributed` (CPU
-    collectives through gloo). `bind_loopback` keeps the coordination
-    service on 127.0.0.1 for runs on one machine."""
+    collectives through gloo) within `timeout` seconds. With `bind`, process
+    0's coordination service listens on the coordinator's address only (not
+    on every interface).
+
+    When the others do not all join in time, XLA's client ends the process
+    with a fatal error of its own; the join therefore runs on a helper thread
+    and a `BackendError` marked `hard_exit` names what did not join first.
+    """
+    import time
+
+    from irshard import interrupts
     jax = _jax()
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    deadline = time.monotonic() + timeout
     if process_id != 0:
         # JAX's client retries a coordinator that is not up yet only after a
         # second or so; waiting for the port to open avoids that pause.
-        _wait_for_port(coordinator, min(timeout, 60.0))
-    try:
+        _wait_for_port(coordinator, timeout)
+    remaining = max(1.0, deadline - time.monotonic())
+
+    def initialize():
         jax.distributed.initialize(
             coordinator_address=coordinator, num_processes=num_processes,
             process_id=process_id, cluster_detection_method="deactivate",
-            initialization_timeout=max(1, int(timeout)),
-            coordinator_bind_address=coordinator if bind_loopback else None)
+            # XLA's own deadline comes after ours: it aborts the process.
+            initialization_timeout=int(remaining) + 60,
+            coordinator_bind_address=coordinator if bind else None)
+
+    try:
+        interrupts.call(initialize, deadline=remaining)
+    except TimeoutError:
+        if process_id == 0:
+            what = (f"process 0 waited {timeout:g} s for the run's "
+                    f"{num_processes} processes to join at {coordinator}, and "
+                    f"not all of them did; start every process (--process-id "
+                    f"0 to {num_processes - 1}) with --coordinator "
+                    f"{coordinator}, or give a longer --timeout")
+        else:
+            what = (f"process {process_id} could not join the run coordinated "
+                    f"at {coordinator} within {timeout:g} s; is process 0 "
+                    f"running there, and reachable?")
+        error = BackendError(what)
+        error.hard_exit = True
+        raise error from None
     except Exception as e:
         raise BackendError(f"process {process_id} could not join the run "
-                           f"coordinated at {coordinator}: {first_line(e)}") from None
+                           f"coordinated at {coordinator}: {message(e)}") from None
 
 
 def _wait_for_port(address: str, timeout: float) -> None:

@@ -105,27 +105,16 @@ def _total_devices(args, mesh: MeshSpec | None) -> int:
     return count
 
 
-def check_output_path(path: str | None) -> None:
+def check_output_path(path: str | None, option: str = "-o") -> None:
     """Fails before any work if `path` cannot be written."""
-    if path is None:
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UsageError(f"-o {path}: directory '{os.path.dirname(path) or '.'}' "
-                         f"does not exist")
-    if os.path.isdir(path):
-        raise UsageError(f"-o {path}: is a directory; give a file path")
+    from irshard import files
+    files.check_writable(path, option)
 
 
 def write_output(path: str | None, text: str) -> None:
-    """Writes to stdout, or atomically to `path` (never a half-written file)."""
-    if path is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
+    """Writes to stdout, or whole to `path` (never a half-written file)."""
     from irshard import files
-    with files.atomic(path) as f:
-        f.write(text)
+    files.emit(path, text)
 
 
 def _load(args, mesh: MeshSpec | None, cluster=None):
@@ -155,7 +144,8 @@ def _load(args, mesh: MeshSpec | None, cluster=None):
     from irshard import program, stages
     prog = program.load_program(
         args.file, mesh=mesh, fn_name=args.fn, args=args.arg,
-        shards=args.shard, out_shards=args.out_shard, grad=args.grad)
+        shards=args.shard, out_shards=args.out_shard, grad=args.grad,
+        reference=getattr(args, "reference", None))
     _stage("tracing")
     return stages.trace(prog, args.platform)
 
@@ -232,6 +222,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    metavar="NAME=PATH.npy",
                    help="read argument NAME from a .npy file (memory-mapped; "
                         "each device reads its own slice)")
+    p.add_argument("--range", action="append", default=[], metavar="NAME=LO,HI",
+                   help="draw argument NAME's random values from [LO, HI) "
+                        "(default: floats [-1, 1), integers [0, 16))")
+    p.add_argument("--reference", metavar="NAME",
+                   help="with --check: compare with function NAME of the same "
+                        "file, run on one device (it takes the same inputs)")
     p.add_argument("--repeat", type=int, metavar="N",
                    help="time N runs after a warm-up; report the median and "
                         "minimum")
@@ -242,14 +238,19 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _run_options(args):
     from irshard.program import split_assignment
     from irshard.run import RunOptions
+    from irshard.run import parse_range
     inputs = tuple(split_assignment(item, "--input", "PATH.npy")
                    for item in args.input)
+    ranges = tuple(parse_range(item) for item in args.range)
+    if len({name for name, _ in ranges}) < len(ranges):
+        raise UsageError("--range: an argument is given twice; give it once")
     options = RunOptions(seed=args.seed, inputs=inputs, check=args.check,
                          rtol=args.rtol, atol=args.atol, repeat=args.repeat,
-                         save=args.save, progress=True)
+                         save=args.save, progress=True, ranges=ranges,
+                         reference=args.reference)
     options.validate()
     if args.save:
-        check_output_path(args.save)
+        check_output_path(args.save, "--save")
     return options
 
 
@@ -264,9 +265,22 @@ def _add_process_options(p: argparse.ArgumentParser) -> None:
                         "Slurm or MPI these are read from the environment")
     p.add_argument("--process-id", type=int, metavar="I")
     p.add_argument("--num-processes", type=int, metavar="N")
-    p.add_argument("--timeout", type=float, metavar="S",
+    p.add_argument("--timeout", type=_seconds, metavar="S",
                    help="with --processes: stop every process if the run "
                         "takes longer than S seconds (default 300)")
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse type)."""
+    import math
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a positive number of seconds")
+    return value
 
 
 def _cluster(args):
@@ -417,17 +431,27 @@ def cmd_collectives(args) -> int:
     from irshard import backend
     backend.configure(1, "cpu")
     from irshard import dumps
-    found = dumps.find_modules(args.path, args.stage)
-    reports = [dumps.report(f, args.path, mesh) for f in found]
+    reports, skipped = dumps.reports(args.path, args.stage, mesh)
     if args.format == "json":
         from irshard.report import SCHEMA, dumps_json
         if len(reports) == 1 and not os.path.isdir(args.path):
             text = reports[0].render_json()
         else:
-            text = dumps_json({"schema": SCHEMA, "source": args.path,
-                               "modules": [r.to_json() for r in reports]}) + "\n"
+            body = {"schema": SCHEMA, "source": args.path,
+                    "modules": [r.to_json() for r in reports]}
+            if skipped:
+                body["skipped"] = [{"module": label, "devices": n}
+                                   for label, n in skipped]
+            text = dumps_json(body) + "\n"
     else:
         text = "\n".join(r.render_text() for r in reports)
+        if skipped:
+            text += (f"\nskipped {len(skipped)} module"
+                     f"{'' if len(skipped) == 1 else 's'} that "
+                     f"run{'s' if len(skipped) == 1 else ''} on another number "
+                     f"of devices than --mesh {mesh}:\n")
+            text += "".join(f"  {label}  ({n} device{'' if n == 1 else 's'})\n"
+                            for label, n in skipped)
     write_output(args.output, text)
     return 0
 
@@ -498,25 +522,61 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_one_line(args, argv: Sequence[str]) -> None:
+    """Every argument is one line of printable text, so every message that
+    quotes one stays one line. A pipeline may span lines: its whitespace is
+    read as spaces."""
+    import re
+    pipeline = getattr(args, "pipeline", None)
+    if pipeline is not None:
+        args.pipeline = re.sub(r"\s", " ", pipeline)
+    for arg in argv:
+        if arg is not pipeline and not all(c.isprintable() for c in arg):
+            raise UsageError(f"argument {arg!r} contains a control character "
+                             f"(a newline, tab, ...); give it on one line")
+
+
+def format_error(error: BaseException) -> str:
+    """`irshard: error: FIRST LINE`, then any further lines of a multi-line
+    message (JAX's hints, the user's exception) indented by two spaces."""
+    lines = str(error).splitlines() or [type(error).__name__]
+    rest = ["  " + line if line.strip() else "" for line in lines[1:]]
+    while rest and not rest[-1]:
+        rest.pop()
+    return "\n".join([f"irshard: error: {lines[0]}"] + rest)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from irshard import files, interrupts
     parser = build_parser()
+    claimed = False
     try:
+        interrupts.install()
         argv = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
         args.argv = argv
+        _check_one_line(args, argv)
         handler: Callable | None = getattr(args, "handler", None)
         if handler is None:
             raise UsageError("give a command: compile, run, show, collectives, "
                              "opt or devices (see 'irshard --help')")
+        files.claim_stdout()
+        claimed = True
         return handler(args)
     except IrshardError as e:
-        print(f"irshard: error: {e}", file=sys.stderr)
+        print(format_error(e), file=sys.stderr)
+        if getattr(e, "hard_exit", False):
+            # Native threads are still running and would end the process
+            # their own way (a fatal error of XLA's): leave now.
+            sys.stderr.flush()
+            files.release_stdout()
+            os._exit(e.exit_code)
         return e.exit_code
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        files.STDOUT.discard()
         return 0
     except KeyboardInterrupt:
-        print("irshard: interrupted", file=sys.stderr)
+        interrupts.exit_now()
         return 130
     except Exception as e:
         if os.environ.get("IRSHARD_TRACEBACK"):
@@ -525,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{str(e).splitlines()[0] if str(e) else ''} (set "
               f"IRSHARD_TRACEBACK=1 for the traceback)", file=sys.stderr)
         return 3
+    finally:
+        if claimed:
+            files.release_stdout()
 
 
 if __name__ == "__main__":

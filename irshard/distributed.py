@@ -35,7 +35,10 @@ from irshard.errors import UsageError
 
 DEFAULT_TIMEOUT = 300.0
 _GRACE = 5.0           # how long the others may take to follow a failure
-_KILL_WAIT = 3.0       # between SIGTERM and SIGKILL
+_KILL_WAIT = 0.5       # between SIGTERM and SIGKILL
+# --timeout bounds the whole run: stopping the processes starts this long
+# before it ends, so that the launcher itself is gone by then.
+_STOP_BUDGET = 1.0
 _STDERR_TAIL = 12
 _PORT_RETRIES = 3
 _NOISE = re.compile(r"\[Gloo\]|connected peer ranks")
@@ -51,6 +54,11 @@ class ClusterSpec:
     process_id: int
     num_processes: int
     source: str           # what said so: "command line", "Slurm", ...
+    # Listen on the coordinator's address only (not on every interface):
+    # it was given explicitly (--coordinator, IRSHARD_COORDINATOR) or is an
+    # IP address. A host name derived from Slurm or MPI may resolve to a
+    # loopback alias on its own machine, so JAX's default is kept for it.
+    bind: bool = False
 
 
 def _int(environ: Mapping[str, str], name: str) -> int | None:
@@ -92,6 +100,18 @@ def _ompi_job(environ: Mapping[str, str]) -> str:
             or environ.get("OMPI_MCA_orte_hnp_uri", "").split(".")[0])
 
 
+def _is_address(coordinator: str) -> bool:
+    """Whether HOST in HOST:PORT is an IP address (not a host name, which
+    may resolve to a loopback alias on its own machine)."""
+    import ipaddress
+    host = coordinator.rpartition(":")[0].strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_coordinator(text: str, option: str = "--coordinator") -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -124,7 +144,7 @@ def detect(coordinator: str | None, process_id: int | None,
                              f"{num_processes - 1} (--num-processes "
                              f"{num_processes})")
         return ClusterSpec(parse_coordinator(coordinator), process_id,
-                           num_processes, "command line")
+                           num_processes, "command line", bind=True)
 
     override = environ.get("IRSHARD_COORDINATOR")
     if override:
@@ -138,7 +158,8 @@ def detect(coordinator: str | None, process_id: int | None,
             raise UsageError("Slurm gives no node list; set --coordinator HOST:PORT")
         address = override or (f"{first_slurm_host(nodes)}:"
                                 f"{_port(environ, environ.get('SLURM_JOB_ID'))}")
-        return ClusterSpec(address, rank, size, "Slurm")
+        return ClusterSpec(address, rank, size, "Slurm",
+                           bind=bool(override) or _is_address(address))
 
     for source, size_var, rank_var, host, job in (
             ("Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
@@ -155,7 +176,8 @@ def detect(coordinator: str | None, process_id: int | None,
                                      f"set --coordinator HOST:PORT or "
                                      f"IRSHARD_COORDINATOR")
                 address = f"{host(environ)}:{_port(environ, job(environ))}"
-            return ClusterSpec(address, rank, size, source)
+            return ClusterSpec(address, rank, size, source,
+                               bind=bool(override) or _is_address(address))
     return None
 
 
@@ -315,7 +337,9 @@ def _describe_status(code: int | None) -> str:
 
 def launch(argv: Sequence[str], num_processes: int, timeout: float,
            env: Mapping[str, str] | None = None) -> LaunchResult:
-    """Runs `irshard ARGV` as `num_processes` processes forming one mesh."""
+    """Runs `irshard ARGV` as `num_processes` processes forming one mesh,
+    all of it (port retries included) within `timeout` seconds."""
+    deadline = time.monotonic() + timeout - _STOP_BUDGET
     for attempt in range(_PORT_RETRIES):
         port = free_port()
         children = []
@@ -327,13 +351,12 @@ def launch(argv: Sequence[str], num_processes: int, timeout: float,
                                   "--process-id", str(i),
                                   "--num-processes", str(num_processes)]
                     child_env = dict(env if env is not None else os.environ)
-                    child_env["IRSHARD_BIND_LOOPBACK"] = "1"
                     stage_file = os.path.join(status_dir, f"stage.{i}")
                     child_env["IRSHARD_STAGE_FILE"] = stage_file
                     children.append(_Child(i, child_argv, child_env, stage_file))
                 for child in children:
                     child.start_reading()
-                result = _watch(children, timeout)
+                result = _watch(children, deadline, timeout)
             finally:
                 stop_all(children)
                 for child in children:
@@ -344,15 +367,14 @@ def launch(argv: Sequence[str], num_processes: int, timeout: float,
         port_taken = lead.proc.returncode != 0 and (
             lead.stage_seen == "joining"
             or any(_PORT_IN_USE.search(line) for line in lead.stderr))
-        if result.exit_code != 0 and port_taken and attempt + 1 < _PORT_RETRIES:
+        if (result.exit_code != 0 and port_taken and attempt + 1 < _PORT_RETRIES
+                and time.monotonic() < deadline):
             continue
         return result
     return result
 
 
-def _watch(children: list[_Child], timeout: float) -> LaunchResult:
-    start = time.monotonic()
-    deadline = start + timeout
+def _watch(children: list[_Child], deadline: float, timeout: float) -> LaunchResult:
     first_failure: _Child | None = None
     while True:
         codes = [c.poll() for c in children]
@@ -440,9 +462,8 @@ def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    sys.stdout.flush()
-    sys.stdout.buffer.write(result.stdout)
-    sys.stdout.flush()
+    from irshard import files
+    files.emit(None, result.stdout.decode("utf-8", "replace"))
     for line in result.stderr:
         print(line, file=sys.stderr)
     return result.exit_code
@@ -465,21 +486,8 @@ def local_devices(total: int, cluster: ClusterSpec | None, platform: str) -> int
 def join(cluster: ClusterSpec, timeout: float | None) -> None:
     """Joins the run's other processes (after `backend.configure`)."""
     from irshard import backend
-    quiet_native_stdout()
     report_stage("joining")
     backend.initialize_distributed(
         cluster.coordinator, cluster.num_processes, cluster.process_id,
-        timeout or DEFAULT_TIMEOUT,
-        bind_loopback=os.environ.get("IRSHARD_BIND_LOOPBACK") == "1")
+        timeout or DEFAULT_TIMEOUT, bind=cluster.bind)
     report_stage("loading")
-
-
-def quiet_native_stdout() -> None:
-    """Sends what native libraries print on stdout (gloo's connection chatter)
-    to stderr; Python's own `sys.stdout` keeps writing to the real stdout, so
-    process 0's report stays clean."""
-    real = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout.flush()
-    sys.stdout = os.fdopen(real, "w", buffering=1, encoding="utf-8",
-                           closefd=True)

@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from irshard import analysis, backend
+from irshard import analysis, backend, files
 from irshard.errors import InputError, IRError, SpecError
 from irshard.hlo import ArrayShape, HloModuleView
 from irshard.report import CollectiveReport, TensorInfo
@@ -62,12 +62,13 @@ def find_modules(path: str, stage: str = "optimized") -> list[FoundModule]:
         raise InputError(f"'{path}' does not exist; give an HLO text file or "
                          f"an XLA dump directory")
     if not os.path.isdir(path):
+        files.check_regular(path, "file")
         return [FoundModule(os.path.basename(path), path, "file")]
     groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     others = []
     for name in sorted(os.listdir(path)):
         full = os.path.join(path, name)
-        if not os.path.isfile(full):
+        if not os.path.isfile(full):     # a FIFO in a dump is no module
             continue
         m = _DUMP_FILE.match(name)
         if m:
@@ -78,9 +79,9 @@ def find_modules(path: str, stage: str = "optimized") -> list[FoundModule]:
         elif name.endswith((".hlo", ".hlo.txt")):
             others.append(FoundModule(name, full, "file"))
     found = []
-    for (number, module_name), files in sorted(groups.items()):
+    for (number, module_name), dumped in sorted(groups.items()):
         by_stage = {}
-        for kind, rest, full in files:
+        for kind, rest, full in dumped:
             by_stage.setdefault(kind, []).append((rest, full))
         choice = None
         for wanted in ((stage,), ("optimized",), ("pass",), ("partitioned",),
@@ -105,6 +106,29 @@ def find_modules(path: str, stage: str = "optimized") -> list[FoundModule]:
             f"module_0000.NAME.after_optimizations.txt (from XLA_FLAGS="
             f"--xla_dump_to={path}) or .hlo text files")
     return found
+
+
+def reports(path: str, stage: str, mesh: MeshSpec | None
+            ) -> tuple[list[CollectiveReport], list[tuple[str, int]]]:
+    """The report of every module at `path`, and (label, devices) of each
+    module of a dump directory that runs on another number of devices than
+    `--mesh` has (a real dump also holds one-device helpers, `jit_iota`...):
+    those are skipped, unless no module fits."""
+    found = find_modules(path, stage)
+    result, skipped = [], []
+    for module in found:
+        try:
+            result.append(report(module, path, mesh))
+        except MeshMismatch as e:
+            if not os.path.isdir(path):
+                raise
+            skipped.append((module.label, e.devices))
+    if not result:
+        sizes = ", ".join(sorted({str(n) for _, n in skipped}))
+        raise SpecError(f"--mesh {mesh} has {mesh.num_devices} devices but no "
+                        f"module in '{path}' runs on that many (they run on "
+                        f"{sizes}); give a mesh of one of those sizes")
+    return result, skipped
 
 
 def load_view(found: FoundModule) -> HloModuleView:
@@ -168,12 +192,20 @@ def _parameters(view: HloModuleView, mesh: MeshSpec | None) -> tuple[TensorInfo,
     return tuple(infos)
 
 
+class MeshMismatch(SpecError):
+    """--mesh does not have as many devices as the module runs on."""
+
+    def __init__(self, message: str, devices: int):
+        super().__init__(message)
+        self.devices = devices
+
+
 def report(found: FoundModule, source: str, mesh: MeshSpec | None) -> CollectiveReport:
     view = load_view(found)
     devices = view.num_partitions * view.num_replicas
     if mesh is not None and mesh.num_devices != devices:
-        raise SpecError(f"--mesh {mesh} has {mesh.num_devices} devices but "
-                        f"{found.label} runs on {devices}")
+        raise MeshMismatch(f"--mesh {mesh} has {mesh.num_devices} devices but "
+                           f"{found.label} runs on {devices}", devices)
     if mesh is None:
         mesh = module_mesh(view, found.sibling_text)
         if mesh is not None and mesh.num_devices != devices:

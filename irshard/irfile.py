@@ -14,7 +14,7 @@ import os
 import re
 from typing import Callable, Sequence
 
-from irshard import backend
+from irshard import backend, files
 from irshard.errors import InputError, SpecError, UsageError
 from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir, parse_sharding
 
@@ -36,6 +36,7 @@ def read_bytes(path: str) -> bytes:
         raise InputError(f"file '{path}' does not exist")
     if os.path.isdir(path):
         raise InputError(f"'{path}' is a directory; expected a .mlir file")
+    files.check_regular(path, "file")
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -93,10 +94,11 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
                        for i, t in enumerate(main.type.inputs))
         outputs = [_decl(name, t, path) for name, t in
                    zip(shardy.result_names(main), main.type.results)]
+    notes = stages.x64_notes([(d.name, d.dtype) for d in (*inputs, *outputs)])
     info = stages.ProgramInfo(
         source=path, function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
-        platform=platform, inputs=inputs, outputs=tuple(outputs))
+        platform=platform, inputs=inputs, outputs=tuple(outputs), notes=notes)
     return stages.StableHLO(info, module, tuple(devices), None)
 
 
@@ -119,7 +121,8 @@ def _decl(name: str, type_, path: str):
 def unused_options(args) -> None:
     """Options that only mean something for a Python function."""
     for option, given in (("--fn", args.fn), ("--arg", args.arg),
-                          ("--grad", args.grad)):
+                          ("--grad", args.grad),
+                          ("--reference", getattr(args, "reference", None))):
         if given:
             raise UsageError(f"{option} does not apply to a .mlir module: its "
                              f"entry is @main and its types are in the module")

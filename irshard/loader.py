@@ -19,6 +19,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from irshard import files
 from irshard.errors import InputError, UserCodeError
 
 
@@ -48,10 +49,22 @@ def user_frame(tb: types.TracebackType | None,
     return found
 
 
+def exception_text(exc: BaseException, limit: int = 40) -> str:
+    """`Type: message`, whole (JAX's hints are in its later lines), at most
+    `limit` lines. `sys.exit(N)` reads as what it is."""
+    if isinstance(exc, SystemExit):
+        return f"the program called sys.exit({exc.code!r})"
+    lines = str(exc).strip().splitlines()
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+    body = "\n".join(lines)
+    return f"{type(exc).__name__}: {body}" if body else type(exc).__name__
+
+
 def describe_user_exception(exc: BaseException, user_dir: str) -> str:
-    """One line: where in the user's code `exc` was raised, and what it says."""
-    message = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
+    """Where in the user's code `exc` was raised, and what it says (all of
+    it: a multi-line message keeps its later lines)."""
+    text = exception_text(exc)
     frame = user_frame(exc.__traceback__, user_dir)
     if frame is None:
         return text
@@ -64,6 +77,7 @@ def load_module(path: str) -> types.ModuleType:
         raise InputError(f"file '{path}' does not exist")
     if os.path.isdir(path):
         raise InputError(f"'{path}' is a directory; expected a .py or .mlir file")
+    files.check_regular(path, "file")
     if not path.endswith(".py"):
         raise InputError(f"'{path}' is not a Python file; expected a .py file "
                          f"(or a .mlir module)")
@@ -92,7 +106,7 @@ def load_module(path: str) -> types.ModuleType:
     sys.modules[name] = module
     try:
         exec(code, module.__dict__)
-    except Exception as e:  # The user's module failed while importing.
+    except (Exception, SystemExit) as e:  # The user's module failed to import.
         del sys.modules[name]
         raise UserCodeError(describe_user_exception(e, directory)) from None
     return module
@@ -106,8 +120,8 @@ def public_functions(module: types.ModuleType) -> list[str]:
         and not name.startswith("_"))
 
 
-def select_function(module: types.ModuleType, path: str,
-                    name: str | None) -> tuple[str, Callable[..., Any]]:
+def select_function(module: types.ModuleType, path: str, name: str | None,
+                    option: str = "--fn") -> tuple[str, Callable[..., Any]]:
     """The function `name`, or the module's only public function."""
     candidates = public_functions(module)
     shown = display_path(path)
@@ -115,8 +129,9 @@ def select_function(module: types.ModuleType, path: str,
         obj = getattr(module, name, None)
         if not callable(obj):
             listed = ", ".join(candidates) if candidates else "none"
-            raise InputError(f"no function '{name}' in {shown}; candidates: "
-                             f"{listed}")
+            prefix = "" if option == "--fn" else f"{option} {name}: "
+            raise InputError(f"{prefix}no function '{name}' in {shown}; "
+                             f"candidates: {listed}")
         return name, obj
     if len(candidates) == 1:
         return candidates[0], getattr(module, candidates[0])
@@ -135,6 +150,7 @@ class Parameter:
     annotation: str | None   # the type string from the annotation, if any
     has_default: bool
     default: Any = None
+    kind: str = "positional"   # positional-only, positional or keyword-only
 
 
 def annotation_text(annotation: Any) -> str | None:
@@ -169,7 +185,9 @@ def parameters(fn: Callable[..., Any], fn_name: str) -> list[Parameter]:
                 f"'{fn_name}' takes {star}{p.name}; irshard needs a fixed list "
                 f"of parameters, each with a type")
         has_default = p.default is not p.empty
+        kind = {p.POSITIONAL_ONLY: "positional-only",
+                p.KEYWORD_ONLY: "keyword-only"}.get(p.kind, "positional")
         result.append(Parameter(p.name, annotation_text(p.annotation),
                                 has_default,
-                                p.default if has_default else None))
+                                p.default if has_default else None, kind))
     return result

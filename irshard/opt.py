@@ -109,13 +109,26 @@ def split_chunks(text: str, split: bool) -> list[Chunk]:
 
 
 def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
-    """A module from text or bytecode; errors say where, as MLIR does."""
+    """A module from text or bytecode; errors say where, as MLIR does.
+
+    StableHLO's portable artifacts (what `jax.export` serializes:
+    `Exported.mlir_module_serialized`, in the versioned VHLO dialect) are
+    upgraded to StableHLO, keeping their Shardy meshes and shardings."""
     from jaxlib.mlir import ir
     with context:
         try:
-            return ir.Module.parse(data)
+            module = ir.Module.parse(data)
         except ir.MLIRError as e:
             raise IRError(_located(e, source, first_line)) from None
+    if isinstance(data, bytes) and any(
+            op.operation.name.startswith("vhlo.") for op in module.body.operations):
+        from jaxlib.mlir.dialects import stablehlo
+        try:
+            return stablehlo.deserialize_portable_artifact(context, data)
+        except Exception as e:
+            raise IRError(f"{source}: cannot read this StableHLO portable "
+                          f"artifact: {backend.first_line(e)}") from None
+    return module
 
 
 def _located(error, source: str, first_line: int) -> str:
@@ -137,6 +150,7 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
         if step.irshard_pass is not None:
             step.irshard_pass.apply(module)
         else:
+            _check_entry(module, step)
             try:
                 backend.run_registered_passes(
                     module, f"builtin.module({step.mlir_text})")
@@ -148,6 +162,28 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
         if print_after_all:
             stderr.write(f"// -----// IR Dump After {step.label} //----- //\n")
             stderr.write(print_module(module, debug_info) + "\n")
+
+
+def _check_entry(module, step: pipeline.Step) -> None:
+    """Shardy's passes look for the module's entry and abort the process
+    when there is no public function: say so instead."""
+    from irshard import shardy
+    if "sdy-" not in step.mlir_text:
+        return
+    with module.context:
+        if shardy.public_function_names(module):
+            return
+        private = [f"@{n}" for n in (
+            ir_name(fn) for fn in shardy.functions(module))]
+    what = (f"only private functions ({', '.join(private)})" if private
+            else "no functions")
+    raise PassError(f"pass '{step.label}' needs a public entry function, and "
+                    f"the module has {what}; declare one 'func.func @main'")
+
+
+def ir_name(fn) -> str:
+    from jaxlib.mlir import ir
+    return ir.StringAttr(fn.attributes["sym_name"]).value
 
 
 def print_module(module, debug_info: bool = False) -> str:

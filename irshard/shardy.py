@@ -26,12 +26,29 @@ def functions(module: ir.Module) -> Iterator[func.FuncOp]:
             yield op.opview if not isinstance(op, func.FuncOp) else op
 
 
+def is_public(fn: func.FuncOp) -> bool:
+    visibility = fn.attributes["sym_visibility"] \
+        if "sym_visibility" in fn.attributes else None
+    return visibility is None or ir.StringAttr(visibility).value == "public"
+
+
+def public_function_names(module: ir.Module) -> list[str]:
+    return [ir.StringAttr(fn.attributes["sym_name"]).value
+            for fn in functions(module) if is_public(fn)]
+
+
 def entry_function(module: ir.Module, name: str = "main") -> func.FuncOp:
-    """The entry function `name`; an IRError naming the functions otherwise."""
+    """The public entry function `name`; an IRError naming the functions
+    otherwise."""
     names = []
     for fn in functions(module):
         fn_name = ir.StringAttr(fn.attributes["sym_name"]).value
         if fn_name == name:
+            if not is_public(fn):
+                raise IRError(f"@{name} is private; irshard compiles the "
+                              f"public entry function @{name} (declare it "
+                              f"'func.func @{name}' or 'func.func public "
+                              f"@{name}')")
             return fn
         names.append(fn_name)
     listed = ", ".join(f"@{n}" for n in names) or "none"

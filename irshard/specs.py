@@ -26,6 +26,26 @@ from irshard.errors import SpecError
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"[0-9]+\Z")
+# Sizes have at most this many digits (below 10**18, well inside int64).
+MAX_DIGITS = 18
+# The largest tensor irshard accepts, in bytes: XLA's shape arithmetic is
+# 64-bit and overflows (aborting the process) a little above this.
+MAX_TENSOR_BYTES = 2 ** 60
+
+
+def check_one_line(text: str, what: str) -> None:
+    """Specs, names and paths are one line of printable text; anything else
+    is shown escaped, so an error message stays one line."""
+    if not all(c.isprintable() for c in text):
+        raise SpecError(f"{what} {text!r} contains a control character (a "
+                        f"newline, tab, ...); give it on one line")
+
+
+def parse_size(text: str) -> int | None:
+    """A non-negative integer of ASCII digits, or None."""
+    if not _INT.match(text) or len(text.lstrip("0")) > MAX_DIGITS:
+        return None
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -43,6 +63,11 @@ class DType:
     @property
     def is_integer(self) -> bool:
         return self.name[0] in "iu"
+
+    @property
+    def is_64bit(self) -> bool:
+        """Needs JAX's 64-bit mode (i64, u64, f64, c128)."""
+        return self.name in ("i64", "u64", "f64", "c128")
 
 
 _DTYPE_LIST = [
@@ -146,6 +171,7 @@ _MESH_HELP = "expected NAME=SIZE[,NAME=SIZE...], e.g. x=4 or dp=2,tp=4"
 
 def parse_mesh(text: str) -> MeshSpec:
     """Parses `x=4` or `dp=2,tp=4`."""
+    check_one_line(text, "mesh")
     if not text.strip():
         raise SpecError(f"mesh is empty; {_MESH_HELP}")
     axes: list[MeshAxis] = []
@@ -162,10 +188,10 @@ def parse_mesh(text: str) -> MeshSpec:
             raise SpecError(
                 f"mesh axis name '{name}' is not an identifier; axis names are "
                 f"letters, digits and '_', not starting with a digit")
-        if not _INT.match(size) or int(size) == 0:
+        if not parse_size(size):
             raise SpecError(
                 f"mesh axis '{name}' has size '{size}'; sizes must be positive "
-                f"integers")
+                f"integers (at most {MAX_DIGITS} digits)")
         if name in seen:
             raise SpecError(
                 f"mesh axis '{name}' appears twice in '{text}'; each axis is "
@@ -250,6 +276,7 @@ def parse_dim_sharding(text: str, context: str) -> DimSharding:
 
 def parse_sharding(text: str) -> ShardingSpec:
     """Parses `x,_`, `x+y,_?`. An empty string is the sharding of a scalar."""
+    check_one_line(text, "sharding")
     context = f"sharding '{text}'"
     if not text.strip():
         return ShardingSpec(())
@@ -330,6 +357,7 @@ _TYPE_HELP = "expected DTYPE[DIM,...], e.g. f32[16,32], f32[1024@x] or i32[]"
 
 def parse_type(text: str) -> TensorType:
     """Parses `f32[16,32]`, `i32[]`, `f32[8@x,4@y]`, `f32[8@x+y?,4]`."""
+    check_one_line(text, "type")
     context = f"type '{text}'"
     m = re.fullmatch(r"\s*([A-Za-z0-9_]+)\s*\[(.*)\]\s*", text)
     if not m:
@@ -350,15 +378,27 @@ def parse_type(text: str) -> TensorType:
             raise SpecError(
                 f"{context}: dimension {index} is empty; each dimension is a "
                 f"non-negative integer size, optionally with @AXES")
-        if not _INT.match(size):
+        if parse_size(size) is None:
             raise SpecError(
                 f"{context}: dimension {index} has size '{size}'; sizes are "
-                f"non-negative integers")
-        shape.append(int(size))
+                f"non-negative integers (at most {MAX_DIGITS} digits)")
+        shape.append(parse_size(size))
         dims.append(parse_dim_sharding(axes, context) if at else DimSharding())
     has_sharding = any(d.axes or d.open for d in dims)
     sharding = ShardingSpec(tuple(dims)) if has_sharding else None
-    return TensorType(dtype, tuple(shape), sharding)
+    ttype = TensorType(dtype, tuple(shape), sharding)
+    check_size(ttype.shape, ttype.dtype, context)
+    return ttype
+
+
+def check_size(shape: tuple[int, ...], dtype: DType, context: str) -> None:
+    """A tensor must be smaller than `MAX_TENSOR_BYTES`."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= MAX_TENSOR_BYTES:
+        raise SpecError(
+            f"{context}: the tensor is {nbytes} bytes (2^"
+            f"{nbytes.bit_length() - 1} or more); irshard handles tensors "
+            f"below 2^60 bytes (1 EiB)")
 
 
 def format_shape(dtype: str, shape: tuple[int, ...] | list[int]) -> str:

@@ -18,8 +18,9 @@ file and line.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from irshard import analysis, backend
 from irshard.errors import BackendError, UserCodeError
@@ -79,6 +80,7 @@ class ProgramInfo:
     platform: str
     inputs: tuple[TensorDecl, ...]
     outputs: tuple[TensorDecl, ...]
+    notes: tuple[str, ...] = ()
 
 
 class Stage:
@@ -94,6 +96,10 @@ def _asm(operation: Any, debug_info: bool) -> str:
     return operation.get_asm(enable_debug_info=debug_info)
 
 
+# A 16-bit float element type in MLIR's printed types (`tensor<8xbf16>`).
+_SIXTEEN_BIT_FLOAT = re.compile(r"[x<]b?f16>")
+
+
 @dataclass(frozen=True, eq=False)
 class StableHLO(Stage):
     """The traced program as StableHLO with irshard's mesh and shardings."""
@@ -105,6 +111,10 @@ class StableHLO(Stage):
     # The traced Python callable (the gradient with --grad); None for a
     # module read from a file. `run --check` runs it on one device.
     function: Any = None
+    # Host callbacks the program calls (jax.debug.print, pure_callback).
+    callbacks: Any = ((), None)
+    # A function the user named to stand for the single-device result.
+    reference: Any = None
 
     def as_text(self, debug_info: bool = False) -> str:
         return _asm(self.module.operation, debug_info)
@@ -121,12 +131,18 @@ class StableHLO(Stage):
 
     def compile(self, partitioned: bool = False) -> "Optimized":
         """Partitions and compiles with XLA. With `partitioned`, also keeps
-        the HLO right after SPMD partitioning."""
+        the HLO right after SPMD partitioning (always kept on the CPU for a
+        program with 16-bit floats: the report reads their own types there,
+        since the CPU backend widens them)."""
         from irshard import shardy
         to_parameters, to_outputs = shardy.propagation_freedom(self.module)
+        partitioned = partitioned or (
+            self.info.platform == "cpu"
+            and _SIXTEEN_BIT_FLOAT.search(self.as_text()) is not None)
         compiled = backend.compile_module(self.module, self.devices,
                                           to_parameters, to_outputs,
-                                          capture_partitioned=partitioned)
+                                          capture_partitioned=partitioned,
+                                          callbacks=self.callbacks)
         return Optimized(self.info, compiled)
 
 
@@ -161,7 +177,8 @@ def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
 
 
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
-            compiled: backend.CompiledExecutable) -> CollectiveReport:
+            compiled: backend.CompiledExecutable,
+            programs=None) -> CollectiveReport:
     return CollectiveReport(
         source=info.source, function=info.function, stage=stage,
         mesh=info.mesh, platform=info.platform,
@@ -171,8 +188,9 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
         outputs=_tensor_infos(info.outputs,
                               compiled.output_shardings(len(info.outputs)),
                               info.mesh, indexed=True),
-        collectives=tuple(analysis.collectives(view, info.mesh, info.user_dir)),
-        memory=compiled.memory_stats())
+        collectives=tuple(analysis.collectives(view, info.mesh, info.user_dir,
+                                               programs)),
+        memory=compiled.memory_stats(), notes=info.notes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,12 +205,14 @@ class Partitioned(Stage):
     def as_text(self) -> str:
         return self.text
 
-    def report(self) -> CollectiveReport:
+    def view(self) -> HloModuleView:
         try:
-            view = HloModuleView.from_text(self.text)
+            return HloModuleView.from_text(self.text)
         except ValueError as e:
             raise BackendError(f"cannot read XLA's partitioned HLO: {e}") from None
-        return _report(self.info, self.name, view, self.compiled)
+
+    def report(self) -> CollectiveReport:
+        return _report(self.info, self.name, self.view(), self.compiled)
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,7 +235,10 @@ class Optimized(Stage):
 
     def report(self) -> CollectiveReport:
         view = HloModuleView(self.compiled.hlo_modules()[0])
-        return _report(self.info, self.name, view, self.compiled)
+        programs = None
+        if self.info.platform == "cpu" and self.compiled.partitioned_text:
+            programs = analysis.program_shapes(self.partitioned().view())
+        return _report(self.info, self.name, view, self.compiled, programs)
 
 
 # ---------------------------------------------------------------------------
@@ -236,6 +259,18 @@ def _output_decls(lowered: backend.LoweredFunction, program: Program,
     return tuple(decls)
 
 
+def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
+    """Turns on JAX's 64-bit mode when a tensor is declared 64-bit (without
+    it JAX silently makes i64/f64 values 32-bit), and says so."""
+    wide = [f"{name} ({dtype.name})" for name, dtype in tensors
+            if dtype.is_64bit]
+    if not wide:
+        return ()
+    backend.enable_x64()
+    return (f"64-bit types are on (jax_enable_x64) for {', '.join(wide)}; "
+            f"the function's own default types are then 64-bit too",)
+
+
 def trace(program: Program, platform: str = "cpu") -> StableHLO:
     """Traces `program.fn` (or its gradient with `program.grad`) to StableHLO
     and attaches the mesh and shardings with irshard's annotate pass."""
@@ -243,26 +278,39 @@ def trace(program: Program, platform: str = "cpu") -> StableHLO:
     mesh = program.mesh
     devices = backend.devices(platform, mesh.num_devices)
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
-    fn = program.fn
+    notes = x64_notes([(s.name, s.type.dtype) for s in program.inputs])
+    fn = backend.checked_outputs(program.fn)
     argnums = list(range(len(program.inputs)))
     if program.grad:
         argnums = [i for i, spec in enumerate(program.inputs)
                    if spec.type.dtype.is_float]
         fn = backend.gradient(fn, argnums)
+    reference = program.reference
+    if reference is not None and program.grad:
+        reference = backend.gradient(reference, argnums)
     user_dir = os.path.dirname(os.path.abspath(program.source))
     try:
         lowered = backend.lower(
             fn, [spec.type.shape for spec in program.inputs],
             [spec.type.dtype.numpy for spec in program.inputs], jax_mesh)
-    except Exception as e:
-        if user_frame(e.__traceback__, user_dir) is not None:
-            raise UserCodeError(describe_user_exception(e, user_dir)) from None
+    except backend.BadOutput as e:
+        raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
+    except (Exception, SystemExit) as e:
+        if isinstance(e, SystemExit) or user_frame(e.__traceback__,
+                                                   user_dir) is not None:
+            text = describe_user_exception(e, user_dir)
+            if "should match the mesh passed to shard_map" in text:
+                text += ("\nhint: irshard traces under a mesh of Auto axes "
+                         "made from --mesh; build the shard_map's mesh with "
+                         "axis_types=(AxisType.Auto, ...), or take it from the "
+                         "context (jax.sharding.get_abstract_mesh())")
+            raise UserCodeError(text) from None
         if program.grad and "scalar" in str(e):
             raise UserCodeError(
                 f"--grad needs '{program.function}' to return a scalar: "
-                f"{backend.first_line(e)}") from None
+                f"{backend.message(e)}") from None
         raise BackendError(f"JAX could not trace '{program.function}': "
-                           f"{type(e).__name__}: {backend.first_line(e)}") from None
+                           f"{type(e).__name__}: {backend.message(e)}") from None
     annotate(lowered.module, mesh,
              {i: spec.sharding for i, spec in enumerate(program.inputs)},
              dict(program.out_shardings))
@@ -271,5 +319,6 @@ def trace(program: Program, platform: str = "cpu") -> StableHLO:
         mesh=mesh, platform=platform,
         inputs=tuple(TensorDecl(s.name, s.type.dtype, s.type.shape)
                      for s in program.inputs),
-        outputs=_output_decls(lowered, program, argnums))
-    return StableHLO(info, lowered.module, tuple(devices), fn)
+        outputs=_output_decls(lowered, program, argnums), notes=notes)
+    return StableHLO(info, lowered.module, tuple(devices), fn,
+                     lowered.callbacks, reference)

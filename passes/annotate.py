@@ -55,6 +55,18 @@ def _resolve_mesh(module: ir.Module, mesh: MeshSpec | None,
     return mesh_name, mesh, previous if previous != mesh else None
 
 
+def _check_mesh_sizes(module: ir.Module, name: str, mesh: MeshSpec) -> None:
+    """XLA partitions a module for one device count: every mesh in it must
+    span the same number of devices (a mesh of size-1 axes aside)."""
+    for other, spec in sorted(shardy.meshes(module).items()):
+        if other != name and spec.num_devices not in (1, mesh.num_devices):
+            raise SpecError(
+                f"the module's meshes @{name} ({mesh}: {mesh.num_devices} "
+                f"devices) and @{other} ({spec}: {spec.num_devices} devices) "
+                f"differ in size; XLA partitions a module for one device "
+                f"count, so every mesh must have {mesh.num_devices} devices")
+
+
 def _index(key: int | str, names: list[str | None], kind: str) -> int:
     if isinstance(key, int) or key.isdigit():
         index = int(key)
@@ -83,6 +95,7 @@ def annotate(module: ir.Module, mesh: MeshSpec | None,
     with module.context, ir.Location.unknown():
         main = shardy.entry_function(module)
         name, mesh, replaced = _resolve_mesh(module, mesh, mesh_name)
+        _check_mesh_sizes(module, name, mesh)
         arg_names = shardy.argument_names(main)
         arg_types = list(main.type.inputs)
         result_types = list(main.type.results)

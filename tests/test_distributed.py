@@ -111,7 +111,7 @@ def test_a_process_that_hangs_is_named(write):
     start = time.monotonic()
     result = run_irshard("run", path, "--mesh", "x=4", "--processes", "2",
                          "--timeout", "8")
-    assert time.monotonic() - start < 8 + 10
+    assert time.monotonic() - start < 8 + 1.5   # --timeout bounds the run
     assert result.returncode == 3
     # Process 1 never gets past tracing; process 0 waits further on (how far
     # it got depends on the machine's speed).
@@ -168,7 +168,8 @@ def test_devices_per_process():
 @pytest.mark.parametrize("argv, message", [
     (["--processes", "3"], "the mesh's 4 devices cannot be split evenly over 3 processes"),
     (["--processes", "0"], "--processes 0: give at least 1"),
-    (["--processes", "2", "--timeout", "0"], "--timeout 0: give a positive number"),
+    (["--processes", "2", "--timeout", "0"], "--timeout: '0' is not a positive number"),
+    (["--processes", "2", "--timeout", "nan"], "--timeout: 'nan' is not a positive number"),
     (["--coordinator", "127.0.0.1:1"], "--coordinator, --process-id and "
                                         "--num-processes go together"),
     (["--coordinator", "nohost", "--process-id", "0", "--num-processes", "2"],
@@ -257,8 +258,7 @@ def test_joining_from_the_environment(write):
     for rank in range(2):
         env = dict(os.environ, SLURM_NTASKS="2", SLURM_PROCID=str(rank),
                    SLURM_STEP_NODELIST="127.0.0.1", SLURM_JOB_ID="1",
-                   IRSHARD_COORDINATOR_PORT=str(port),
-                   IRSHARD_BIND_LOOPBACK="1")
+                   IRSHARD_COORDINATOR_PORT=str(port))
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "irshard", "run", path, "--fn",
              "simulate_roll", "--mesh", "x=4", "--check"],
