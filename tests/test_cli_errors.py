@@ -13,9 +13,27 @@ HEAT = os.path.join(EXAMPLES, "heat1d.py")
 MATMUL = os.path.join(EXAMPLES, "matmul.py")
 
 
+NEGATE = """
+func.func {visibility}@main(%arg0: tensor<8xf32>{attrs}) -> tensor<8xf32> {{
+  %0 = stablehlo.negate %arg0 : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}}
+"""
+
+
 @pytest.fixture
-def files(write):
+def files(write, tmp_path):
+    fifo = str(tmp_path / "fifo.npy")
+    os.mkfifo(fifo)
     return {
+        "fifo": fifo,
+        "private": write("private.mlir", 'sdy.mesh @mesh = <["x"=2]>\n'
+                         + NEGATE.format(visibility="private ", attrs="")),
+        "meshes": write("meshes.mlir", 'sdy.mesh @mesh = <["x"=2]>\n'
+                        'sdy.mesh @other = <["y"=4]>\n' + NEGATE.format(
+                            visibility="", attrs=' {sdy.sharding = '
+                            '#sdy.sharding<@other, [{"y"}]>}')),
+        "empty": write("empty.mlir", ""),
         "heat": HEAT,
         "matmul": MATMUL,
         "syntax": write("syntax.py", "def f(a: 'f32[4]'):\n    return (a\n"),
@@ -81,6 +99,43 @@ CASES = [
     (["compile", "{raises}", "--mesh", "x=2"],
      "raises.py:5: in f: TypeError: dot_general requires contracting dimensions"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    # From a bad-input audit: each of these crashed, hung or exited 3.
+    (["compile", "{private}"], "@main is private; irshard compiles the public "
+                               "entry function @main"),
+    (["compile", "{meshes}", "--mesh", "x=2"],
+     "the module's meshes @mesh (x=2: 2 devices) and @other (y=4: 4 devices) "
+     "differ in size"),
+    (["opt", "{empty}", "-p", "sdy-propagation-pipeline"],
+     "pass 'sdy-propagation-pipeline' needs a public entry function, and the "
+     "module has no functions"),
+    (["opt", "{private}", "-p", "sdy-propagation-pipeline"],
+     "the module has only private functions (@main)"),
+    (["collectives", "{fifo}"], "file '{fifo}' is not a regular file"),
+    (["compile", "{fifo}", "--mesh", "x=2"], "file '{fifo}' is not a regular file"),
+    (["run", "{matmul}", "--mesh", "x=2,y=2", "--input", "a={fifo}"],
+     "--input a: file '{fifo}' is not a regular file"),
+    (["compile", "{matmul}", "--mesh", "x=2147483648"],
+     "the mesh needs 2147483648 devices in this process; XLA simulates at "
+     "most 2048 CPU devices in one process"),
+    (["compile", "{matmul}", "--mesh", "x=3000"], "the mesh needs 3000 devices"),
+    (["compile", "{matmul}", "--mesh", "x=20000"], "the mesh needs 20000 devices"),
+    (["compile", "{matmul}", "--mesh", "x=2,y=2", "--arg",
+      "a=f32[288230376151711744]"], "the tensor is 1152921504606846976 bytes"),
+    (["compile", "{matmul}", "--mesh", "x=2,y=2", "--arg",
+      "a=f32[1152921504606846976,2]"], "sizes are non-negative integers (at "
+                                       "most 18 digits)"),
+    (["compile", "{matmul}", "--mesh", "x=" + "9" * 5000],
+     "sizes must be positive integers (at most 18 digits)"),
+    (["compile", "{matmul}", "--mesh", "x=2,y=2", "--out-shard", "\u00b2=x"],
+     "output index '\u00b2' is not a non-negative integer"),
+    (["compile", "{matmul}", "--mesh", "x=2\ny=2"],
+     "argument 'x=2\\ny=2' contains a control character"),
+    (["compile", "{matmul}", "--mesh", "x=2,y=2", "--shard", "a=x,_",
+      "--shard", "a=_,y"], "--shard a is given twice"),
+    (["compile", "{matmul}", "--mesh", "x=2,y=2", "--arg", "a=f32[8,8]",
+      "--arg", "a=f32[8,8]"], "--arg a is given twice"),
+    (["run", "{matmul}", "--mesh", "x=2,y=2", "--processes", "2", "--timeout",
+      "nan"], "argument --timeout: 'nan' is not a positive number of seconds"),
 ]
 
 
@@ -88,7 +143,7 @@ CASES = [
 def test_error_line(argv, message, files, tmp_path, capsys):
     values = dict(files, tmp=str(tmp_path))
     output = str(tmp_path / "report.txt")
-    argv = [a.format(**values) for a in argv]
+    argv = [a.format(**values) if "{" in a else a for a in argv]
     if "-o" not in argv and argv[0] == "compile":
         argv += ["-o", output]
     assert cli.main(argv) == 2

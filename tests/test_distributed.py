@@ -268,3 +268,50 @@ def test_joining_from_the_environment(write):
     assert "run: seed 0, 2 processes" in outs[0][0]
     assert "check against one device: passed" in outs[0][0]
     assert outs[1][0] == ""           # process 1 stays quiet
+
+
+def _listening(port):
+    """Local addresses of the sockets listening on `port` (/proc/net/tcp*)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            address, _, hexport = local.rpartition(":")
+            if state == "0A" and int(hexport, 16) == port:   # LISTEN
+                found.append(address)
+    return found
+
+
+def test_a_manual_coordinator_binds_the_address_given():
+    """--coordinator 127.0.0.1:PORT listens there, not on every interface;
+    a peer that never joins ends the run cleanly within --timeout."""
+    import subprocess
+    port = distributed.free_port()
+    path = os.path.join(EXAMPLES, "heat1d.py")
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "irshard", "run", path, "--fn", "simulate_roll",
+         "--mesh", "x=2", "--coordinator", f"127.0.0.1:{port}", "--process-id",
+         "0", "--num-processes", "2", "--timeout", "6"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    addresses = []
+    while not addresses and proc.poll() is None and time.monotonic() - start < 6:
+        addresses = _listening(port)
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - start
+    # 127.0.0.1, in IPv4 or IPv4-mapped IPv6 form; never 0.0.0.0 or ::.
+    assert addresses and all(a in ("0100007F", "0000000000000000FFFF00000100007F")
+                             for a in addresses), addresses
+    assert proc.returncode == 3
+    assert err.splitlines() == [
+        f"irshard: error: process 0 waited 6 s for the run's 2 processes to "
+        f"join at 127.0.0.1:{port}, and not all of them did; start every "
+        f"process (--process-id 0 to 1) with --coordinator 127.0.0.1:{port}, "
+        f"or give a longer --timeout"], err
+    assert elapsed < 6 + 4

@@ -1,0 +1,169 @@
+"""Output goes to what the user named, whole or not at all; failures to
+write are usage errors; an interrupt ends the command promptly and leaves no
+temporary files."""
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from irshard import cli, files
+from irshard.errors import OutputError
+from tests.conftest import EXAMPLES, run_irshard
+
+MATMUL = os.path.join(EXAMPLES, "matmul.py")
+COMPILE = ["compile", MATMUL, "--mesh", "x=2,y=2"]
+
+
+def test_an_existing_file_keeps_its_mode(tmp_path):
+    path = tmp_path / "report.txt"
+    path.write_text("old")
+    os.chmod(path, 0o640)
+    assert cli.main([*COMPILE, "-o", str(path)]) == 0
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    assert path.read_text().startswith(MATMUL)
+
+
+def test_a_new_file_gets_the_usual_mode(tmp_path):
+    old = os.umask(0o027)
+    try:
+        assert cli.main([*COMPILE, "-o", str(tmp_path / "new.txt")]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "new.txt").st_mode) == 0o640
+
+
+def test_a_symlink_is_followed(tmp_path):
+    target = tmp_path / "target.txt"
+    target.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    assert cli.main([*COMPILE, "-o", str(link)]) == 0
+    assert link.is_symlink()
+    assert target.read_text().startswith(MATMUL)
+
+
+def test_a_fifo_is_written_through(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    assert cli.main([*COMPILE, "-o", str(fifo)]) == 0
+    out = reader.communicate(timeout=30)[0].decode()
+    assert out.startswith(MATMUL)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_dev_null_stays_a_device():
+    """The suite runs as root: a replacing writer would make /dev/null a file."""
+    assert cli.main([*COMPILE, "-o", os.devnull]) == 0
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_hard_links_are_kept(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("x" * 10000)
+    os.link(path, tmp_path / "b.txt")
+    assert cli.main([*COMPILE, "-o", str(path)]) == 0
+    assert (tmp_path / "b.txt").read_text() == path.read_text()
+    assert path.read_text().startswith(MATMUL)
+
+
+@pytest.mark.parametrize("target, message", [
+    ("", "-o '': give a file path"),
+    ("/dev/full", "-o /dev/full: cannot write: No space left on device"),
+    ("{tmp}", "-o {tmp}: is a directory; give a file path"),
+])
+def test_unwritable_outputs(tmp_path, capsys, target, message):
+    assert cli.main([*COMPILE, "-o", target.format(tmp=tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"irshard: error: {message.format(tmp=tmp_path)}"]
+
+
+def test_a_failed_write_leaves_the_old_file(tmp_path, monkeypatch, capsys):
+    """A read-only or full file system fails the rename: exit 2, the old file
+    as it was, no temporary file beside it."""
+    path = tmp_path / "report.txt"
+    path.write_text("old")
+
+    def refuse(src, dst):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(files.os, "replace", refuse)
+    assert cli.main([*COMPILE, "-o", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"irshard: error: -o {path}: cannot write: Read-only file system")
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["report.txt"]
+
+
+@pytest.mark.parametrize("stdout, message", [
+    ("closed", "cannot write the output: standard output is closed; give -o "
+               "PATH"),
+    ("full", "cannot write the output to standard output: No space left on "
+             "device; give -o PATH"),
+])
+def test_stdout_that_cannot_be_written(stdout, message):
+    target = subprocess.DEVNULL
+    if stdout == "full":
+        target = open("/dev/full", "w")
+    cmd = [sys.executable, "-m", "irshard", *COMPILE]
+    if stdout == "closed":
+        cmd = ["sh", "-c", '"$0" "$@" >&-', *cmd]
+    result = subprocess.run(cmd, stdout=target, stderr=subprocess.PIPE,
+                            text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"irshard: error: {message}"
+
+
+def test_check_writable_rejects_a_missing_directory(tmp_path):
+    with pytest.raises(OutputError, match="directory .* does not exist"):
+        files.check_writable(str(tmp_path / "no" / "r.txt"))
+
+
+SLOW = """\
+import jax.numpy as jnp
+
+
+def f(x: "f32[256@x,256]"):
+    for i in range(300):
+        x = jnp.tanh(x @ x.T + i)
+    return x
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM],
+                         ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_during_a_compile(write, tmp_path, sig):
+    """Ctrl-C or SIGTERM while XLA compiles (and dumps the partitioned
+    module) ends the command within a second, with status 130 and no
+    temporary files left."""
+    path = write("slow.py", SLOW)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    stage = tmp_path / "stage"
+    env = dict(os.environ, TMPDIR=str(temp), IRSHARD_STAGE_FILE=str(stage))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "irshard", "run", path, "--mesh", "x=2",
+         "--emit", "partitioned"], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if stage.exists() and stage.read_text() == "compiling" and os.listdir(temp):
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the compile never started")
+    time.sleep(0.5)
+    assert proc.poll() is None, "the compile finished before the interrupt"
+    start = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 2
+    assert proc.returncode == 130
+    assert err.strip().endswith("irshard: interrupted")
+    assert os.listdir(temp) == []
