@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 
 from irshard import backend, files
 from irshard.errors import InputError, SpecError, UsageError
-from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir, parse_sharding
+from irshard.specs import (MeshSpec, ShardingSpec, check_size, dtype_from_mlir,
+                           parse_sharding)
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _MESH_DECL = re.compile(rb'sdy\.mesh\s+@[\w.$\-]+\s*=\s*<\s*\[([^\]]*)\]')
@@ -115,6 +116,7 @@ def _decl(name: str, type_, path: str):
     if dtype is None:
         raise SpecError(f"{path}: @main's '{name}' has element type {element}, "
                         f"which irshard cannot make values of")
+    check_size(shape, dtype, f"{path}: @main's '{name}'")
     return stages.TensorDecl(name, dtype, shape)
 
 

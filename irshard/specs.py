@@ -41,6 +41,13 @@ def check_one_line(text: str, what: str) -> None:
                         f"newline, tab, ...); give it on one line")
 
 
+def shown(text: str, limit: int = 60) -> str:
+    """`text` quoted for a message, cut short when it is long."""
+    if len(text) <= limit:
+        return f"'{text}'"
+    return f"'{text[:limit - 20]}...' ({len(text)} characters)"
+
+
 def parse_size(text: str) -> int | None:
     """A non-negative integer of ASCII digits, or None."""
     if not _INT.match(text) or len(text.lstrip("0")) > MAX_DIGITS:
@@ -179,22 +186,22 @@ def parse_mesh(text: str) -> MeshSpec:
     for item in text.split(","):
         item = item.strip()
         if not item:
-            raise SpecError(f"mesh '{text}' has an empty entry; {_MESH_HELP}")
+            raise SpecError(f"mesh {shown(text)} has an empty entry; {_MESH_HELP}")
         name, eq, size = (s.strip() for s in item.partition("="))
         if not eq:
             raise SpecError(
-                f"mesh axis '{item}' has no size; {_MESH_HELP}")
+                f"mesh axis {shown(item)} has no size; {_MESH_HELP}")
         if not _IDENT.match(name):
             raise SpecError(
-                f"mesh axis name '{name}' is not an identifier; axis names are "
+                f"mesh axis name {shown(name)} is not an identifier; axis names are "
                 f"letters, digits and '_', not starting with a digit")
         if not parse_size(size):
             raise SpecError(
-                f"mesh axis '{name}' has size '{size}'; sizes must be positive "
+                f"mesh axis '{name}' has size {shown(size)}; sizes must be positive "
                 f"integers (at most {MAX_DIGITS} digits)")
         if name in seen:
             raise SpecError(
-                f"mesh axis '{name}' appears twice in '{text}'; each axis is "
+                f"mesh axis '{name}' appears twice in {shown(text)}; each axis is "
                 f"named once")
         seen.add(name)
         axes.append(MeshAxis(name, int(size)))
@@ -277,7 +284,7 @@ def parse_dim_sharding(text: str, context: str) -> DimSharding:
 def parse_sharding(text: str) -> ShardingSpec:
     """Parses `x,_`, `x+y,_?`. An empty string is the sharding of a scalar."""
     check_one_line(text, "sharding")
-    context = f"sharding '{text}'"
+    context = f"sharding {shown(text)}"
     if not text.strip():
         return ShardingSpec(())
     return ShardingSpec(tuple(parse_dim_sharding(entry, context)
@@ -358,7 +365,7 @@ _TYPE_HELP = "expected DTYPE[DIM,...], e.g. f32[16,32], f32[1024@x] or i32[]"
 def parse_type(text: str) -> TensorType:
     """Parses `f32[16,32]`, `i32[]`, `f32[8@x,4@y]`, `f32[8@x+y?,4]`."""
     check_one_line(text, "type")
-    context = f"type '{text}'"
+    context = f"type {shown(text)}"
     m = re.fullmatch(r"\s*([A-Za-z0-9_]+)\s*\[(.*)\]\s*", text)
     if not m:
         raise SpecError(f"{context}: {_TYPE_HELP}")
@@ -380,7 +387,7 @@ def parse_type(text: str) -> TensorType:
                 f"non-negative integer size, optionally with @AXES")
         if parse_size(size) is None:
             raise SpecError(
-                f"{context}: dimension {index} has size '{size}'; sizes are "
+                f"{context}: dimension {index} has size {shown(size)}; sizes are "
                 f"non-negative integers (at most {MAX_DIGITS} digits)")
         shape.append(parse_size(size))
         dims.append(parse_dim_sharding(axes, context) if at else DimSharding())
