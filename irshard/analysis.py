@@ -10,19 +10,14 @@ neighbouring instruction (`attribution: inferred`).
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import re
-import sysconfig
 from dataclasses import dataclass
-from typing import Iterable
 
 from irshard import replica_groups as rg
-from irshard.hlo import (ArrayShape, Frame, HloModuleView, Instruction,
-                         shape_leaves)
-from irshard.loader import display_path
-from irshard.report import Collective, SourceLocation
+from irshard.frames import Frame, SourceLocation, UserCode
+from irshard.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
+from irshard.report import Collective
 from irshard.specs import MeshSpec, lookup_dtype
 
 # Printed opcode -> report kind. `-start` forms are the async halves; their
@@ -152,79 +147,20 @@ def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
 # Sources
 
 
-@functools.lru_cache(maxsize=1)
-def _package_dirs() -> tuple[str, ...]:
-    dirs = [sysconfig.get_paths()["stdlib"]]
-    import irshard
-    dirs.append(os.path.dirname(irshard.__file__))
-    for name in ("irshard.passes", "irshard.tools", "jax", "jaxlib"):
-        try:
-            module = __import__(name, fromlist=["__file__"])
-        except ImportError:
-            continue
-        dirs.append(os.path.dirname(module.__file__))
-    return tuple(os.path.realpath(d) for d in dirs)
-
-
-# Frames in these parts of a path are JAX's own wherever the module was
-# compiled (an HLO dump may come from another machine).
-_FOREIGN_JAX = re.compile(r"(^|/)(jax/_src|jaxlib|jax/experimental|irshard)/")
-
-
-class SourceResolver:
-    """Picks the user's frame out of a stack, innermost first: a frame in the
-    user's directory; else one outside any installed package; else one
-    outside JAX, irshard and the standard library."""
-
-    def __init__(self, user_dir: str | None):
-        self.user_dir = os.path.realpath(user_dir) if user_dir else None
-        self.excluded = _package_dirs()
-
-    def _is_excluded(self, path: str, original: str) -> bool:
-        return (any(path == d or path.startswith(d + os.sep) for d in self.excluded)
-                or bool(_FOREIGN_JAX.search(original.replace(os.sep, "/")))
-                or original.startswith("<"))
-
-    def _in_user_dir(self, path: str) -> bool:
-        return bool(self.user_dir) and path.startswith(self.user_dir + os.sep) \
-            and not _is_installed(path)
-
-    def display(self, path: str) -> str:
-        real = os.path.realpath(path)
-        if self._in_user_dir(real):
-            return os.path.relpath(real, self.user_dir)
-        return display_path(path)
-
-    def choose(self, frames: Iterable[Frame]) -> SourceLocation | None:
-        candidates = [(f, os.path.realpath(f.file)) for f in frames
-                      if f.file and f.line > 0]
-        kept = [(f, p) for f, p in candidates if not self._is_excluded(p, f.file)]
-        pick = (next((f for f, p in kept if self._in_user_dir(p)), None)
-                or next((f for f, p in kept if not _is_installed(f.file)), None)
-                or next((f for f, _ in kept), None))
-        if pick is None:
-            return None
-        return SourceLocation(self.display(pick.file), pick.line,
-                              pick.function or None)
-
-
-def _is_installed(path: str) -> bool:
-    parts = path.replace(os.sep, "/").split("/")
-    return "site-packages" in parts or "dist-packages" in parts
-
-
 def _frames(view: HloModuleView, inst: Instruction) -> list[Frame]:
+    """The instruction's stack, innermost first: its stack frame chain, or
+    the single `source_file:source_line` older modules carry."""
     metadata = inst.metadata
-    frames = []
-    if "source_file" in metadata and "source_line" in metadata:
-        frames.append(Frame(metadata["source_file"], "",
-                            int(metadata["source_line"])))
     if metadata.get("stack_frame_id", "").isdigit():
-        frames.extend(view.stack_frames.chain(int(metadata["stack_frame_id"])))
-    return frames
+        chain = view.stack_frames.chain(int(metadata["stack_frame_id"]))
+        if chain:
+            return chain
+    if "source_file" in metadata and metadata.get("source_line", "").isdigit():
+        return [Frame(metadata["source_file"], "", int(metadata["source_line"]))]
+    return []
 
 
-def attribute(view: HloModuleView, inst: Instruction, resolver: SourceResolver,
+def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
               max_depth: int = 4) -> tuple[SourceLocation | None, str, str | None]:
     """(source, attribution, op_name) of `inst`."""
     own = resolver.choose(_frames(view, inst))
@@ -356,7 +292,7 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
     `program_shapes` of the partitioned module), a collective the backend
     widened reports the program's own type and bytes, and the backend's type
     as `backend_dtype`."""
-    resolver = SourceResolver(user_dir)
+    resolver = UserCode(user_dir)
     devices = (mesh.num_devices if mesh
                else view.num_partitions * view.num_replicas)
     result = []

@@ -195,7 +195,22 @@ def gradient(fn: Callable[..., Any], argnums: Sequence[int]) -> Callable[..., An
 
 
 class PassFailure(Exception):
-    """A registered pass failed; the message is MLIR's first diagnostic."""
+    """A registered pass failed; `describe` gives MLIR's first diagnostic."""
+
+    def __init__(self, error):
+        super().__init__(getattr(error, "message", str(error)))
+        self.error = error
+        from irshard import shardy
+        found = shardy.file_locations(error.error_diagnostics[0].location) \
+            if getattr(error, "error_diagnostics", None) else []
+        self.file = found[0][0] if found else ""
+
+    def describe(self, source: str | None = None, first_line: int = 1) -> str:
+        from irshard import shardy
+        return shardy.diagnostic_text(self.error, source, first_line)
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 def run_registered_passes(module, pipeline: str) -> None:
@@ -212,17 +227,7 @@ def run_registered_passes(module, pipeline: str) -> None:
         try:
             interrupts.call(pm.run, operation)
         except ir.MLIRError as e:
-            diagnostics = list(e.error_diagnostics)
-            if diagnostics:
-                d = diagnostics[0]
-                raise PassFailure(f"{location_text(d.location)}{d.message}") from None
-            raise PassFailure(e.message) from None
-
-
-def location_text(location) -> str:
-    """`file:line:col: ` of a location, or '' when it has none."""
-    m = re.search(r'"([^"]+)":(\d+):(\d+)', str(location))
-    return f"{m.group(1)}:{m.group(2)}:{m.group(3)}: " if m else ""
+            raise PassFailure(e) from None
 
 
 def parse_pipeline(pipeline: str, context) -> Any:

@@ -168,7 +168,7 @@ def reference(lowered: StableHLO, info, sources,
 
 
 def _reference_error(e: BaseException, info, named: bool) -> Exception:
-    from irshard.loader import describe_user_exception
+    from irshard.loader import describe_user_exception, raised_by_user_code
     text = str(e)
     if not named and "should match the mesh passed to shard_map" in text:
         return UsageError(
@@ -178,16 +178,11 @@ def _reference_error(e: BaseException, info, named: bool) -> Exception:
             f"(jax.sharding.get_abstract_mesh()), or name a single-device "
             f"reference with --reference NAME")
     what = "the reference function" if named else "the single-device reference"
-    if info.user_dir and (isinstance(e, SystemExit) or _has_user_frame(e, info)):
+    if raised_by_user_code(e):
         return UserCodeError(f"{what} failed: "
-                             f"{describe_user_exception(e, info.user_dir)}")
+                             f"{describe_user_exception(e, info.user_dir or '.')}")
     return BackendError(f"{what} failed: {type(e).__name__}: "
                         f"{backend.message(e)}")
-
-
-def _has_user_frame(e: BaseException, info) -> bool:
-    from irshard.loader import user_frame
-    return user_frame(e.__traceback__, info.user_dir) is not None
 
 
 def _float64_reference(fn: Callable, lowered: StableHLO, info,
@@ -212,7 +207,7 @@ def _module_reference(lowered: StableHLO, arrays, device) -> list[np.ndarray]:
     import jax
 
     from irshard import shardy
-    from irshard.passes.strip_shardings import StripShardingsPass
+    from irshard.annotation import strip_shardings
     module = shardy.clone_module(lowered.module)
     with module.context:
         if any(op.name == "sdy.manual_computation"
@@ -221,7 +216,7 @@ def _module_reference(lowered: StableHLO, arrays, device) -> list[np.ndarray]:
                 "--check cannot make a single-device reference of this module: "
                 "its manual computations (sdy.manual_computation) are written "
                 "per device")
-    StripShardingsPass(num_partitions=True).apply(module)
+    strip_shardings(module, num_partitions=True)
     count = len(lowered.info.inputs), len(lowered.info.outputs)
     compiled = backend.compile_module(module, [device], [True] * count[0],
                                       [True] * count[1])

@@ -19,7 +19,10 @@ class IrshardError(Exception):
 
 
 class UsageError(IrshardError):
-    """A malformed command line: unknown option value, missing argument."""
+    """Anything the user gave that irshard cannot use: a malformed command
+    line or spec, a file, their code, IR, an output path (exit code 2). The
+    Python API raises it (or a subclass) where the command line prints its
+    error line."""
 
 
 class SpecError(UsageError):
@@ -27,26 +30,26 @@ class SpecError(UsageError):
     not fit the tensor it is applied to."""
 
 
-class InputError(IrshardError):
+class InputError(UsageError):
     """A problem with the user's file: missing, unreadable, no such function."""
 
 
-class OutputError(IrshardError):
+class OutputError(UsageError):
     """The output cannot be written: a missing or read-only directory, a full
     disk, a closed standard output."""
 
 
-class UserCodeError(IrshardError):
+class UserCodeError(UsageError):
     """An exception raised by the user's own code while it was imported or
     traced. The message points at their file and line."""
 
 
-class IRError(IrshardError):
+class IRError(UsageError):
     """Malformed or unsupported IR: MLIR that does not parse or verify, HLO
     text that XLA rejects, a module without an entry function."""
 
 
-class PassError(IrshardError):
+class PassError(UsageError):
     """A pass pipeline that does not parse, names an unknown pass, or a pass
     that failed on its input."""
 
@@ -55,6 +58,15 @@ class CheckFailed(IrshardError):
     """A check ran and failed (e.g. `run --check` found a mismatch)."""
 
     exit_code = 1
+
+
+class BudgetExceeded(CheckFailed):
+    """The report exceeds a collective budget (`--budget`,
+    `report.check_budget`); `breaches` lists each one."""
+
+    def __init__(self, message: str, breaches=()):
+        super().__init__(message)
+        self.breaches = tuple(breaches)
 
 
 class BackendError(IrshardError):

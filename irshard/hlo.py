@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from irshard.frames import Frame
 from irshard.specs import lookup_dtype
 from irshard.syntax import matching_bracket, split_top_level
 
@@ -236,14 +237,6 @@ def opcode_name(enum_name: str) -> str:
     """`kAllGatherStart` -> `all-gather-start` (HLO's printed opcode)."""
     body = enum_name[1:] if enum_name.startswith("k") else enum_name
     return re.sub(r"(?<!^)(?=[A-Z])", "-", body).lower()
-
-
-@dataclass(frozen=True)
-class Frame:
-    file: str
-    function: str
-    line: int
-    column: int = 0
 
 
 class StackFrameTable:

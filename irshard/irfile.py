@@ -75,7 +75,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     """The module as stage `stablehlo`, annotated and with its devices.
     `configure(mesh)` runs once the mesh is known, before JAX picks devices."""
     from irshard import opt, shardy, stages
-    from irshard.passes.annotate import annotate
+    from irshard.annotation import annotate
     context = backend.ir_context()
     module = opt.parse_module(data, context, path)
     shardy.name_locations(module)

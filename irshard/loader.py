@@ -14,39 +14,13 @@ import importlib.util
 import inspect
 import os
 import sys
-import traceback
 import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from irshard import files
 from irshard.errors import InputError, UserCodeError
-
-
-def display_path(path: str) -> str:
-    """`path` relative to the working directory when it lies below it."""
-    absolute = os.path.abspath(path)
-    relative = os.path.relpath(absolute)
-    return absolute if relative.startswith("..") else relative
-
-
-def _is_library_file(filename: str) -> bool:
-    parts = filename.replace("\\", "/").split("/")
-    return "site-packages" in parts or "dist-packages" in parts
-
-
-def user_frame(tb: types.TracebackType | None,
-               user_dir: str) -> traceback.FrameSummary | None:
-    """The innermost frame of `tb` in the user's own code: a file under
-    `user_dir` that is not an installed library."""
-    user_dir = os.path.abspath(user_dir)
-    found = None
-    for frame in traceback.extract_tb(tb):
-        filename = os.path.abspath(frame.filename)
-        if (filename.startswith(user_dir + os.sep)
-                and not _is_library_file(filename)):
-            found = frame
-    return found
+from irshard.frames import UserCode, display_path
 
 
 def exception_text(exc: BaseException, limit: int = 40) -> str:
@@ -61,11 +35,18 @@ def exception_text(exc: BaseException, limit: int = 40) -> str:
     return f"{type(exc).__name__}: {body}" if body else type(exc).__name__
 
 
+def raised_by_user_code(exc: BaseException) -> bool:
+    """Whether the user's code (not JAX alone) raised `exc` or called what
+    did, or it is their `sys.exit`."""
+    return isinstance(exc, SystemExit) or \
+        UserCode().raised_at(exc.__traceback__) is not None
+
+
 def describe_user_exception(exc: BaseException, user_dir: str) -> str:
     """Where in the user's code `exc` was raised, and what it says (all of
     it: a multi-line message keeps its later lines)."""
     text = exception_text(exc)
-    frame = user_frame(exc.__traceback__, user_dir)
+    frame = UserCode(user_dir).raised_at(exc.__traceback__)
     if frame is None:
         return text
     return f"{display_path(frame.filename)}:{frame.lineno}: in {frame.name}: {text}"

@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TextIO
 
-from irshard import backend, pipeline
+from irshard import backend, pipeline, shardy
 from irshard.errors import IRError, IrshardError, PassError
 
 SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
@@ -119,7 +119,7 @@ def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
         try:
             module = ir.Module.parse(data)
         except ir.MLIRError as e:
-            raise IRError(_located(e, source, first_line)) from None
+            raise IRError(shardy.diagnostic_text(e, source, first_line)) from None
     if isinstance(data, bytes) and any(
             op.operation.name.startswith("vhlo.") for op in module.body.operations):
         from jaxlib.mlir.dialects import stablehlo
@@ -129,18 +129,6 @@ def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
             raise IRError(f"{source}: cannot read this StableHLO portable "
                           f"artifact: {backend.first_line(e)}") from None
     return module
-
-
-def _located(error, source: str, first_line: int) -> str:
-    diagnostics = list(error.error_diagnostics)
-    if not diagnostics:
-        return f"{source}: {error.message}"
-    d = diagnostics[0]
-    m = re.match(r'loc\("[^"]*":(\d+):(\d+)', str(d.location))
-    if m:
-        line = int(m.group(1)) + first_line - 1
-        return f"{source}:{line}:{m.group(2)}: {d.message}"
-    return f"{source}: {d.message}"
 
 
 def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
@@ -156,8 +144,8 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
                     module, f"builtin.module({step.mlir_text})")
             except backend.PassFailure as e:
                 # MLIR calls the parsed text '-'; say which file and line.
-                where = re.sub(r"^-:(\d+):", lambda m: f"{source}:"
-                               f"{int(m.group(1)) + first_line - 1}:", str(e))
+                where = e.describe(source if e.file in ("-", "") else None,
+                                   first_line)
                 raise PassError(f"pass '{step.label}' failed: {where}") from None
         if print_after_all:
             stderr.write(f"// -----// IR Dump After {step.label} //----- //\n")

@@ -11,20 +11,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from irshard.frames import SourceLocation
 from irshard.specs import MeshSpec, format_shape
 
 SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class SourceLocation:
-    file: str
-    line: int
-    function: str | None
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}"
-        return f"{where} ({self.function})" if self.function else where
 
 
 @dataclass(frozen=True)
@@ -101,9 +91,7 @@ class Collective:
             "wire_bytes": self.wire_bytes,
             "mesh_axes": list(self.mesh_axes) if self.mesh_axes is not None else None,
             "group_size": self.group_size,
-            "source": ({"file": self.source.file, "line": self.source.line,
-                        "function": self.source.function}
-                       if self.source else None),
+            "source": self.source.to_json() if self.source else None,
             "attribution": self.attribution,
             "op_name": self.op_name,
             "loop_trip_counts": list(self.loop_trip_counts),

@@ -7,7 +7,6 @@ locations. Callers hold the module's context.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator
 
 from jaxlib.mlir import ir
@@ -18,6 +17,34 @@ from irshard.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
 
 SHARDING = "sdy.sharding"
 SHARDING_ORIGINS = "sdy.sharding_origins"
+
+# Shardy's propagation, as its own `sdy-propagation-pipeline` runs it, with
+# the debug options that record why each axis is where it is
+# (`sdy.sharding_origins`), and stopping where Shardy dumps its
+# `after_propagation` module: before the export passes drop those records.
+PROPAGATION_PIPELINE = ",".join([
+    # Import: lift inlined meshes, add data-flow edges, sharding groups...
+    "sdy-import-pipeline",
+    # Calls: one function per call site, so each can get its own shardings.
+    "sdy-flatten-call-graph", "symbol-dce",
+    "sdy-import-func-calls", "symbol-dce",
+    # User constraints, then shardings that must agree (sharding groups).
+    "sdy-apply-sharding-constraints{debug-sharding-origins=true}",
+    "sdy-sharding-group-import",
+    # Propagation proper: callees first, then by user priority.
+    "sdy-pre-order-funcs",
+    "sdy-user-priority-propagate{debug-sharding-origins=true}",
+    # Back to functions and calls.
+    "sdy-export-named-computations", "sdy-propagate-to-func-results",
+    "sdy-unflatten-call-graph", "symbol-dce",
+    "sdy-insert-func-call-reshards",
+    # The first export steps: move shardings from data-flow edges onto the
+    # values (keeping origins), and close the shardings.
+    "func.func(sdy-sink-data-flow-edges{sink-debug-sharding-origins=true})",
+    "sdy-remove-sharding-groups",
+    "func.func(sdy-sharding-constraint-to-reshard)",
+    "sdy-close-shardings",
+])
 
 
 def functions(module: ir.Module) -> Iterator[func.FuncOp]:
@@ -127,14 +154,56 @@ def set_attr_dicts(fn: func.FuncOp, key: str,
     fn.attributes[key] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
 
 
-# `loc("d")` or `loc("d"(...))`, not a file location `loc("f.py":3:7)`.
-_NAME_LOC = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"(?=[()])')
+# ---------------------------------------------------------------------------
+# Locations, read through the bindings' location classes
+
+
+_LOCATION_KINDS = (ir.FileLineColLoc, ir.NameLoc, ir.CallSiteLoc, ir.FusedLoc,
+                   ir.UnknownLoc)
+
+
+def typed_location(location: ir.Location) -> ir.Location:
+    """The location as its own class (`FileLineColLoc`, `NameLoc`, ...);
+    diagnostics hand out plain `Location`s."""
+    if isinstance(location, _LOCATION_KINDS):
+        return location
+    for kind in _LOCATION_KINDS:
+        try:
+            return kind(location)
+        except (ValueError, TypeError):
+            continue
+    return location
 
 
 def location_name(location: ir.Location) -> str | None:
     """The name of a `loc("name")` or `loc("name"(...))` location."""
-    m = _NAME_LOC.match(str(location))
-    return m.group(1) if m else None
+    location = typed_location(location)
+    return location.name_str if isinstance(location, ir.NameLoc) else None
+
+
+def file_locations(location: ir.Location,
+                   function: str = "") -> list[tuple[str, int, int, str]]:
+    """(file, line, column, function) of every file location in `location`,
+    innermost first (a call site's callee before its caller); the function
+    is the name JAX wraps a frame's file location in, or ''."""
+    location = typed_location(location)
+    if isinstance(location, ir.FileLineColLoc):
+        return [(location.filename, location.start_line, location.start_col,
+                 function)]
+    if isinstance(location, ir.NameLoc):
+        child = typed_location(location.child_loc)
+        name = location.name_str if isinstance(child, ir.FileLineColLoc) else ""
+        return file_locations(child, name)
+    if isinstance(location, ir.CallSiteLoc):
+        return file_locations(location.callee) + file_locations(location.caller)
+    if isinstance(location, ir.FusedLoc):
+        return [f for part in location.locations for f in file_locations(part)]
+    return []
+
+
+def location_frames(location: ir.Location) -> list[tuple[str, int, str]]:
+    """(file, line, function) of every file location, innermost first."""
+    return [(f, line, fn) for f, line, _, fn in file_locations(location)]
 
 
 def argument_names(fn: func.FuncOp) -> list[str | None]:
@@ -163,27 +232,24 @@ def walk(op: ir.Operation) -> Iterator[ir.Operation]:
                 yield from walk(child.operation)
 
 
-def parse_module(text: str, context: Any, source: str) -> ir.Module:
-    """Parses MLIR text; errors carry MLIR's own `file:line:col: message`."""
-    with context:
-        try:
-            return ir.Module.parse(text)
-        except ir.MLIRError as e:
-            raise IRError(f"{source}: {diagnostic_text(e)}") from None
+def diagnostic_text(error: ir.MLIRError, source: str | None = None,
+                    first_line: int = 1, with_location: bool = True) -> str:
+    """The first diagnostic of an MLIRError as `file:line:col: message`.
 
-
-def diagnostic_text(error: ir.MLIRError, with_location: bool = True) -> str:
-    """The first diagnostic of an MLIRError as `line:col: message`."""
+    With `source`, the file is `source` and lines count from `first_line`
+    (a chunk of a larger file); without, the location's own file is kept.
+    `with_location=False` gives the message alone."""
     diagnostics = list(error.error_diagnostics)
     if not diagnostics:
-        return error.message
+        return f"{source}: {error.message}" if source else error.message
     d = diagnostics[0]
-    if not with_location:
-        return d.message
-    where = str(d.location)
-    m = re.match(r'loc\("[^"]*":(\d+):(\d+)', where)
-    prefix = f"{m.group(1)}:{m.group(2)}: " if m else ""
-    return f"{prefix}{d.message}"
+    found = file_locations(d.location) if with_location else []
+    if not found:
+        return f"{source}: {d.message}" if source and with_location else d.message
+    file, line, column, _ = found[0]
+    if source is not None:
+        file, line = source, line + first_line - 1
+    return f"{file}:{line}:{column}: {d.message}"
 
 
 def propagation_freedom(module: ir.Module) -> tuple[list[bool], list[bool]]:
@@ -204,19 +270,6 @@ def propagation_freedom(module: ir.Module) -> tuple[list[bool], list[bool]]:
     return args, results
 
 
-_FILE_LOC = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
-
-
-def location_frames(location) -> list[tuple[str, int, str]]:
-    """(file, line, function) of every file location in an MLIR location,
-    innermost first (the order `callsite(callee at caller)` prints them); the
-    function is the name JAX wraps a frame's location in, or ''."""
-    frames = []
-    for m in _FILE_LOC.finditer(str(location)):
-        frames.append((m.group(2), int(m.group(3)), m.group(1) or ""))
-    return frames
-
-
 def find_mesh(module: ir.Module, name: str | None, who: str) -> tuple[str, MeshSpec]:
     """The mesh `name`, or the module's only mesh."""
     found = meshes(module)
@@ -234,9 +287,6 @@ def find_mesh(module: ir.Module, name: str | None, who: str) -> tuple[str, MeshS
     return next(iter(found.items()))
 
 
-_BARE_FILE_LOC = re.compile(r'loc\((?:"[^"]*":\d+:\d+|callsite\(|fused)')
-
-
 def name_locations(module: ir.Module) -> int:
     """Wraps each operation's unnamed source location in a name (the op's).
 
@@ -248,7 +298,8 @@ def name_locations(module: ir.Module) -> int:
     with module.context:
         for fn in functions(module):
             for operation in walk(fn.operation):
-                if _BARE_FILE_LOC.match(str(operation.location)):
+                if isinstance(typed_location(operation.location),
+                              (ir.FileLineColLoc, ir.CallSiteLoc, ir.FusedLoc)):
                     # The inner, empty name stands where JAX puts the
                     # function's name: these frames have none.
                     frame = ir.Location.name("", childLoc=operation.location)

@@ -25,40 +25,11 @@ from typing import Any, ClassVar, Sequence
 from irshard import analysis, backend
 from irshard.errors import BackendError, UserCodeError
 from irshard.hlo import HloModuleView
-from irshard.loader import describe_user_exception, user_frame
+from irshard.loader import describe_user_exception, raised_by_user_code
 from irshard.program import Program
 from irshard.report import CollectiveReport, TensorInfo
 from irshard.specs import DType, MeshSpec, lookup_dtype
 from irshard.tiling import Tiling, mesh_axes_of
-
-# Shardy's propagation, as its own `sdy-propagation-pipeline` runs it, with
-# the debug options that record why each axis is where it is
-# (`sdy.sharding_origins`), and stopping where Shardy dumps its
-# `after_propagation` module: before the export passes drop those records.
-PROPAGATION_PIPELINE = ",".join([
-    # Import: lift inlined meshes, add data-flow edges, sharding groups...
-    "sdy-import-pipeline",
-    # Calls: one function per call site, so each can get its own shardings.
-    "sdy-flatten-call-graph", "symbol-dce",
-    "sdy-import-func-calls", "symbol-dce",
-    # User constraints, then shardings that must agree (sharding groups).
-    "sdy-apply-sharding-constraints{debug-sharding-origins=true}",
-    "sdy-sharding-group-import",
-    # Propagation proper: callees first, then by user priority.
-    "sdy-pre-order-funcs",
-    "sdy-user-priority-propagate{debug-sharding-origins=true}",
-    # Back to functions and calls.
-    "sdy-export-named-computations", "sdy-propagate-to-func-results",
-    "sdy-unflatten-call-graph", "symbol-dce",
-    "sdy-insert-func-call-reshards",
-    # The first export steps: move shardings from data-flow edges onto the
-    # values (keeping origins), and close the shardings.
-    "func.func(sdy-sink-data-flow-edges{sink-debug-sharding-origins=true})",
-    "sdy-remove-sharding-groups",
-    "func.func(sdy-sharding-constraint-to-reshard)",
-    "sdy-close-shardings",
-])
-
 
 @dataclass(frozen=True)
 class TensorDecl:
@@ -121,10 +92,11 @@ class StableHLO(Stage):
 
     def propagate(self) -> "Propagated":
         """Runs Shardy's propagation in-process on a copy of the module."""
+        from irshard import shardy
         copy = self.module.operation.clone()
         try:
             backend.run_registered_passes(
-                copy, f"builtin.module({PROPAGATION_PIPELINE})")
+                copy, f"builtin.module({shardy.PROPAGATION_PIPELINE})")
         except backend.PassFailure as e:
             raise BackendError(f"Shardy propagation failed: {e}") from None
         return Propagated(self.info, copy)
@@ -274,7 +246,7 @@ def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
 def trace(program: Program, platform: str = "cpu") -> StableHLO:
     """Traces `program.fn` (or its gradient with `program.grad`) to StableHLO
     and attaches the mesh and shardings with irshard's annotate pass."""
-    from irshard.passes.annotate import annotate
+    from irshard.annotation import annotate
     mesh = program.mesh
     devices = backend.devices(platform, mesh.num_devices)
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
@@ -296,8 +268,7 @@ def trace(program: Program, platform: str = "cpu") -> StableHLO:
     except backend.BadOutput as e:
         raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
     except (Exception, SystemExit) as e:
-        if isinstance(e, SystemExit) or user_frame(e.__traceback__,
-                                                   user_dir) is not None:
+        if raised_by_user_code(e):
             text = describe_user_exception(e, user_dir)
             if "should match the mesh passed to shard_map" in text:
                 text += ("\nhint: irshard traces under a mesh of Auto axes "

@@ -13,7 +13,7 @@ from jaxlib.mlir import ir
 
 from irshard import analysis, shardy
 from irshard.errors import IRError, PassError
-from irshard.hlo import Frame
+from irshard.frames import Frame, UserCode
 from irshard.passes import ModulePass
 from irshard.report import Collective, CollectiveReport, TensorInfo
 from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir
@@ -139,7 +139,7 @@ def _attribute(operation: ir.Operation, resolver) -> tuple:
 
 def sdy_collectives(module: ir.Module, mesh: MeshSpec, mesh_name: str,
                     user_dir: str | None) -> list[Collective]:
-    resolver = analysis.SourceResolver(user_dir)
+    resolver = UserCode(user_dir)
     result = []
     with module.context:
         for fn in shardy.functions(module):

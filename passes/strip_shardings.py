@@ -7,21 +7,8 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard import shardy
+from irshard.annotation import strip_shardings
 from irshard.passes import ModulePass
-
-# Attributes that say how a value is sharded, or why.
-SHARDING_ATTRIBUTES = (
-    "sdy.sharding", "sdy.sharding_origins", "sdy.propagation_edges",
-    "sdy.block_arg_sharding_origins", "sdy.result_sharding_origins",
-    "sdy.block_arg_propagation_edges", "sdy.result_propagation_edges",
-    "sdy.sharding_rule", "mhlo.sharding",
-)
-# Operations that only constrain or move a value between shardings: each is
-# replaced by its input.
-PASS_THROUGH_OPS = ("sdy.sharding_constraint", "sdy.reshard",
-                    "sdy.data_flow_edge", "sdy.propagation_barrier")
-ERASED_OPS = ("sdy.sharding_group",)
 
 
 @dataclass(frozen=True)
@@ -45,31 +32,4 @@ class StripShardingsPass(ModulePass):
     num_partitions: bool = False
 
     def apply(self, module: ir.Module) -> None:
-        with module.context, ir.Location.unknown():
-            for fn in list(shardy.functions(module)):
-                for key, count in (("arg_attrs", len(fn.type.inputs)),
-                                   ("res_attrs", len(fn.type.results))):
-                    if key in fn.attributes:
-                        dicts = shardy.attr_dicts(fn, key, count)
-                        for d in dicts:
-                            for name in SHARDING_ATTRIBUTES:
-                                d.pop(name, None)
-                        shardy.set_attr_dicts(fn, key, dicts)
-                for operation in list(shardy.walk(fn.operation)):
-                    if operation.name in PASS_THROUGH_OPS:
-                        for result, operand in zip(operation.results,
-                                                   operation.operands):
-                            result.replace_all_uses_with(operand)
-                        operation.erase()
-                    elif operation.name in ERASED_OPS:
-                        operation.erase()
-                    else:
-                        for name in SHARDING_ATTRIBUTES:
-                            if name in operation.attributes:
-                                del operation.attributes[name]
-            if not self.keep_meshes:
-                for op in shardy.mesh_ops(module).values():
-                    op.operation.erase()
-            if self.num_partitions:
-                module.operation.attributes["mhlo.num_partitions"] = \
-                    ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 1)
+        strip_shardings(module, self.keep_meshes, self.num_partitions)

@@ -16,5 +16,12 @@ def rotate(a: "f32[8@x]"):
         # CHECK-NEXT: "wire_bytes": 8,
         # CHECK-NEXT: "mesh_axes": ["x"],
         # CHECK-NEXT: "group_size": 4,
-        # CHECK-NEXT: "source": {"file": "collective_permute.py", "line": [[# @LINE - 8]], "function": "rotate.<locals>.body"},
+        # CHECK-NEXT: "source": {
+        # CHECK-NEXT: "file": "collective_permute.py",
+        # CHECK-NEXT: "line": [[# @LINE - 10]],
+        # CHECK-NEXT: "function": "rotate.<locals>.body",
+        # The stack: the body, then the line that maps it over the mesh.
+        # CHECK-NEXT: "stack": [
+        # CHECK-NEXT: {"file": "collective_permute.py", "line": [[# @LINE - 14]], "function": "rotate.<locals>.body"},
+        # CHECK-NEXT: {"file": "collective_permute.py", "line": [[# @LINE + 1]], "function": "rotate"}
     return jax.shard_map(body, in_specs=P("x"), out_specs=P("x"))(a)

@@ -17,7 +17,15 @@
 # JSON-NEXT: "wire_bytes": 3072,
 # JSON-NEXT: "mesh_axes": ["x"],
 # JSON-NEXT: "group_size": 4,
-# JSON-NEXT: "source": {"file": "heat1d.py", "line": 25, "function": "step_set"},
+# JSON-NEXT: "source": {
+# JSON-NEXT: "file": "heat1d.py",
+# JSON-NEXT: "line": 25,
+# JSON-NEXT: "function": "step_set",
+# JSON-NEXT: "stack": [
+# JSON-NEXT: {"file": "heat1d.py", "line": 25, "function": "step_set"},
+# JSON-NEXT: {"file": "heat1d.py", "line": 36, "function": "simulate_set.<locals>.<lambda>"}
+# JSON-NEXT: ]
+# JSON-NEXT: },
 # JSON-NEXT: "attribution": "metadata",
 # JSON: "loop_trip_counts": [100],
 # JSON-NEXT: "executions": 100,

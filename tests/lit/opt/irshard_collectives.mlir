@@ -14,7 +14,12 @@
 // IR: sdy.all_reduce {"y"}
 // JSON: "stage": "sdy",
 // JSON: "kind": "all-reduce",
-// JSON: "source": {"file": "model.jl", "line": 12, "function": null}
+// JSON: "source": {
+// JSON-NEXT: "file": "model.jl",
+// JSON-NEXT: "line": 12,
+// JSON-NEXT: "function": null,
+// JSON-NEXT: "stack": [
+// JSON-NEXT: {"file": "model.jl", "line": 12, "function": null}
 sdy.mesh @mesh = <["x"=2, "y"=2]>
 
 func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>} loc("lhs"),
