@@ -113,7 +113,7 @@ class LoweredFunction:
     module: Any                           # jaxlib.mlir.ir.Module
     out_shapes: tuple[tuple[int, ...], ...]
     out_dtypes: tuple[str, ...]           # NumPy dtype names
-    out_names: tuple[str, ...]            # pytree paths, e.g. "[0]", "['w']"
+    out_names: tuple[tuple[Any, ...], ...]   # each output's key path
     # Python callbacks the program calls (jax.debug.print, pure_callback):
     # the executable must be compiled with them and keep them alive.
     callbacks: tuple[tuple[Any, ...], Any] = ((), None)
@@ -134,11 +134,11 @@ def checked_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def checked(*args):
         out = fn(*args)
+        from irshard import tree
         for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
             if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool,
                                      int, float, complex)):
-                where = f" (output result{jax.tree_util.keystr(path)})" \
-                    if path else ""
+                where = f" (output {tree.output_path(path)})" if path else ""
                 raise BadOutput(f"it returns a {type(leaf).__name__}{where}; "
                                 f"irshard compiles functions that return "
                                 f"arrays (or pytrees of arrays)")
@@ -148,7 +148,8 @@ def checked_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
-          dtypes: Sequence[str], mesh) -> LoweredFunction:
+          dtypes: Sequence[str], mesh,
+          weak: Sequence[bool] | None = None) -> LoweredFunction:
     """Traces `fn` on unsharded abstract inputs and lowers it to StableHLO.
 
     The mesh is set as JAX's context mesh while tracing, so the function may
@@ -158,17 +159,18 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
     input i.
     """
     jax = _jax()
-    avals = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)]
+    weak = weak or [False] * len(shapes)
+    avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w)
+             for s, d, w in zip(shapes, dtypes, weak)]
     with jax.set_mesh(mesh):
         lowered = jax.jit(fn, keep_unused=True).lower(*avals)
         module = lowered.compiler_ir("stablehlo")
     leaves = jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]
-    names = tuple(jax.tree_util.keystr(path) for path, _ in leaves)
     return LoweredFunction(
         module=module,
         out_shapes=tuple(tuple(leaf.shape) for _, leaf in leaves),
         out_dtypes=tuple(str(leaf.dtype) for _, leaf in leaves),
-        out_names=names,
+        out_names=tuple(tuple(path) for path, _ in leaves),
         callbacks=_host_callbacks(lowered))
 
 
@@ -178,6 +180,95 @@ def _host_callbacks(lowered) -> tuple[tuple[Any, ...], Any]:
     compile_args = getattr(lowering, "compile_args", None) or {}
     return (tuple(compile_args.get("host_callbacks", ()) or ()),
             compile_args.get("keepalive"))
+
+
+# ---------------------------------------------------------------------------
+# Pytree leaves: arrays, abstract arrays, scalars, typed PRNG keys
+
+
+def describe_leaf(x) -> tuple | None:
+    """(shape, dtype name, key dtype name, key implementation, weak type,
+    sharding) of an array-like leaf, as `jax.jit` would see it (dtypes
+    canonical: 64-bit only with jax_enable_x64); None for anything else.
+    A typed PRNG key is described by its key data (u32[..., 2])."""
+    import numpy as np
+    jax = _jax()
+    sharding, weak = None, False
+    if isinstance(x, jax.ShapeDtypeStruct):
+        shape, dtype, sharding, weak = x.shape, x.dtype, x.sharding, x.weak_type
+    elif isinstance(x, jax.Array):
+        shape, dtype, sharding = x.shape, x.dtype, x.sharding
+        weak = bool(getattr(x, "weak_type", False))
+    elif isinstance(x, (np.ndarray, np.generic)):
+        shape, dtype = x.shape, x.dtype
+    elif isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
+        shape, weak = (), True
+        dtype = jax.numpy.asarray(x).dtype
+    else:
+        return None
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        sharding = None
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data,
+                              jax.ShapeDtypeStruct(shape, dtype))
+        return (tuple(data.shape), str(data.dtype), str(dtype),
+                dtype._impl.name, False, sharding)
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    return tuple(shape), str(np.dtype(dtype)), None, None, weak, sharding
+
+
+def is_abstract(x) -> bool:
+    return isinstance(x, _jax().ShapeDtypeStruct)
+
+
+def wrap_key(data, impl: str):
+    """A typed PRNG key array from its key data."""
+    return _jax().random.wrap_key_data(data, impl=impl)
+
+
+def key_data_outputs(outputs) -> tuple[Any, list[str | None]]:
+    """`outputs` with every typed PRNG key replaced by its key data, and for
+    each output leaf its key dtype's name (None for other arrays)."""
+    jax = _jax()
+    keys: list[str | None] = []
+
+    def unwrap(x):
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            keys.append(str(dtype))
+            return jax.random.key_data(x)
+        keys.append(None)
+        return x
+
+    return jax.tree_util.tree_map(unwrap, outputs), keys
+
+
+def partition_entries(value, mesh_names: Sequence[str], what: str):
+    """[(axes, open), ...] of a PartitionSpec or NamedSharding; None for
+    anything else. A NamedSharding's mesh must use the program's axes."""
+    jax = _jax()
+    from jax.sharding import NamedSharding, PartitionSpec
+    if isinstance(value, NamedSharding):
+        names = tuple(value.mesh.axis_names)
+        if not set(names) <= set(mesh_names):
+            raise SpecError(f"{what}: its sharding's mesh has axes "
+                            f"{', '.join(names)}, but --mesh has "
+                            f"{', '.join(mesh_names)}")
+        value = value.spec
+    if not isinstance(value, PartitionSpec):
+        return None
+    entries = []
+    for entry in value:
+        if entry is None:
+            entries.append(((), False))
+        elif entry is PartitionSpec.UNCONSTRAINED:
+            entries.append(((), True))
+        elif isinstance(entry, str):
+            entries.append(((entry,), False))
+        else:
+            entries.append((tuple(entry), False))
+    del jax
+    return entries
 
 
 def enable_x64() -> None:

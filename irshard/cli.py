@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from irshard import REPORT_STAGES, STAGES, __version__
 from irshard.errors import IrshardError, UsageError
-from irshard.specs import MeshSpec, parse_mesh
+from irshard.specs import parse_mesh
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 
@@ -41,17 +41,29 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                         "public function)")
     p.add_argument("--mesh", metavar="SPEC",
                    help="the device mesh, major to minor: x=4 or dp=2,tp=4")
+    p.add_argument("--args", metavar="NAME", dest="args_fn",
+                   help="a function in FILE that returns the positional "
+                        "arguments (pytrees of arrays or ShapeDtypeStructs, "
+                        "e.g. from jax.eval_shape); their shardings are used")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=TYPE",
                    help="an argument's type, e.g. d=f32[1024] or d=f32[1024@x] "
                         "(default: the argument's string annotation)")
-    p.add_argument("--shard", action="append", default=[], metavar="NAME=SPEC",
-                   help="an argument's sharding, one entry per dimension: "
-                        "'_', 'x', 'x+y', with '?' to leave it open, e.g. d=x,_")
+    p.add_argument("--shard", action="append", default=[], metavar="PATTERN=SPEC",
+                   help="the sharding of the inputs whose path PATTERN matches "
+                        "(a path, or a glob: '*' within a segment, '**' any "
+                        "segments; the first rule that matches applies), one "
+                        "entry per dimension: '_', 'x', 'x+y', with '?' to "
+                        "leave it open, e.g. d=x,_ or 'params/**/w=_,tp'")
     p.add_argument("--out-shard", action="append", default=[],
                    metavar="INDEX=SPEC", help="constrain output INDEX, e.g. 0=_,y")
-    p.add_argument("--grad", action="store_true",
+    p.add_argument("--grad", nargs="?", const=True, metavar="NAMES",
                    help="compile the reverse-mode gradient of the (scalar) "
-                        "function with respect to all floating-point inputs")
+                        "function: with respect to the named arguments "
+                        "(comma-separated), or all floating-point inputs")
+    p.add_argument("--static", metavar="NAMES",
+                   help="arguments that are static (bound to their value, "
+                        "not traced), comma-separated, as jit's "
+                        "static_argnames")
     p.add_argument("--platform", choices=PLATFORMS, default="cpu",
                    help="where the mesh lives: simulated CPU devices "
                         "(default) or a real accelerator")
@@ -85,24 +97,19 @@ def _stages(args) -> list[str]:
     return [s for s in STAGES if s in args.emit]
 
 
-def _mesh(args) -> MeshSpec | None:
-    """The --mesh; a .mlir module may bring its own instead (None)."""
-    if args.mesh is not None:
-        return parse_mesh(args.mesh)
-    from irshard import irfile
-    if irfile.is_mlir(args.file):
-        return None
-    raise UsageError("--mesh is required, e.g. --mesh x=4 or --mesh dp=2,tp=4")
-
-
-def _total_devices(args, mesh: MeshSpec | None) -> int:
-    if mesh is not None:
-        return mesh.num_devices
-    from irshard import irfile
-    count = irfile.declared_devices(irfile.read_bytes(args.file))
-    if count is None:
-        raise UsageError(f"{args.file} declares no mesh in text form; give --mesh")
-    return count
+def _source(args):
+    """The command line's program options as a `frontend.Source`."""
+    from irshard import frontend
+    from irshard.program import parse_names
+    grad = args.grad
+    if isinstance(grad, str):
+        grad = parse_names(grad, "--grad")
+    return frontend.Source(
+        path=args.file, mesh=args.mesh, fn=args.fn, args_fn=args.args_fn,
+        arg_types=tuple(args.arg), shards=tuple(args.shard),
+        out_shards=tuple(args.out_shard), grad=grad,
+        static=parse_names(args.static, "--static"),
+        reference=getattr(args, "reference", None), platform=args.platform)
 
 
 def check_output_path(path: str | None, option: str = "-o") -> None:
@@ -117,37 +124,10 @@ def write_output(path: str | None, text: str) -> None:
     files.emit(path, text)
 
 
-def _load(args, mesh: MeshSpec | None, cluster=None):
-    """The program (stage `stablehlo`) of the command's FILE: a traced Python
-    function or a .mlir module; with `cluster`, after joining the other
-    processes of the run."""
-    from irshard import backend, distributed, irfile
-
-    def configure(total: int) -> None:
-        backend.configure(distributed.local_devices(total, cluster, args.platform),
-                          args.platform, exact=cluster is not None)
-
-    if irfile.is_mlir(args.file):
-        irfile.unused_options(args)
-        data = irfile.read_bytes(args.file)
-        configure(mesh.num_devices if mesh else irfile.declared_devices(data) or 1)
-        if cluster is not None:
-            distributed.join(cluster, getattr(args, "timeout", None))
-        from irshard.program import parse_out_shardings
-        _stage("tracing")
-        return irfile.load(args.file, data, mesh, irfile.parse_shards(args.shard),
-                           parse_out_shardings(args.out_shard), args.platform,
-                           lambda m: configure(m.num_devices))
-    configure(mesh.num_devices)
-    if cluster is not None:
-        distributed.join(cluster, getattr(args, "timeout", None))
-    from irshard import program, stages
-    prog = program.load_program(
-        args.file, mesh=mesh, fn_name=args.fn, args=args.arg,
-        shards=args.shard, out_shards=args.out_shard, grad=args.grad,
-        reference=getattr(args, "reference", None))
-    _stage("tracing")
-    return stages.trace(prog, args.platform)
+def _load(source, cluster=None, timeout: float | None = None):
+    """The program (stage `stablehlo`) of the command's FILE."""
+    from irshard import frontend
+    return frontend.load(source, cluster, timeout)
 
 
 def _emit_texts(lowered, emits: list[str], stage: str, debug_info: bool,
@@ -192,9 +172,10 @@ def render_report(report, fmt: str) -> str:
 
 def cmd_compile(args) -> int:
     emits = _stages(args)
-    mesh = _mesh(args)
+    source = _source(args)
+    source.mesh_spec()
     check_output_path(args.output)
-    lowered = _load(args, mesh)
+    lowered = _load(source)
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info)
     if emits:
         write_output(args.output, join_stage_texts(texts))
@@ -312,13 +293,14 @@ def _launch(args, total_devices: int) -> int:
 
 def cmd_run(args) -> int:
     emits = _stages(args)
-    mesh = _mesh(args)
+    source = _source(args)
+    source.mesh_spec()
     check_output_path(args.output)
     options = _run_options(args)
     cluster = _cluster(args)
     if args.processes is not None:
-        return _launch(args, _total_devices(args, mesh))
-    lowered = _load(args, mesh, cluster)
+        return _launch(args, source.total_devices())
+    lowered = _load(source, cluster, args.timeout)
     _stage("compiling")
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
                                   compile_anyway=True)
@@ -346,14 +328,15 @@ def _is_reporting_process() -> bool:
 
 
 def cmd_show(args) -> int:
-    mesh = _mesh(args)
+    source = _source(args)
+    source.mesh_spec()
     check_output_path(args.output)
-    lowered = _load(args, mesh)
+    lowered = _load(source)
     compiled = lowered.compile()
-    from irshard import run
-    inputs, outputs = run.planned_layout(compiled)
-    write_output(args.output, run.render_layout(compiled.info, inputs, outputs,
-                                                args.format))
+    from irshard import show
+    inputs, outputs = show.placed(compiled)
+    write_output(args.output, show.render(compiled.info, inputs, outputs,
+                                          args.format))
     return 0
 
 

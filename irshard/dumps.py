@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from irshard import analysis, backend, files
 from irshard.errors import InputError, IRError, SpecError
 from irshard.hlo import ArrayShape, HloModuleView
-from irshard.report import CollectiveReport, TensorInfo
+from irshard.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.specs import MeshAxis, MeshSpec
-from irshard.tiling import Tiling, mesh_axes_of
+from irshard.tiling import Tiling
 
 # module_0003.jit_step.<rest>.txt, as XLA names its dump files.
 _DUMP_FILE = re.compile(r"module_(\d+)\.(.+?)\.(.+)\.(txt|pb)$")
@@ -173,22 +173,20 @@ def _parameters(view: HloModuleView, mesh: MeshSpec | None) -> tuple[TensorInfo,
         if inst.opcode != "parameter" or not isinstance(inst.shape, ArrayShape):
             continue
         local = inst.shape.dims
-        sharding = inst.attrs.get("sharding")
-        entries, shape = None, local
-        if sharding:
+        text = inst.attrs.get("sharding")
+        tiling = None
+        if text:
             try:
                 tiling = Tiling.from_hlo_sharding(
-                    backend.hlo_sharding_from_text(sharding), len(local))
+                    backend.hlo_sharding_from_text(text), len(local))
             except RuntimeError:
-                tiling = None
-            if tiling is not None:
-                shape = tuple(n * t for n, t in zip(local, tiling.shards()))
-                entries = mesh_axes_of(tiling, mesh) if mesh else None
-        infos.append(TensorInfo(
-            name=inst.metadata.get("op_name") or inst.name,
-            dtype=analysis.hlo_dtype(inst.shape.dtype), shape=shape,
-            sharding=entries, local_shape=local,
-            sharding_text=None if entries is not None else sharding))
+                tiling = Tiling.unread(len(local), text)
+        # A parameter's shape is its shard's: the whole is shards x that.
+        shape = tuple(n * t for n, t in zip(local, tiling.shards())) \
+            if tiling else local
+        infos.append(tensor_info(inst.metadata.get("op_name") or inst.name,
+                                 analysis.hlo_dtype(inst.shape.dtype), shape,
+                                 tiling, mesh))
     return tuple(infos)
 
 

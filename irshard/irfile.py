@@ -14,10 +14,9 @@ import os
 import re
 from typing import Callable, Sequence
 
-from irshard import backend, files
+from irshard import backend, files, tree
 from irshard.errors import InputError, SpecError, UsageError
-from irshard.specs import (MeshSpec, ShardingSpec, check_size, dtype_from_mlir,
-                           parse_sharding)
+from irshard.specs import (MeshSpec, ShardingSpec, check_size, dtype_from_mlir)
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _MESH_DECL = re.compile(rb'sdy\.mesh\s+@[\w.$\-]+\s*=\s*<\s*\[([^\]]*)\]')
@@ -53,23 +52,28 @@ def declared_devices(data: bytes) -> int | None:
     return max(sizes) if sizes else None
 
 
-def parse_shards(items: Sequence[str]) -> dict[str, ShardingSpec]:
-    from irshard.program import split_assignment
+def _argument_shardings(main, rules: Sequence[tree.Rule]) -> dict[int, ShardingSpec]:
+    """`--shard` rules over @main's arguments, each named `argI` and, when
+    its location has one, by that name too: the first rule matching either
+    name applies."""
+    from irshard import shardy
+    names = shardy.argument_names(main)
+    keys = [[f"arg{i}"] + ([n] if n else []) for i, n in enumerate(names)]
+    every = [k for both in keys for k in both]
+    for rule in tree.unmatched(rules, every):
+        raise SpecError(f"--shard {rule.text}: '{rule.pattern}' matches no "
+                        f"argument of @main; its arguments are "
+                        f"{tree.listing([' or '.join(k) for k in keys])}")
     result = {}
-    for item in items:
-        name, spec = split_assignment(item, "--shard", "SPEC")
-        result[name] = parse_sharding(spec)
+    for i, both in enumerate(keys):
+        rule = next((r for r in rules if any(r.matches(k) for k in both)), None)
+        if rule is not None:
+            result[i] = rule.value
     return result
 
 
-def _argument_key(name: str) -> str:
-    """`arg3` -> `3`; other names are location names."""
-    m = re.fullmatch(r"arg(\d+)", name)
-    return m.group(1) if m else name
-
-
 def load(path: str, data: bytes, mesh: MeshSpec | None,
-         shards: dict[str, ShardingSpec],
+         rules: Sequence[tree.Rule],
          out_shards: Sequence[tuple[int, ShardingSpec]], platform: str,
          configure: Callable[[MeshSpec], None]):
     """The module as stage `stablehlo`, annotated and with its devices.
@@ -82,11 +86,11 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     with context:
         main = shardy.entry_function(module)
         existing = shardy.meshes(module)
+        shardings = _argument_shardings(main, rules)
     if mesh is None and not existing:
         raise UsageError(f"{path} declares no sdy.mesh; give one with --mesh, "
                          f"e.g. --mesh x=4")
-    mesh = annotate(module, mesh, {_argument_key(k): v for k, v in shards.items()},
-                    dict(out_shards))
+    mesh = annotate(module, mesh, shardings, dict(out_shards))
     configure(mesh)
     devices = backend.devices(platform, mesh.num_devices)
     with context:
@@ -118,14 +122,3 @@ def _decl(name: str, type_, path: str):
                         f"which irshard cannot make values of")
     check_size(shape, dtype, f"{path}: @main's '{name}'")
     return stages.TensorDecl(name, dtype, shape)
-
-
-def unused_options(args) -> None:
-    """Options that only mean something for a Python function."""
-    for option, given in (("--fn", args.fn), ("--arg", args.arg),
-                          ("--grad", args.grad),
-                          ("--reference", getattr(args, "reference", None))):
-        if given:
-            raise UsageError(f"{option} does not apply to a .mlir module: its "
-                             f"entry is @main and its types are in the module")
-

@@ -1,8 +1,24 @@
-"""What to compile: a function, its input types and shardings, and a mesh.
+"""What to compile: a function, its inputs and their shardings, and a mesh.
 
-`load_program` turns the command line's strings into a `Program`, checking
-each spec against the function's parameters and the mesh. It imports the
-user's file (and so JAX): call `backend.configure` first.
+A function's parameters may be arrays or pytrees of them (dicts, lists,
+tuples, dataclasses, optimizer states, typed PRNG keys, Python scalars); each
+array is one input leaf, named by its path (`irshard.tree`). Parameters that
+are not traced are static: bound to their value. The traced program is the
+function as a flat function of its leaves, so that argument i of the module
+is leaf i whatever the structure.
+
+Two ways in, one `Program`:
+
+- `load_program`: the command line's strings — a file, `--fn`, `--args NAME`
+  (a function of the file returning the positional arguments), `--arg` and
+  string annotations for plain arrays, `--shard` rules, `--grad [NAMES]`,
+  `--static NAMES`;
+- `program_of`: a Python function and its arguments (the API), with rules
+  and a pytree prefix of shardings.
+
+A leaf's sharding is the first of: the first `--shard` rule matching its
+path; its entry in `shardings`; its own (a `ShapeDtypeStruct`'s or an
+array's `NamedSharding`, a type's `@x`); replicated.
 """
 
 from __future__ import annotations
@@ -10,40 +26,325 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from irshard import loader
+from irshard import loader, tree
 from irshard.errors import InputError, SpecError, UsageError
-from irshard.specs import (MeshSpec, ShardingSpec, TensorType, check_one_line,
-                           check_sharding, parse_sharding, parse_size,
-                           parse_type)
+from irshard.specs import (MeshSpec, ShardingSpec, TensorType,
+                           check_one_line, check_sharding, lookup_dtype,
+                           parse_sharding, parse_size, parse_type)
 
 
 @dataclass(frozen=True)
-class InputSpec:
-    """One input of the program: its name, type and sharding."""
+class Leaf:
+    """One input of the program: an array leaf of a parameter."""
+
+    path: str                 # params/layers/0/wq; a plain array: its name
+    type: TensorType          # without sharding; a key's data for a key
+    sharding: ShardingSpec    # always complete: replicated when none given
+    # A typed PRNG key: its dtype's name (key<fry>) and implementation;
+    # `type` is then its key data (u32[..., 2]).
+    key: str | None = None
+    key_impl: str | None = None
+    weak: bool = False        # a Python scalar: traced weakly typed, as JAX does
+    value: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.path
+
+    @property
+    def parameter(self) -> str:
+        return self.path.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """How one parameter of the user's function is called: bound to a static
+    value, or rebuilt from leaves `start:start+count` with `treedef`."""
 
     name: str
-    type: TensorType          # without sharding
-    sharding: ShardingSpec    # always complete: replicated when none given
+    kind: str                 # positional-only | positional | keyword-only
+    static: bool
+    value: Any = None
+    treedef: Any = None
+    start: int = 0
+    count: int = 0
 
 
 @dataclass(frozen=True)
 class Program:
-    """A function ready to be traced: `fn` takes exactly `inputs`, in order
-    (parameters with defaults and no type are bound to their defaults)."""
+    """A function ready to be traced: `fn` is the user's function, called
+    with `parameters`; `flat_fn()` takes exactly `inputs`, in order."""
 
     source: str
     function: str
     fn: Callable[..., Any]
     mesh: MeshSpec
-    inputs: tuple[InputSpec, ...]
+    inputs: tuple[Leaf, ...]
+    parameters: tuple[Parameter, ...] = ()
     out_shardings: tuple[tuple[int, ShardingSpec], ...] = ()
-    grad: bool = False
-    static: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
-    # `--reference NAME`: what `run --check` compares with instead of the
-    # function itself on one device; it takes the same inputs.
+    # Indices of the leaves to differentiate with respect to (--grad), or
+    # None for the function itself.
+    grad: tuple[int, ...] | None = None
     reference: Callable[..., Any] | None = field(default=None, compare=False)
+    user_dir: str | None = None
+
+    @property
+    def static(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((p.name, p.value) for p in self.parameters if p.static)
+
+    def flat_fn(self, fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """`fn` (the program's function by default) as a function of the
+        leaves, returning its outputs with typed keys as their key data."""
+        return flat_function(fn or self.fn, self.function, self.parameters,
+                             self.inputs)
+
+
+# ---------------------------------------------------------------------------
+# Calling a function with leaves
+
+
+def flat_function(fn: Callable[..., Any], name: str,
+                  parameters: Sequence[Parameter],
+                  leaves: Sequence[Leaf]) -> Callable[..., Any]:
+    """`fn` taking the leaves positionally (named after their paths, which
+    JAX uses for the module's argument names), rebuilding each parameter."""
+    from irshard import backend
+    import jax
+
+    def call(*values):
+        positional, keywords = [], {}
+        for p in parameters:
+            if p.static:
+                value = p.value
+            else:
+                parts = [backend.wrap_key(v, leaf.key_impl) if leaf.key_impl
+                         else v for v, leaf in zip(values[p.start:p.start + p.count],
+                                                   leaves[p.start:p.start + p.count])]
+                value = jax.tree_util.tree_unflatten(p.treedef, parts)
+            if p.kind == "positional-only":
+                positional.append(value)
+            else:
+                keywords[p.name] = value
+        outputs, call.key_outputs = backend.key_data_outputs(
+            fn(*positional, **keywords))
+        return outputs
+
+    try:
+        functools.update_wrapper(call, fn)
+    except AttributeError:
+        pass
+    call.__signature__ = inspect.Signature(
+        [inspect.Parameter(f"arg{i}", inspect.Parameter.POSITIONAL_ONLY)
+         for i in range(len(leaves))])
+    call.__name__ = name
+    call.key_outputs = []       # filled in when traced
+    return call
+
+
+# ---------------------------------------------------------------------------
+# Leaves from values
+
+
+def spec_of(value: Any, rank: int, mesh: MeshSpec, what: str) -> ShardingSpec | None:
+    """A sharding given as a spec string (`x,_`), a `PartitionSpec`, a
+    `NamedSharding`, or None (none given)."""
+    from irshard import backend
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_sharding(value)
+    entries = backend.partition_entries(value, mesh.names, what)
+    if entries is None:
+        raise SpecError(f"{what}: {value!r} is not a sharding; give a spec "
+                        f"such as 'x,_', a PartitionSpec or a NamedSharding")
+    entries = list(entries) + [("_", False)] * (rank - len(entries))
+    if len(entries) > rank:
+        raise SpecError(f"{what}: {value} has {len(entries)} entries but the "
+                        f"array has rank {rank}")
+    return parse_sharding(",".join(("+".join(a) if a else "_") + ("?" if o else "")
+                                   for a, o in entries)) if entries \
+        else ShardingSpec(())
+
+
+def leaves_of(name: str, value: Any, mesh: MeshSpec) -> tuple[Any, list[Leaf], list[str]]:
+    """The treedef and leaves of parameter `name` given `value`, and the
+    paths of leaves that are not arrays (JAX cannot trace those)."""
+    from irshard import backend
+    import jax
+    flat, treedef = jax.tree_util.tree_flatten_with_path(value)
+    leaves, others = [], []
+    for keys, x in flat:
+        path = tree.path_of(name, keys)
+        described = backend.describe_leaf(x)
+        if described is None:
+            others.append(f"{path} ({type(x).__name__})")
+            continue
+        shape, dtype_name, key, key_impl, weak, sharding = described
+        dtype = lookup_dtype(dtype_name)
+        if dtype is None:
+            raise SpecError(f"input '{path}' has dtype {dtype_name}, which "
+                            f"irshard cannot make values of")
+        ttype = TensorType(dtype, tuple(shape))
+        spec = spec_of(sharding, len(shape) - (1 if key else 0), mesh,
+                       f"input '{path}'") if sharding is not None else None
+        if spec is not None and key:
+            spec = ShardingSpec(spec.dims + ShardingSpec.replicated(1).dims)
+        leaves.append(Leaf(path, ttype, spec or ShardingSpec.replicated(len(shape)),
+                           key=key, key_impl=key_impl, weak=weak,
+                           value=None if backend.is_abstract(x) else x))
+    return treedef, leaves, others
+
+
+def _annotated_leaf(name: str, text: str, mesh: MeshSpec) -> tuple[Any, list[Leaf]]:
+    import jax
+    ttype = parse_type(text)
+    sharding = ttype.sharding or ShardingSpec.replicated(ttype.rank)
+    _, treedef = jax.tree_util.tree_flatten(0)
+    return treedef, [Leaf(name, ttype.with_sharding(None), sharding)]
+
+
+# ---------------------------------------------------------------------------
+# Shardings by rule, prefix, or the leaf's own
+
+
+def parse_rules(items: Sequence[str], option: str = "--shard") -> list[tree.Rule]:
+    """`PATTERN=SPEC` items; the same pattern twice is an error."""
+    rules, seen = [], {}
+    for item in items:
+        pattern, spec = split_assignment(item, option, "SPEC")
+        if pattern in seen:
+            raise UsageError(f"{option} {pattern} is given twice ('{option} "
+                             f"{pattern}={seen[pattern]}' and '{option} "
+                             f"{pattern}={spec}'); give it once")
+        seen[pattern] = spec
+        rules.append(tree.Rule(pattern, parse_sharding(spec), f"{pattern}={spec}"))
+    return rules
+
+
+def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
+                    rules: Sequence[tree.Rule] = (),
+                    prefixes: Mapping[str, Any] | None = None,
+                    option: str = "--shard") -> list[Leaf]:
+    """Each leaf with its sharding (see the module docstring), checked
+    against its shape and the mesh; errors name the leaf and the rule."""
+    paths = [leaf.path for leaf in leaves]
+    for rule in tree.unmatched(rules, paths):
+        raise SpecError(f"{option} {rule.text}: '{rule.pattern}' matches no "
+                        f"input; the inputs are {tree.listing(paths)}")
+    result = []
+    for leaf in leaves:
+        rank = leaf.type.rank - (1 if leaf.key else 0)
+        rule = tree.first_match(rules, leaf.path)
+        sharding, subject = leaf.sharding, f"input '{leaf.path}'"
+        if rule is not None:
+            sharding = rule.value
+            subject = f"input '{leaf.path}' (rule {option} {rule.text})"
+        elif prefixes:
+            found = tree.prefix_value(dict(prefixes), leaf.path)
+            if found is not None and found[1] is not None:
+                sharding = spec_of(found[1], rank, mesh,
+                                   f"shardings['{found[0]}']")
+                subject = f"input '{leaf.path}' (shardings['{found[0]}'])"
+        if leaf.key and sharding.rank == rank:
+            sharding = ShardingSpec(sharding.dims + ShardingSpec.replicated(1).dims)
+        check_sharding(sharding, leaf.type.shape, mesh, subject)
+        result.append(Leaf(leaf.path, leaf.type, sharding, leaf.key,
+                           leaf.key_impl, leaf.weak, leaf.value))
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Binding a function's parameters
+
+
+def bind(fn: Callable[..., Any], fn_name: str, mesh: MeshSpec,
+         positional: Sequence[Any] = (), static: Sequence[str] = (),
+         types: Mapping[str, str] | None = None,
+         what_args: str = "arguments") -> tuple[list[Parameter], list[Leaf]]:
+    """The parameters of `fn` bound to `positional` values (pytrees of
+    arrays, `ShapeDtypeStruct`s, scalars), then to `types` (`--arg` and
+    string annotations, for plain arrays), then to their defaults (static).
+    Parameters named in `static` are static whatever their value."""
+    types = dict(types or {})
+    params = loader.parameters(fn, fn_name)
+    names = [p.name for p in params]
+    for name in list(static) + list(types):
+        if name not in names:
+            option = "--arg" if name in types else "static"
+            raise InputError(f"{option} {name}: '{fn_name}' has no argument "
+                             f"'{name}'; its arguments are "
+                             f"{', '.join(names) or 'none'}")
+    positional_params = [p for p in params if p.kind != "keyword-only"]
+    if len(positional) > len(positional_params):
+        raise InputError(f"{what_args}: {len(positional)} positional values "
+                         f"for '{fn_name}', which takes "
+                         f"{len(positional_params)} ({', '.join(names) or 'none'})")
+    given = dict(zip((p.name for p in positional_params), positional))
+    bound: list[Parameter] = []
+    leaves: list[Leaf] = []
+    for p in params:
+        if p.name in given and p.name not in types:
+            value = given[p.name]
+            if p.name in static:
+                bound.append(Parameter(p.name, p.kind, True, value))
+                continue
+            treedef, found, others = leaves_of(p.name, value, mesh)
+            if others and not found:
+                # Nothing JAX can trace: the argument is static (a config).
+                bound.append(Parameter(p.name, p.kind, True, value))
+                continue
+            if others:
+                raise InputError(
+                    f"argument '{p.name}' of '{fn_name}' holds values that are "
+                    f"not arrays ({tree.listing(others, 3)}); make the argument "
+                    f"static, or pass arrays")
+        else:
+            text = types.get(p.name, p.annotation)
+            if p.name in static or text is None:
+                if p.has_default:
+                    bound.append(Parameter(p.name, p.kind, True, p.default))
+                    continue
+                raise InputError(
+                    f"argument '{p.name}' of '{fn_name}' has no type; pass "
+                    f"--arg {p.name}=TYPE (e.g. --arg {p.name}=f32[1024]), "
+                    f"annotate it: def {fn_name}({p.name}: \"f32[1024]\"), or "
+                    f"give the arguments with --args NAME")
+            treedef, found = _annotated_leaf(p.name, text, mesh)
+        bound.append(Parameter(p.name, p.kind, False, None, treedef,
+                               len(leaves), len(found)))
+        leaves.extend(found)
+    return bound, leaves
+
+
+def grad_leaves(grad: bool | Sequence[str] | None, leaves: Sequence[Leaf],
+                parameters: Sequence[Parameter], fn_name: str) -> tuple[int, ...] | None:
+    """The leaves `--grad` differentiates with respect to: the floating
+    leaves of the named parameters (of every parameter with `True`)."""
+    if not grad:
+        return None
+    traced = [p.name for p in parameters if not p.static]
+    names = traced if grad is True else list(grad)
+    for name in names:
+        if name not in traced:
+            what = "is static" if name in [p.name for p in parameters] \
+                else "is not an argument"
+            raise SpecError(f"--grad {name}: '{name}' {what} of '{fn_name}'; "
+                            f"its traced arguments are {', '.join(traced) or 'none'}")
+    chosen = tuple(i for i, leaf in enumerate(leaves)
+                   if leaf.parameter in names and leaf.type.dtype.is_float
+                   and not leaf.key)
+    if not chosen:
+        subject = "has no floating-point input" if grad is True else \
+            f"has no floating-point leaf in {', '.join(names)}"
+        raise SpecError(f"--grad: '{fn_name}' {subject} to differentiate "
+                        f"with respect to")
+    return chosen
+
+
+# ---------------------------------------------------------------------------
+# The command line
 
 
 def split_assignment(text: str, option: str, value_name: str) -> tuple[str, str]:
@@ -84,103 +385,96 @@ def parse_out_shardings(items: Sequence[str]) -> tuple[tuple[int, ShardingSpec],
     return tuple(sorted(result.items()))
 
 
-def _bind(fn: Callable[..., Any], name: str, params: Sequence[loader.Parameter],
-          input_names: list[str], static: dict[str, Any]) -> Callable[..., Any]:
-    """`fn` taking exactly the inputs, positionally and under their own names
-    (JAX names the IR's arguments after them), with the static parameters
-    bound; positional-only parameters are passed by position, the others by
-    keyword (so keyword-only parameters work)."""
-    if not static and all(p.kind == "positional" for p in params):
-        return fn
+def parse_names(text: str | None, option: str) -> tuple[str, ...]:
+    """`a,b` -> ("a", "b")."""
+    if text is None:
+        return ()
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(n.isidentifier() for n in names):
+        raise UsageError(f"{option} {text!r}: expected argument names, comma "
+                         f"separated, e.g. params,opt_state")
+    return names
 
-    @functools.wraps(fn)
-    def bound(*values):
-        given = dict(zip(input_names, values))
-        given.update(static)
-        positional = [given[p.name] for p in params
-                      if p.kind == "positional-only" and p.name in given]
-        keywords = {p.name: given[p.name] for p in params
-                    if p.kind != "positional-only" and p.name in given}
-        return fn(*positional, **keywords)
 
-    bound.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY)
-         for n in input_names])
-    bound.__name__ = name
-    return bound
+def _call_args_function(module, path: str, name: str) -> tuple[Any, ...]:
+    """The positional arguments `--args NAME` returns."""
+    from irshard.errors import UserCodeError
+    from irshard.loader import describe_user_exception
+    import os
+    _, fn = loader.select_function(module, path, name, "--args")
+    try:
+        value = fn()
+    except (Exception, SystemExit) as e:
+        raise UserCodeError(f"--args {name}: " + describe_user_exception(
+            e, os.path.dirname(os.path.abspath(path)))) from None
+    if not isinstance(value, (tuple, list)):
+        raise InputError(f"--args {name}: it returns a {type(value).__name__}; "
+                         f"it must return the positional arguments as a tuple "
+                         f"(e.g. `return (params, batch)`)")
+    return tuple(value)
 
 
 def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                  args: Sequence[str] = (), shards: Sequence[str] = (),
-                 out_shards: Sequence[str] = (), grad: bool = False,
-                 reference: str | None = None) -> Program:
-    """Loads `path`, picks the function and resolves every input's type and
-    sharding from `--arg NAME=TYPE`, `--shard NAME=SPEC` and annotations."""
+                 out_shards: Sequence[str] = (),
+                 grad: bool | Sequence[str] | None = None,
+                 reference: str | None = None, args_fn: str | None = None,
+                 static: Sequence[str] = ()) -> Program:
+    """Loads `path`, picks the function and resolves every input leaf's type
+    and sharding from `--args`, `--arg`, annotations and `--shard` rules."""
+    import os
     out_shardings = parse_out_shardings(out_shards)
     arg_types = assignments(args, "--arg", "TYPE")
-    arg_shards = assignments(shards, "--shard", "SPEC")
+    rules = parse_rules(shards)
 
     module = loader.load_module(path)
     name, fn = loader.select_function(module, path, fn_name)
-    params = loader.parameters(fn, name)
-    param_names = [p.name for p in params]
-    listed = ", ".join(param_names) or "none"
-    for option, given in (("--arg", arg_types), ("--shard", arg_shards)):
-        for arg in given:
-            if arg not in param_names:
-                raise InputError(f"{option} {arg}: '{name}' has no argument "
-                                 f"'{arg}'; its arguments are {listed}")
-
-    inputs: list[InputSpec] = []
-    static: dict[str, Any] = {}
-    for p in params:
-        text = arg_types.get(p.name, p.annotation)
-        if text is None:
-            if p.has_default and p.name not in arg_shards:
-                static[p.name] = p.default
-                continue
-            raise InputError(
-                f"argument '{p.name}' of '{name}' has no type; pass --arg "
-                f"{p.name}=TYPE (e.g. --arg {p.name}=f32[1024]) or annotate "
-                f"it: def {name}({p.name}: \"f32[1024]\")")
-        ttype = parse_type(text)
-        if p.name in arg_shards:
-            sharding = parse_sharding(arg_shards[p.name])
-        else:
-            sharding = ttype.sharding or ShardingSpec.replicated(ttype.rank)
-        check_sharding(sharding, ttype.shape, mesh, f"argument '{p.name}'")
-        inputs.append(InputSpec(p.name, ttype.with_sharding(None), sharding))
-
-    if grad and not any(i.type.dtype.is_float for i in inputs):
-        raise SpecError(f"--grad: '{name}' has no floating-point input to "
-                        f"differentiate with respect to")
-    input_names = [i.name for i in inputs]
-    bound = _bind(fn, name, params, input_names, static)
+    positional = _call_args_function(module, path, args_fn) if args_fn else ()
+    parameters, leaves = bind(fn, name, mesh, positional, static, arg_types,
+                              f"--args {args_fn}")
+    leaves = apply_shardings(leaves, mesh, rules)
+    grads = grad_leaves(grad, leaves, parameters, name)
     reference_fn = None
     if reference is not None:
-        reference_name, reference_fn = loader.select_function(
-            module, path, reference, "--reference")
-        reference_fn = _bind_reference(reference_fn, reference_name,
-                                       input_names, static)
-    return Program(source=path, function=name, fn=bound, mesh=mesh,
-                   inputs=tuple(inputs), out_shardings=out_shardings,
-                   grad=grad, static=tuple(static.items()),
-                   reference=reference_fn)
+        _, reference_fn = loader.select_function(module, path, reference,
+                                                 "--reference")
+        reference_fn = _same_parameters(reference_fn, reference, parameters)
+    return Program(source=path, function=name, fn=fn, mesh=mesh,
+                   inputs=tuple(leaves), parameters=tuple(parameters),
+                   out_shardings=out_shardings, grad=grads,
+                   reference=reference_fn,
+                   user_dir=os.path.dirname(os.path.abspath(path)))
 
 
-def _bind_reference(fn: Callable[..., Any], name: str, input_names: list[str],
-                    static: dict[str, Any]) -> Callable[..., Any]:
-    """The reference function called like the compiled one: its parameters
-    are matched by name (the static ones included), else by position."""
+def _same_parameters(fn: Callable[..., Any], name: str,
+                     parameters: Sequence[Parameter]) -> Callable[..., Any]:
+    """The reference function called as the compiled one is: its parameters
+    matched by name, else by position."""
     params = loader.parameters(fn, name)
     names = [p.name for p in params]
-    if set(input_names) <= set(names):
-        return _bind(fn, name, params, input_names,
-                     {k: v for k, v in static.items() if k in names})
+    wanted = [p.name for p in parameters]
+    if set(wanted) <= set(names):
+        kinds = {p.name: p.kind for p in params}
+
+        def by_name(*positional, **keywords):
+            values = dict(zip([p.name for p in parameters
+                               if p.kind == "positional-only"], positional))
+            values.update(keywords)
+            return fn(*[values[n] for n in names if kinds[n] == "positional-only"],
+                      **{n: values[n] for n in names
+                         if kinds[n] != "positional-only" and n in values})
+
+        return by_name
     required = [p for p in params if not p.has_default]
-    if len(required) <= len(input_names) <= len(params):
-        return fn
+    if len(required) <= len(wanted) <= len(params):
+        def by_position(*positional, **keywords):
+            values = dict(zip([p.name for p in parameters
+                               if p.kind == "positional-only"], positional))
+            values.update(keywords)
+            return fn(*[values[n] for n in wanted])
+
+        return by_position
     takes = ", ".join(names) or "no arguments"
     raise InputError(f"--reference {name}: it takes {takes}; it must take the "
-                     f"compiled function's inputs ({', '.join(input_names)}), "
+                     f"compiled function's arguments ({', '.join(wanted)}), "
                      f"by name or in order")

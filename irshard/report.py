@@ -7,12 +7,14 @@ same report always renders to the same bytes.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from irshard.frames import SourceLocation
-from irshard.specs import MeshSpec, format_shape
+from irshard.specs import MeshSpec, ShardingSpec, format_shape
+from irshard.tiling import Tiling, mesh_axes_of
 
 SCHEMA = 1
 
@@ -47,6 +49,41 @@ class TensorInfo:
         if self.sharding is None:
             return self.sharding_text or "?"
         return ",".join(self.sharding) if self.sharding else "replicated"
+
+
+def axis_size(axis: str, mesh: MeshSpec) -> int:
+    """A mesh axis's size; a sub-axis `x:(1)2` (Shardy's notation) is 2."""
+    if ":(" in axis:
+        return int(axis.rsplit(")", 1)[1])
+    return mesh.size_of(axis)
+
+
+def tensor_info(name: str, dtype: str, shape: Sequence[int], sharding: Any,
+                mesh: MeshSpec | None, index: int | None = None,
+                key: str | None = None) -> TensorInfo:
+    """The report row of an input or output, from its sharding: an XLA
+    `HloSharding`, a `Tiling`, Shardy's `ShardingSpec`, or None
+    (replicated). For a typed PRNG key (`key`, its dtype's name) `shape` is
+    its key data's: the row shows the key array, without the data's last
+    dimension."""
+    shape = tuple(shape)
+    text = None
+    if isinstance(sharding, ShardingSpec):
+        entries = tuple(str(d).rstrip("?") for d in sharding.dims)
+        local = tuple(-(-n // math.prod(axis_size(a, mesh) for a in d.axes))
+                      for n, d in zip(shape, sharding.dims))
+    else:
+        tiling = (Tiling.replicate(len(shape)) if sharding is None
+                  else sharding if isinstance(sharding, Tiling)
+                  else Tiling.from_hlo_sharding(sharding, len(shape)))
+        entries = mesh_axes_of(tiling, mesh) if mesh else None
+        local = tiling.local_shape(shape)
+        text = None if entries is not None else tiling.text
+    if key:
+        shape, local, dtype = shape[:-1], local[:-1], key
+        entries = entries[:-1] if entries is not None else None
+    return TensorInfo(name=name, dtype=dtype, shape=shape, sharding=entries,
+                      local_shape=local, index=index, sharding_text=text)
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,16 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from irshard import backend, check, data, files, layout
+from irshard import backend, check, data, files, show, tree
 from irshard.errors import InputError, UsageError
-from irshard.report import (SCHEMA, dumps_json, mesh_json, render_text_lines,
-                            table)
+from irshard.report import TensorInfo, dumps_json, render_text_lines, table
 from irshard.specs import TensorType, format_shape
 from irshard.stages import Optimized, StableHLO, TensorDecl
-from irshard.tiling import Tiling, mesh_axes_of
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -44,6 +42,14 @@ class RunOptions:
     progress: bool = False
     ranges: tuple[tuple[str, tuple[float, float]], ...] = ()   # --range
     reference: str | None = None        # --reference: a function's name
+    # Values given for inputs, by path (the API's concrete arrays).
+    given: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    keep_values: bool = False           # return the outputs' values
+
+    def range_rules(self) -> list[tree.Rule]:
+        return [tree.Rule(pattern, value_range,
+                          f"{pattern}={value_range[0]:g},{value_range[1]:g}")
+                for pattern, value_range in self.ranges]
 
     def validate(self) -> None:
         if self.repeat is not None and self.repeat < 1:
@@ -100,38 +106,35 @@ def parse_range(item: str) -> tuple[str, tuple[float, float]]:
 
 @dataclass(frozen=True)
 class TensorRun:
-    """An input or output as it ran."""
+    """An input or output as it ran: where it lived, and its digest."""
 
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    sharding: tuple[str, ...] | None
-    local_shape: tuple[int, ...]
-    checksum: str
-    placements: tuple[layout.Placement, ...]
-    index: int | None = None
-    origin: str | None = None             # inputs: "random" or the .npy path
-    nan: int = 0                          # elements that are NaN
-    inf: int = 0                          # elements that are +-infinity
+    placed: show.Placed
+    digest: "Digest"
+    origin: str | None = None       # inputs: "random", a range or the .npy path
 
     @property
-    def sharding_label(self) -> str:
-        if self.sharding is None:
-            return "?"
-        return ",".join(self.sharding) if self.sharding else "replicated"
+    def info(self) -> TensorInfo:
+        return self.placed.info
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def index(self) -> int | None:
+        return self.info.index
+
+    @property
+    def checksum(self) -> str:
+        return self.digest.checksum
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {}
-        if self.index is not None:
-            d["index"] = self.index
-        d.update(name=self.name, dtype=self.dtype, shape=list(self.shape),
-                 sharding=list(self.sharding) if self.sharding is not None else None,
-                 local_shape=list(self.local_shape), checksum=self.checksum)
-        if self.checksum:
-            d.update(nan=self.nan, inf=self.inf)
+        d = self.info.to_json()
+        d.update(checksum=self.digest.checksum, nan=self.digest.nan,
+                 inf=self.digest.inf)
         if self.origin is not None:
             d["source"] = self.origin
-        d["layout"] = [p.to_json() for p in self.placements]
+        d["layout"] = [p.to_json() for p in self.placed.placements]
         return d
 
 
@@ -144,6 +147,7 @@ class RunResult:
     checks: tuple[check.OutputCheck, ...] | None = None
     timings: tuple[float, ...] = ()
     saved: str | None = None
+    values: tuple[Any, ...] | None = None     # the outputs, when kept
 
     @property
     def passed(self) -> bool:
@@ -174,19 +178,22 @@ class RunResult:
                  f"process{'es' if self.processes > 1 else ''}", "", "inputs"]
         lines += table(["name", "type", "sharding", "per device", "source",
                         "checksum"],
-                       [[t.name, format_shape(t.dtype, t.shape), t.sharding_label,
-                         format_shape(t.dtype, t.local_shape), t.origin or "",
-                         t.checksum] for t in self.inputs])
+                       [[t.name, format_shape(t.info.dtype, t.info.shape),
+                         t.info.sharding_label,
+                         format_shape(t.info.dtype, t.info.local_shape),
+                         t.origin or "", t.checksum] for t in self.inputs])
         lines += ["", "outputs"]
         lines += table(["#", "name", "type", "sharding", "per device", "checksum"],
-                       [[str(t.index), t.name, format_shape(t.dtype, t.shape),
-                         t.sharding_label, format_shape(t.dtype, t.local_shape),
+                       [[str(t.index), t.name, format_shape(t.info.dtype, t.info.shape),
+                         t.info.sharding_label,
+                         format_shape(t.info.dtype, t.info.local_shape),
                          t.checksum] for t in self.outputs])
         for t in self.outputs:
-            if t.nan or t.inf:
-                size = math.prod(t.shape)
+            if t.digest.nan or t.digest.inf:
+                size = math.prod(t.info.shape)
                 what = ", ".join(f"{n} {label}" for n, label in
-                                 ((t.nan, "NaN"), (t.inf, "infinite")) if n)
+                                 ((t.digest.nan, "NaN"),
+                                  (t.digest.inf, "infinite")) if n)
                 lines.append(f"warning: output {t.index} ({t.name}) has {what} "
                              f"of {size} elements")
         if self.checks is not None:
@@ -213,7 +220,7 @@ class RunResult:
                       f"min {_ms(min(self.timings))}"]
         if self.saved:
             lines += ["", f"outputs saved to {self.saved}"]
-        lines += ["", "layout"] + layout_lines(self.inputs + self.outputs)
+        lines += ["", "layout"] + show.layout_lines(self.inputs + self.outputs)
         return lines
 
 
@@ -231,16 +238,6 @@ def _check_legend(references: Sequence[str]) -> list[str]:
     return lines
 
 
-def layout_lines(tensors: Sequence[Any]) -> list[str]:
-    lines = []
-    for t in tensors:
-        label = t.name if t.index is None else f"output {t.index} ({t.name})"
-        lines.append(f"  {label}  {format_shape(t.dtype, t.shape)}  "
-                     f"{t.sharding_label}")
-        lines += layout.render(t.shape, list(t.placements), indent="    ")
-    return lines
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
@@ -250,12 +247,16 @@ def _ms(seconds: float) -> str:
 
 def _input_source(index: int, decl: TensorDecl, options: RunOptions):
     """A function from a block index to the input's values there."""
+    if decl.name in options.given:
+        value = np.asarray(options.given[decl.name])
+        return (lambda idx: np.array(value[idx])), "given"
     paths = dict(options.inputs)
     if decl.name in paths:
         array = data.load_npy(paths[decl.name], decl.name,
                               TensorType(decl.dtype, decl.shape))
         return (lambda idx: np.array(array[idx])), paths[decl.name]
-    value_range = dict(options.ranges).get(decl.name)
+    rule = tree.first_match(options.range_rules(), decl.name)
+    value_range = rule.value if rule else None
     origin = "random"
     if value_range is not None:
         data.check_range(value_range, decl.dtype,
@@ -292,66 +293,20 @@ def digest(array) -> Digest:
                   sum(p[1] for p in parts), sum(p[2] for p in parts))
 
 
-def _placements(sharding, shape) -> tuple[layout.Placement, ...]:
-    return tuple(layout.placements(sharding.devices_indices_map(tuple(shape)), shape))
-
-
-@dataclass(frozen=True)
-class _Sharded:
-    """One input or output: its declaration, XLA's sharding of it and the
-    equivalent JAX sharding."""
-
-    decl: TensorDecl
-    hlo: Any
-    sharding: Any
-
-    def describe(self, mesh, digest: Digest | None = None,
-                 index: int | None = None, origin: str | None = None) -> TensorRun:
-        tiling = Tiling.from_hlo_sharding(self.hlo, len(self.decl.shape))
-        return TensorRun(self.decl.name, self.decl.dtype.name, self.decl.shape,
-                         mesh_axes_of(tiling, mesh),
-                         tiling.local_shape(self.decl.shape),
-                         digest.checksum if digest else "",
-                         _placements(self.sharding, self.decl.shape),
-                         index=index, origin=origin,
-                         nan=digest.nan if digest else 0,
-                         inf=digest.inf if digest else 0)
-
-
-def _sharded(compiled: Optimized) -> tuple[list[_Sharded], list[_Sharded]]:
-    """The executable's inputs and outputs with their shardings."""
-    info, exe = compiled.info, compiled.compiled
-    jax_mesh = backend.make_mesh(info.mesh.names, info.mesh.shape, exe.devices)
-
-    def pair(decls, hlo_shardings):
-        return [_Sharded(d, h, backend.jax_sharding(h, jax_mesh, len(d.shape)))
-                for d, h in zip(decls, hlo_shardings)]
-
-    return (pair(info.inputs, exe.parameter_shardings(len(info.inputs))),
-            pair(info.outputs, exe.output_shardings(len(info.outputs))))
-
-
-def planned_layout(compiled: Optimized) -> tuple[list[TensorRun], list[TensorRun]]:
-    """Where each input and output will live, from the shardings alone."""
-    ins, outs = _sharded(compiled)
-    mesh = compiled.info.mesh
-    return ([t.describe(mesh) for t in ins],
-            [t.describe(mesh, index=i) for i, t in enumerate(outs)])
-
-
 def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResult:
     """Executes the optimized program on its mesh (and checks it)."""
     import jax
     info = compiled.info
     exe = compiled.compiled
-    ins, outs = _sharded(compiled)
-    names = {d.name for d in info.inputs}
-    for option, items in (("--input", options.inputs), ("--range", options.ranges)):
-        for name, _ in items:
-            if name not in names:
-                listed = ", ".join(d.name for d in info.inputs) or "none"
-                raise InputError(f"{option} {name}: there is no argument "
-                                 f"'{name}'; the arguments are {listed}")
+    ins, outs = show.placed(compiled)
+    names = [d.name for d in info.inputs]
+    for name, _ in options.inputs:
+        if name not in names:
+            raise InputError(f"--input {name}: there is no input '{name}'; "
+                             f"the inputs are {tree.listing(names)}")
+    for rule in tree.unmatched(options.range_rules(), names):
+        raise InputError(f"--range {rule.text}: '{rule.pattern}' matches no "
+                         f"input; the inputs are {tree.listing(names)}")
 
     arguments, sources, origins = [], [], []
     for i, t in enumerate(ins):
@@ -364,13 +319,12 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     outputs = _execute(exe, arguments, info.outputs, [t.sharding for t in outs])
     timings = _time(exe, arguments, options) if options.repeat else []
 
-    input_runs = [t.describe(info.mesh, digest(array), origin=origin)
+    input_runs = [TensorRun(t, digest(array), origin)
                   for t, array, origin in zip(ins, arguments, origins)]
-    output_runs = [t.describe(info.mesh, digest(array), index=i)
-                   for i, (t, array) in enumerate(zip(outs, outputs))]
+    output_runs = [TensorRun(t, digest(array)) for t, array in zip(outs, outputs)]
 
     values = None
-    if options.check or options.save:
+    if options.check or options.save or options.keep_values:
         values = [backend.gather(a) for a in outputs]
     checks = None
     if options.check:
@@ -381,7 +335,8 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
         _save(options.save, info.outputs, values)
         saved = options.save
     return RunResult(options.seed, jax.process_count(), tuple(input_runs),
-                     tuple(output_runs), checks, tuple(timings), saved)
+                     tuple(output_runs), checks, tuple(timings), saved,
+                     tuple(values) if options.keep_values else None)
 
 
 def _execute(exe, arguments, decls, shardings):
@@ -429,22 +384,3 @@ def render(report, result: RunResult, fmt: str) -> str:
         return dumps_json(body) + "\n"
     return "\n".join(render_text_lines(report, tensors=False)
                      + result.render_text_lines()) + "\n"
-
-
-def render_layout(info, inputs: Sequence[TensorRun], outputs: Sequence[TensorRun],
-                  fmt: str) -> str:
-    """`irshard show`: where every input and output lives."""
-    if fmt == "json":
-        body = {"schema": SCHEMA, "source": info.source, "function": info.function,
-                "mesh": mesh_json(info.mesh, info.platform),
-                "inputs": [t.to_json() for t in inputs],
-                "outputs": [t.to_json() for t in outputs]}
-        for entry in body["inputs"] + body["outputs"]:
-            entry.pop("checksum")
-        return dumps_json(body) + "\n"
-    lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
-             f"({info.mesh.num_devices} {info.platform} devices)", "", "inputs"]
-    lines += layout_lines(inputs)
-    lines += ["", "outputs"]
-    lines += layout_lines(outputs)
-    return "\n".join(lines) + "\n"

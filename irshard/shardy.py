@@ -7,7 +7,7 @@ locations. Callers hold the module's context.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy

@@ -22,22 +22,24 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
-from irshard import analysis, backend
+from irshard import analysis, backend, tree
 from irshard.errors import BackendError, UserCodeError
 from irshard.hlo import HloModuleView
 from irshard.loader import describe_user_exception, raised_by_user_code
 from irshard.program import Program
-from irshard.report import CollectiveReport, TensorInfo
+from irshard.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.specs import DType, MeshSpec, lookup_dtype
-from irshard.tiling import Tiling, mesh_axes_of
 
 @dataclass(frozen=True)
 class TensorDecl:
-    """An input or output as declared: name, dtype, global shape."""
+    """An input or output as declared: name (its path), dtype, global shape.
+    A typed PRNG key is declared by its key data; `key` is its dtype's name
+    (`key<fry>`)."""
 
     name: str
     dtype: DType
     shape: tuple[int, ...]
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,20 +134,11 @@ class Propagated(Stage):
 
 def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
                   mesh: MeshSpec, indexed: bool) -> tuple[TensorInfo, ...]:
-    result = []
-    for i, decl in enumerate(decls):
-        sharding = shardings[i] if i < len(shardings) else None
-        if sharding is None:
-            tiling = Tiling((), (), len(decl.shape), replicated=True)
-        else:
-            tiling = Tiling.from_hlo_sharding(sharding, len(decl.shape))
-        axes = mesh_axes_of(tiling, mesh)
-        result.append(TensorInfo(
-            name=decl.name, dtype=decl.dtype.name, shape=decl.shape,
-            sharding=axes, local_shape=tiling.local_shape(decl.shape),
-            index=i if indexed else None,
-            sharding_text=None if axes is not None else tiling.text))
-    return tuple(result)
+    return tuple(
+        tensor_info(decl.name, decl.dtype.name, decl.shape,
+                    shardings[i] if i < len(shardings) else None, mesh,
+                    i if indexed else None, decl.key)
+        for i, decl in enumerate(decls))
 
 
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
@@ -218,16 +211,18 @@ class Optimized(Stage):
 
 
 def _output_decls(lowered: backend.LoweredFunction, program: Program,
-                  argnums: list[int]) -> tuple[TensorDecl, ...]:
+                  keys: Sequence[str | None]) -> tuple[TensorDecl, ...]:
+    """Outputs named by path (`result/1/m`); with --grad, after the leaf each
+    is the gradient of (`grad(params)/w`)."""
     decls = []
     for i, (shape, dtype, path) in enumerate(zip(
             lowered.out_shapes, lowered.out_dtypes, lowered.out_names)):
-        if program.grad:
-            name = f"grad({program.inputs[argnums[i]].name})"
+        if program.grad is not None:
+            name = tree.grad_path(program.inputs[program.grad[i]].path)
         else:
-            name = "result" + path
+            name = tree.output_path(path)
         decls.append(TensorDecl(name, lookup_dtype(dtype) or lookup_dtype("f32"),
-                                tuple(shape)))
+                                tuple(shape), keys[i] if i < len(keys) else None))
     return tuple(decls)
 
 
@@ -244,27 +239,27 @@ def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
 
 
 def trace(program: Program, platform: str = "cpu") -> StableHLO:
-    """Traces `program.fn` (or its gradient with `program.grad`) to StableHLO
-    and attaches the mesh and shardings with irshard's annotate pass."""
+    """Traces `program` (or its gradient with `program.grad`) to StableHLO as
+    a function of its input leaves, and attaches the mesh and shardings with
+    irshard's annotate pass."""
     from irshard.annotation import annotate
     mesh = program.mesh
     devices = backend.devices(platform, mesh.num_devices)
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
-    notes = x64_notes([(s.name, s.type.dtype) for s in program.inputs])
-    fn = backend.checked_outputs(program.fn)
-    argnums = list(range(len(program.inputs)))
-    if program.grad:
-        argnums = [i for i, spec in enumerate(program.inputs)
-                   if spec.type.dtype.is_float]
-        fn = backend.gradient(fn, argnums)
-    reference = program.reference
-    if reference is not None and program.grad:
-        reference = backend.gradient(reference, argnums)
-    user_dir = os.path.dirname(os.path.abspath(program.source))
+    notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
+    flat = program.flat_fn()
+    fn = backend.checked_outputs(flat)
+    reference = program.flat_fn(program.reference) if program.reference else None
+    if program.grad is not None:
+        fn = backend.gradient(fn, program.grad)
+        if reference is not None:
+            reference = backend.gradient(reference, program.grad)
+    user_dir = program.user_dir or os.path.dirname(os.path.abspath(program.source))
     try:
         lowered = backend.lower(
-            fn, [spec.type.shape for spec in program.inputs],
-            [spec.type.dtype.numpy for spec in program.inputs], jax_mesh)
+            fn, [leaf.type.shape for leaf in program.inputs],
+            [leaf.type.dtype.numpy for leaf in program.inputs], jax_mesh,
+            [leaf.weak for leaf in program.inputs])
     except backend.BadOutput as e:
         raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
     except (Exception, SystemExit) as e:
@@ -276,20 +271,20 @@ def trace(program: Program, platform: str = "cpu") -> StableHLO:
                          "axis_types=(AxisType.Auto, ...), or take it from the "
                          "context (jax.sharding.get_abstract_mesh())")
             raise UserCodeError(text) from None
-        if program.grad and "scalar" in str(e):
+        if program.grad is not None and "scalar" in str(e):
             raise UserCodeError(
                 f"--grad needs '{program.function}' to return a scalar: "
                 f"{backend.message(e)}") from None
         raise BackendError(f"JAX could not trace '{program.function}': "
                            f"{type(e).__name__}: {backend.message(e)}") from None
     annotate(lowered.module, mesh,
-             {i: spec.sharding for i, spec in enumerate(program.inputs)},
+             {i: leaf.sharding for i, leaf in enumerate(program.inputs)},
              dict(program.out_shardings))
     info = ProgramInfo(
         source=program.source, function=program.function, user_dir=user_dir,
         mesh=mesh, platform=platform,
-        inputs=tuple(TensorDecl(s.name, s.type.dtype, s.type.shape)
-                     for s in program.inputs),
-        outputs=_output_decls(lowered, program, argnums), notes=notes)
+        inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
+                                leaf.key) for leaf in program.inputs),
+        outputs=_output_decls(lowered, program, flat.key_outputs), notes=notes)
     return StableHLO(info, lowered.module, tuple(devices), fn,
                      lowered.callbacks, reference)

@@ -29,6 +29,12 @@ class Tiling:
     maximal: bool = False
     manual: bool = False
     text: str = ""
+    opaque: bool = False             # printed, but not read (`text` says it)
+
+    @classmethod
+    def replicate(cls, rank: int) -> "Tiling":
+        """Every device holds the whole array."""
+        return cls((), (), rank, replicated=True)
 
     @classmethod
     def from_hlo_sharding(cls, sharding, rank: int) -> "Tiling":
@@ -43,8 +49,13 @@ class Tiling:
         return cls(tuple(sharding.tile_assignment_dimensions()),
                    tuple(sharding.tile_assignment_devices()), rank, text=text)
 
+    @classmethod
+    def unread(cls, rank: int, text: str) -> "Tiling":
+        """A sharding known only by its text."""
+        return cls((), (), rank, text=text, opaque=True)
+
     def shards(self) -> tuple[int, ...]:
-        if self.replicated or self.maximal or self.manual:
+        if self.replicated or self.maximal or self.manual or self.opaque:
             return (1,) * self.rank
         return self.tile_dims[:self.rank]
 
@@ -67,7 +78,7 @@ def mesh_axes_of(tiling: Tiling, mesh: MeshSpec) -> tuple[str, ...] | None:
     tiling is not a sharding over this mesh's axes."""
     if tiling.replicated:
         return ("_",) * tiling.rank
-    if tiling.maximal or tiling.manual:
+    if tiling.maximal or tiling.manual or tiling.opaque:
         return None
     if len(tiling.devices) != mesh.num_devices or \
             set(tiling.devices) != set(range(mesh.num_devices)):

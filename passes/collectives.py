@@ -15,7 +15,7 @@ from irshard import analysis, shardy
 from irshard.errors import IRError, PassError
 from irshard.frames import Frame, UserCode
 from irshard.passes import ModulePass
-from irshard.report import Collective, CollectiveReport, TensorInfo
+from irshard.report import Collective, CollectiveReport, axis_size, tensor_info
 from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir
 
 # Shardy's collective ops, their report kind, and the attribute naming the
@@ -34,14 +34,8 @@ def _axes_in(text: str) -> list[str]:
     return [name + (sub or "") for name, sub in _AXIS.findall(text)]
 
 
-def _axis_size(axis: str, mesh: MeshSpec) -> int:
-    if ":(" in axis:
-        return int(axis.rsplit(")", 1)[1])
-    return mesh.size_of(axis)
-
-
 def _local_shape(shape, spec: ShardingSpec, mesh: MeshSpec) -> tuple[int, ...]:
-    return tuple(-(-n // math.prod(_axis_size(a, mesh) for a in d.axes))
+    return tuple(-(-n // math.prod(axis_size(a, mesh) for a in d.axes))
                  for n, d in zip(shape, spec.dims))
 
 
@@ -162,7 +156,7 @@ def sdy_collectives(module: ir.Module, mesh: MeshSpec, mesh_name: str,
                                  if [a in d.axes for d in before.dims]
                                  != [a in d.axes for d in out_spec.dims]}
                     axes = [a for a in mesh.names if a in moved]
-                group = math.prod(_axis_size(a, mesh) for a in axes) if axes else 1
+                group = math.prod(axis_size(a, mesh) for a in axes) if axes else 1
                 nbytes = math.prod(local) * itemsize
                 source, attribution = _attribute(operation, resolver)
                 result.append(Collective(
@@ -183,12 +177,8 @@ def _tensor_infos(fn, key: str, types, mesh: MeshSpec, indexed: bool):
             else (str(types[i]), 0)
         spec = shardy.sharding_spec(attrs[shardy.SHARDING])[1] \
             if shardy.SHARDING in attrs else ShardingSpec.replicated(len(shape))
-        infos.append(TensorInfo(
-            name=names[i] or f"arg{i}",
-            dtype=dtype, shape=shape,
-            sharding=tuple(str(d).rstrip("?") for d in spec.dims),
-            local_shape=_local_shape(shape, spec, mesh),
-            index=i if indexed else None))
+        infos.append(tensor_info(names[i] or f"arg{i}", dtype, shape, spec,
+                                 mesh, i if indexed else None))
     return tuple(infos)
 
 

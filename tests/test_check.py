@@ -127,7 +127,8 @@ def test_ranges_are_the_same_values_on_every_mesh(write):
     (["--range", "a=0,inf"], "expected LO < HI, two finite numbers"),
     (["--range", "n=0.5,2"], "an integer argument needs integer bounds"),
     (["--range", "n=0,3e9"], "i32 holds [-2147483648, 2147483647]"),
-    (["--range", "z=0,1"], "--range z: there is no argument 'z'"),
+    (["--range", "z=0,1"], "--range z=0,1: 'z' matches no input; the inputs "
+                           "are a, n"),
     (["--range", "a=0,1", "--range", "a=1,2"], "an argument is given twice"),
     (["--reference", "f"], "--reference names the function --check compares "
                            "with; give --check too"),

@@ -70,18 +70,19 @@ CASES = [
     (["compile", "{matmul}", "--mesh", "x=2,y=2", "--arg", "a=f32[-1]"],
      "type 'f32[-1]': dimension 1 has size '-1'"),
     (["compile", "{matmul}", "--mesh", "x=2,y=2", "--shard", "a=x"],
-     "sharding 'x' for argument 'a' has 1 entry but the tensor has shape [8,8]"),
+     "sharding 'x' for input 'a' (rule --shard a=x) has 1 entry but the "
+     "tensor has shape [8,8]"),
     (["compile", "{matmul}", "--mesh", "x=2,y=2", "--shard", "a=z,_"],
      "unknown mesh axis 'z'; the mesh has axes x, y"),
     (["compile", "{matmul}", "--mesh", "x=2,y=2", "--shard", "a=x,x"],
      "mesh axis 'x' is used twice"),
     (["compile", "{matmul}", "--mesh", "x=3,y=2"],
-     "sharding 'x,y' for argument 'a': dimension 0 has size 8, which is not "
+     "sharding 'x,y' for input 'a': dimension 0 has size 8, which is not "
      "divisible by 3 (x=3)"),
     (["compile", "{matmul}", "--mesh", "x=2,y=2", "--arg", "c=f32[2]"],
      "--arg c: 'matmul' has no argument 'c'; its arguments are a, b"),
     (["compile", "{matmul}", "--mesh", "x=2,y=2", "--shard", "c=x"],
-     "--shard c: 'matmul' has no argument 'c'"),
+     "--shard c=x: 'c' matches no input; the inputs are a, b"),
     (["compile", "{matmul}", "--mesh", "x=2,y=2", "--emit", "lowered"],
      "unknown stage 'lowered'; stages are stablehlo, propagated, partitioned, "
      "optimized"),

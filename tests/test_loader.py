@@ -118,7 +118,8 @@ def test_static_parameters_are_bound(write):
     (dict(), InputError, "argument 'b' of 'f' has no type; pass --arg b=TYPE"),
     (dict(args=["c=f32[2]"]), InputError, "--arg c: 'f' has no argument 'c'; "
                                           "its arguments are a, b"),
-    (dict(shards=["c=x"]), InputError, "--shard c: 'f' has no argument 'c'"),
+    (dict(args=["b=f32[8]"], shards=["c=x"]), SpecError,
+     "--shard c=x: 'c' matches no input; the inputs are a, b"),
     (dict(args=["b=f33[2]"]), SpecError, "unknown dtype 'f33'"),
     (dict(args=["b=f32[6]"], shards=["b=x"]), SpecError,
      "dimension 0 has size 6, which is not divisible by 4"),

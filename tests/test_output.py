@@ -13,7 +13,7 @@ import pytest
 
 from irshard import cli, files
 from irshard.errors import OutputError
-from tests.conftest import EXAMPLES, run_irshard
+from tests.conftest import EXAMPLES
 
 MATMUL = os.path.join(EXAMPLES, "matmul.py")
 COMPILE = ["compile", MATMUL, "--mesh", "x=2,y=2"]

@@ -107,9 +107,9 @@ def test_64_bit_types_stay_64_bit(program, tmp_path, capsys):
                      "--check", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     out = np.load(saved)
-    assert out["result[0]"].dtype == np.int64
-    assert (out["result[0]"] == 2 ** 53 + 2).all()
-    assert out["result[1]"].dtype == np.float64
+    assert out["result/0"].dtype == np.int64
+    assert (out["result/0"] == 2 ** 53 + 2).all()
+    assert out["result/1"].dtype == np.float64
     assert [t["dtype"] for t in report["outputs"]] == ["i64", "f64"]
     # 8 i64 over 2 devices, 8 f64 replicated: 4 x 8 + 8 x 8 bytes.
     assert report["memory"]["argument_bytes"] == 96
@@ -172,7 +172,7 @@ def test_what_user_code_prints_stays_off_the_report(program):
 
 @pytest.mark.parametrize("fn, message", [
     ("text", "cannot compile 'text': it returns a str (output "
-             "result[1]['label']); irshard compiles functions that return "
+             "result/1/label); irshard compiles functions that return "
              "arrays (or pytrees of arrays)"),
     ("exits", "{program}:{line}: in exits: the program called sys.exit(0)"),
 ])

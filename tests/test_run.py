@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from irshard import cli, data, run, stages
+from irshard import cli, data, run, show, stages
 from irshard.program import load_program
 from irshard.specs import parse_mesh, parse_type
 from tests.conftest import EXAMPLES, run_irshard
@@ -75,7 +75,7 @@ def test_matmul_with_every_operand_sharding():
         result = run_program(path, "x=2,y=2", shards=[f"a={a}", f"b={b}"],
                              check=True)
         assert result.passed, (a, b)
-        assert [t.sharding for t in result.inputs] == [
+        assert [t.info.sharding for t in result.inputs] == [
             tuple(a.split(",")), tuple(b.split(","))]
 
 
@@ -149,9 +149,9 @@ def test_npy_inputs_are_what_the_program_sees(tmp_path, write):
     assert report["run"]["inputs"][0]["source"].endswith("a.npy")
     assert report["run"]["inputs"][1]["source"] == "random"
     outputs = np.load(saved)
-    np.testing.assert_array_equal(outputs["result[0]"], a * 2)
+    np.testing.assert_array_equal(outputs["result/0"], a * 2)
     b = data.random_block(0, 1, parse_type("i32[8]").dtype, (8,), (slice(0, 8),))
-    np.testing.assert_array_equal(outputs["result[1]"], b + 1)
+    np.testing.assert_array_equal(outputs["result/1"], b + 1)
     assert report["run"]["outputs"][0]["checksum"] == data.format_checksum(
         data.block_checksum(a * 2, (slice(0, 8), slice(0, 6)), (8, 6)))
 
@@ -185,7 +185,7 @@ def test_repeat_reports_timings():
 def test_layout_of_a_2d_and_a_3d_array():
     result = run_program(os.path.join(PROGRAMS, "loops.py"), "x=2,y=2", "scan",
                          ["w=_,x,y", "x=_,x"])
-    lines = run.layout_lines(result.inputs)
+    lines = show.layout_lines(result.inputs)
     text = "\n".join(lines)
     # w is 3-D: a table of index ranges per device.
     assert "device  process  index" in text
@@ -198,8 +198,8 @@ def test_layout_of_a_2d_and_a_3d_array():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--input", "z={tmp}/a.npy"], "--input z: there is no argument 'z'; the "
-                                   "arguments are a, b"),
+    (["--input", "z={tmp}/a.npy"], "--input z: there is no input 'z'; the "
+                                   "inputs are a, b"),
     (["--input", "a={tmp}/missing.npy"], "--input a: file '{tmp}/missing.npy' "
                                          "does not exist"),
     (["--input", "a={tmp}/garbage.npy"], "--input a: cannot read "),

@@ -1,0 +1,90 @@
+"""Where every input and output of an executable lives.
+
+From the executable's own shardings: each input's and output's report row,
+the JAX sharding its arrays take, and which device holds which block.
+`irshard show` prints this without running; `irshard run` adds checksums and
+prints the same layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from irshard import backend, layout
+from irshard.report import SCHEMA, TensorInfo, dumps_json, mesh_json, tensor_info
+from irshard.specs import format_shape
+from irshard.stages import Optimized, TensorDecl
+
+
+@dataclass(frozen=True)
+class Placed:
+    """An input or output of the executable."""
+
+    decl: TensorDecl
+    info: TensorInfo
+    sharding: Any                        # its arrays' jax.sharding.Sharding
+    placements: tuple[layout.Placement, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.info.to_json()
+        d["layout"] = [p.to_json() for p in self.placements]
+        return d
+
+
+def _placements(sharding, decl: TensorDecl) -> tuple[layout.Placement, ...]:
+    found = layout.placements(sharding.devices_indices_map(tuple(decl.shape)),
+                              decl.shape)
+    if decl.key:     # a key array's blocks, not its key data's
+        found = [layout.Placement(p.device, p.process, p.ranges[:-1])
+                 for p in found]
+    return tuple(found)
+
+
+def placed(compiled: Optimized) -> tuple[list[Placed], list[Placed]]:
+    """The executable's inputs and outputs, placed on its devices."""
+    info, exe = compiled.info, compiled.compiled
+    jax_mesh = backend.make_mesh(info.mesh.names, info.mesh.shape, exe.devices)
+
+    def place(decls, hlo_shardings, indexed):
+        result = []
+        for i, (decl, hlo) in enumerate(zip(decls, hlo_shardings)):
+            sharding = backend.jax_sharding(hlo, jax_mesh, len(decl.shape))
+            row = tensor_info(decl.name, decl.dtype.name, decl.shape, hlo,
+                              info.mesh, i if indexed else None, decl.key)
+            result.append(Placed(decl, row, sharding, _placements(sharding, decl)))
+        return result
+
+    return (place(info.inputs, exe.parameter_shardings(len(info.inputs)), False),
+            place(info.outputs, exe.output_shardings(len(info.outputs)), True))
+
+
+def layout_lines(tensors: Sequence[Any]) -> list[str]:
+    """The layout of each tensor (a `Placed`, or anything holding one as
+    `placed`): a grid of blocks, or a table of ranges per device."""
+    lines = []
+    for t in tensors:
+        t = getattr(t, "placed", t)
+        row = t.info
+        label = row.name if row.index is None else f"output {row.index} ({row.name})"
+        lines.append(f"  {label}  {format_shape(row.dtype, row.shape)}  "
+                     f"{row.sharding_label}")
+        lines += layout.render(row.shape, list(t.placements), indent="    ")
+    return lines
+
+
+def render(info, inputs: Sequence[Placed], outputs: Sequence[Placed],
+           fmt: str) -> str:
+    """`irshard show`: where every input and output lives."""
+    if fmt == "json":
+        body = {"schema": SCHEMA, "source": info.source, "function": info.function,
+                "mesh": mesh_json(info.mesh, info.platform),
+                "inputs": [t.to_json() for t in inputs],
+                "outputs": [t.to_json() for t in outputs]}
+        return dumps_json(body) + "\n"
+    lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
+             f"({info.mesh.num_devices} {info.platform} devices)", "", "inputs"]
+    lines += layout_lines(inputs)
+    lines += ["", "outputs"]
+    lines += layout_lines(outputs)
+    return "\n".join(lines) + "\n"
