@@ -1,12 +1,36 @@
 """irshard: see, test and run how a program gets sharded.
 
-The library's entry points are `irshard.program.load_program` (what to
-compile), `irshard.stages.trace` (the staged pipeline) and the reports they
-produce. Importing this package does not import JAX.
+From Python:
+
+    import irshard
+    irshard.configure(devices=8)                 # before JAX starts
+    report = irshard.compile(step, params, batch, mesh="dp=2,tp=4",
+                             rules=[("params/**/w1", "_,tp")])
+    report.collectives
+    report.check_budget("all-gather<=2", "bytes@dp<=64MiB")
+    irshard.run(step, params, batch, mesh="dp=2,tp=4", check=True)
+
+`irshard.load` reads a `.py` or `.mlir` file as the command line does.
+Importing this package does not import JAX; the functions above do.
 """
+
+from irshard.errors import (BackendError, BudgetExceeded, CheckFailed,  # noqa: F401
+                            InputError, IRError, IrshardError, SpecError,
+                            UsageError, UserCodeError)
 
 __version__ = "0.1.0"
 
 # The pipeline's stages, in order, and those the collective report can read.
 STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
 REPORT_STAGES = ("partitioned", "optimized")
+
+_API = {"compile": "irshard.api", "run": "irshard.api",
+        "configure": "irshard.api", "load": "irshard.frontend",
+        "Source": "irshard.frontend"}
+
+
+def __getattr__(name):
+    if name in _API:
+        import importlib
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'irshard' has no attribute {name!r}")

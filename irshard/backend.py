@@ -61,6 +61,22 @@ def _jax():
     return jax
 
 
+def started() -> bool:
+    """Whether JAX has created its backends (device counts are then fixed)."""
+    import sys
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import xla_bridge
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
+def device_count(platform: str) -> int:
+    try:
+        return len(_jax().devices(platform))
+    except RuntimeError:
+        return 0
+
+
 def devices(platform: str, count: int) -> list[Any]:
     """The first `count` devices of `platform` in the global device list."""
     jax = _jax()
@@ -117,6 +133,7 @@ class LoweredFunction:
     # Python callbacks the program calls (jax.debug.print, pure_callback):
     # the executable must be compiled with them and keep them alive.
     callbacks: tuple[tuple[Any, ...], Any] = ((), None)
+    out_tree: Any = None                  # the outputs' pytree structure
 
 
 class BadOutput(TypeError):
@@ -171,7 +188,8 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
         out_shapes=tuple(tuple(leaf.shape) for _, leaf in leaves),
         out_dtypes=tuple(str(leaf.dtype) for _, leaf in leaves),
         out_names=tuple(tuple(path) for path, _ in leaves),
-        callbacks=_host_callbacks(lowered))
+        callbacks=_host_callbacks(lowered),
+        out_tree=jax.tree_util.tree_structure(lowered.out_info))
 
 
 def _host_callbacks(lowered) -> tuple[tuple[Any, ...], Any]:
@@ -215,6 +233,12 @@ def describe_leaf(x) -> tuple | None:
                 dtype._impl.name, False, sharding)
     dtype = jax.dtypes.canonicalize_dtype(dtype)
     return tuple(shape), str(np.dtype(dtype)), None, None, weak, sharding
+
+
+def is_sharding(x) -> bool:
+    """A `PartitionSpec` or `NamedSharding`."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    return isinstance(x, (NamedSharding, PartitionSpec))
 
 
 def is_abstract(x) -> bool:

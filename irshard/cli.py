@@ -70,6 +70,10 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", action="append", default=[], metavar="EXPR",
+                   help="fail (exit 1) when the report exceeds EXPR: "
+                        "QUANTITY[@AXES] OP NUMBER[UNIT], e.g. "
+                        "'all-gather@fsdp<=2' or 'bytes<=64MiB' (repeatable)")
     p.add_argument("--emit", action="append", default=[], metavar="STAGE",
                    help="print a stage's IR instead of the report: "
                         + ", ".join(STAGES) + " (repeatable)")
@@ -170,19 +174,43 @@ def render_report(report, fmt: str) -> str:
 # Commands
 
 
+def _budgets(args) -> list:
+    """The --budget expressions, parsed before any work."""
+    from irshard import budget
+    return [budget.parse_budget(text) for text in args.budget]
+
+
+def _held_to(report, budgets):
+    """The report with its budgets' outcomes (JSON `budgets`), and the
+    error to exit with when one is exceeded."""
+    import dataclasses
+
+    from irshard import budget
+    if not budgets:
+        return report, None
+    outcomes = budget.evaluate(report, budgets)
+    extra = dict(report.extra, budgets=[o.to_json() for o in outcomes])
+    return dataclasses.replace(report, extra=extra), budget.breach_error(outcomes)
+
+
 def cmd_compile(args) -> int:
     emits = _stages(args)
+    budgets = _budgets(args)
     source = _source(args)
     source.mesh_spec()
     check_output_path(args.output)
     lowered = _load(source)
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info)
-    if emits:
+    if emits and not budgets:
         write_output(args.output, join_stage_texts(texts))
         return 0
     report = (compiled.partitioned() if args.stage == "partitioned"
               else compiled).report()
-    write_output(args.output, render_report(report, args.format))
+    report, breach = _held_to(report, budgets)
+    write_output(args.output, join_stage_texts(texts) if emits
+                 else render_report(report, args.format))
+    if breach is not None:
+        raise breach
     return 0
 
 
@@ -218,8 +246,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def _run_options(args):
     from irshard.program import split_assignment
-    from irshard.run import RunOptions
-    from irshard.run import parse_range
+    from irshard.execution import RunOptions
+    from irshard.execution import parse_range
     inputs = tuple(split_assignment(item, "--input", "PATH.npy")
                    for item in args.input)
     ranges = tuple(parse_range(item) for item in args.range)
@@ -293,6 +321,7 @@ def _launch(args, total_devices: int) -> int:
 
 def cmd_run(args) -> int:
     emits = _stages(args)
+    budgets = _budgets(args)
     source = _source(args)
     source.mesh_spec()
     check_output_path(args.output)
@@ -304,19 +333,20 @@ def cmd_run(args) -> int:
     _stage("compiling")
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
                                   compile_anyway=True)
-    from irshard import run
+    from irshard import execution
     _stage("running")
-    result = run.run(lowered, compiled, options)
+    result = execution.run(lowered, compiled, options)
     _stage("writing")
     report = (compiled.partitioned() if args.stage == "partitioned"
               else compiled).report()
-    text = run.render(report, result, args.format)
+    report, breach = _held_to(report, budgets)
+    text = execution.render(report, result, args.format)
     if texts:
         text = join_stage_texts(texts) + text
     if _is_reporting_process():
         write_output(args.output, text)
     from irshard import check
-    failure = check.failure(result.checks)
+    failure = check.failure(result.checks) or breach
     if failure is not None:
         raise failure
     return 0

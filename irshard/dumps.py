@@ -209,7 +209,7 @@ def report(found: FoundModule, source: str, mesh: MeshSpec | None) -> Collective
         if mesh is not None and mesh.num_devices != devices:
             mesh = None
     return CollectiveReport(
-        source=source, function=None, stage=found.stage, mesh=mesh,
+        source=source, function=None, stage_name=found.stage, mesh=mesh,
         platform=None, inputs=_parameters(view, mesh), outputs=(),
         collectives=tuple(analysis.collectives(view, mesh, None)),
         memory=None, module=found.label)

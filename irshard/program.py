@@ -153,6 +153,8 @@ def spec_of(value: Any, rank: int, mesh: MeshSpec, what: str) -> ShardingSpec | 
     from irshard import backend
     if value is None:
         return None
+    if isinstance(value, ShardingSpec):
+        return value
     if isinstance(value, str):
         return parse_sharding(value)
     entries = backend.partition_entries(value, mesh.names, what)
@@ -239,8 +241,8 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
         rule = tree.first_match(rules, leaf.path)
         sharding, subject = leaf.sharding, f"input '{leaf.path}'"
         if rule is not None:
-            sharding = rule.value
             subject = f"input '{leaf.path}' (rule {option} {rule.text})"
+            sharding = spec_of(rule.value, rank, mesh, subject)
         elif prefixes:
             found = tree.prefix_value(dict(prefixes), leaf.path)
             if found is not None and found[1] is not None:
@@ -478,3 +480,69 @@ def _same_parameters(fn: Callable[..., Any], name: str,
     raise InputError(f"--reference {name}: it takes {takes}; it must take the "
                      f"compiled function's arguments ({', '.join(wanted)}), "
                      f"by name or in order")
+
+
+# ---------------------------------------------------------------------------
+# Python
+
+
+def _is_spec(x: Any) -> bool:
+    from irshard import backend
+    return x is None or isinstance(x, (str, ShardingSpec)) or backend.is_sharding(x)
+
+
+def prefixes_of(shardings: Any, parameters: Sequence[Parameter]) -> dict[str, Any]:
+    """`shardings` — one entry per positional argument, each a pytree prefix
+    of it whose leaves are specs, as `jax.jit`'s `in_shardings` — as a map
+    from path prefixes to specs."""
+    import jax
+    traced = [p for p in parameters if p.kind != "keyword-only"]
+    if not isinstance(shardings, (tuple, list)):
+        shardings = (shardings,) * len(traced)
+    if len(shardings) > len(traced):
+        raise SpecError(f"shardings has {len(shardings)} entries for "
+                        f"{len(traced)} positional arguments")
+    result: dict[str, Any] = {}
+    for param, prefix in zip(traced, shardings):
+        flat = jax.tree_util.tree_flatten_with_path(prefix, is_leaf=_is_spec)[0]
+        for keys, spec in flat:
+            result[tree.path_of(param.name, keys)] = spec
+    return result
+
+
+def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
+               rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
+               static_argnums: Sequence[int] = (),
+               grad: bool | Sequence[str] | str | None = None,
+               out_shardings: Mapping[int, str] | None = None,
+               reference: Callable[..., Any] | None = None) -> Program:
+    """The program of `fn(*args)` (the Python API)."""
+    import os
+    name = getattr(fn, "__name__", type(fn).__name__)
+    try:
+        source = inspect.getsourcefile(fn) or "<python>"
+    except TypeError:
+        source = "<python>"
+    params = loader.parameters(fn, name)
+    positional = [p.name for p in params if p.kind != "keyword-only"]
+    for i in static_argnums:
+        if not 0 <= i < len(positional):
+            raise UsageError(f"static_argnums: {i} is not a positional "
+                             f"argument of '{name}' (it takes {len(positional)})")
+    static = [positional[i] for i in static_argnums]
+    parameters, leaves = bind(fn, name, mesh, args, static, None, "args")
+    rule_list = [tree.Rule(pattern, spec, f"{pattern}={spec}")
+                 for pattern, spec in rules]
+    prefixes = prefixes_of(shardings, parameters) if shardings is not None else None
+    leaves = apply_shardings(leaves, mesh, rule_list, prefixes, "rules")
+    if isinstance(grad, str):
+        grad = parse_names(grad, "grad")
+    out = tuple(sorted((int(i), parse_sharding(spec) if isinstance(spec, str)
+                        else spec) for i, spec in (out_shardings or {}).items()))
+    return Program(source=source, function=name, fn=fn, mesh=mesh,
+                   inputs=tuple(leaves), parameters=tuple(parameters),
+                   out_shardings=out,
+                   grad=grad_leaves(grad, leaves, parameters, name),
+                   reference=reference,
+                   user_dir=os.path.dirname(os.path.abspath(source))
+                   if source != "<python>" else None)

@@ -142,9 +142,15 @@ class Collective:
 
 @dataclass(frozen=True)
 class CollectiveReport:
+    """The collectives of a program (or of a module read from a dump): what
+    `irshard compile` prints, what the Python API returns.
+
+    `stage(name)` gives the IR of a pipeline stage, `check_budget(...)` holds
+    the report to collective budgets (`irshard.budget`)."""
+
     source: str
     function: str | None
-    stage: str
+    stage_name: str                # the stage the report read
     mesh: MeshSpec | None
     platform: str | None
     inputs: tuple[TensorInfo, ...]
@@ -156,6 +162,11 @@ class CollectiveReport:
     # backend that widens types), one sentence each.
     notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    # The pipeline's stages the report came from (see `stage`).
+    stages: Any = field(default=None, compare=False, repr=False)
+    # `irshard.run`: how the program ran, and its outputs' values.
+    run: Any = field(default=None, compare=False, repr=False)
+    results: Any = field(default=None, compare=False, repr=False)
 
     def totals(self) -> dict[str, Any]:
         by_kind = Counter(c.kind for c in self.collectives)
@@ -178,7 +189,7 @@ class CollectiveReport:
             "schema": SCHEMA,
             "source": self.source,
             "function": self.function,
-            "stage": self.stage,
+            "stage": self.stage_name,
         }
         if self.module is not None:
             d["module"] = self.module
@@ -192,6 +203,8 @@ class CollectiveReport:
         if notes:
             d["notes"] = notes
         d.update(self.extra)
+        if self.run is not None:
+            d["run"] = self.run.to_json()
         return d
 
     def render_json(self) -> str:
@@ -199,6 +212,29 @@ class CollectiveReport:
 
     def render_text(self) -> str:
         return "\n".join(render_text_lines(self)) + "\n"
+
+    def to_text(self) -> str:
+        return self.render_text()
+
+    def stage(self, name: str) -> str:
+        """The IR of pipeline stage `name` (stablehlo, propagated,
+        partitioned, optimized), as `--emit` prints it."""
+        from irshard import STAGES
+        from irshard.errors import UsageError
+        if name not in STAGES:
+            raise UsageError(f"unknown stage '{name}'; stages are "
+                             f"{', '.join(STAGES)}")
+        if self.stages is None:
+            raise UsageError("this report was read from HLO; it has no "
+                             "pipeline stages")
+        return self.stages.text(name)
+
+    def check_budget(self, *budgets: str) -> list:
+        """Holds the report to `budgets` (`'all-gather@fsdp<=2'`, ...):
+        raises `irshard.BudgetExceeded` listing every breach; returns the
+        outcomes when all hold."""
+        from irshard import budget
+        return budget.check(self, budgets)
 
 
 def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
@@ -279,7 +315,7 @@ def render_text_lines(report: CollectiveReport,
         where = f"mesh {report.mesh} ({devices})"
     else:
         where = "no mesh"
-    lines = [f"{what}  {where}  stage {report.stage}"]
+    lines = [f"{what}  {where}  stage {report.stage_name}"]
     if report.module:
         lines[0] += f"  module {report.module}"
     if report.inputs and tensors:
@@ -328,6 +364,12 @@ def render_text_lines(report: CollectiveReport,
             f"memory per device: arguments {human_bytes(m['argument_bytes'])}, "
             f"outputs {human_bytes(m['output_bytes'])}, "
             f"temp {human_bytes(m['temp_bytes'])}")
+    budgets = report.extra.get("budgets")
+    if budgets:
+        lines += ["", "budgets"]
+        lines += table(["budget", "value", "result"],
+                       [[b["budget"], str(b["value"]),
+                         "ok" if b["passed"] else "EXCEEDED"] for b in budgets])
     for note in report_notes(report):
         lines.append(f"note: {note}")
     return lines

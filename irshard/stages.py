@@ -88,6 +88,7 @@ class StableHLO(Stage):
     callbacks: Any = ((), None)
     # A function the user named to stand for the single-device result.
     reference: Any = None
+    out_tree: Any = None            # the traced function's output structure
 
     def as_text(self, debug_info: bool = False) -> str:
         return _asm(self.module.operation, debug_info)
@@ -145,7 +146,7 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             compiled: backend.CompiledExecutable,
             programs=None) -> CollectiveReport:
     return CollectiveReport(
-        source=info.source, function=info.function, stage=stage,
+        source=info.source, function=info.function, stage_name=stage,
         mesh=info.mesh, platform=info.platform,
         inputs=_tensor_infos(info.inputs,
                              compiled.parameter_shardings(len(info.inputs)),
@@ -206,6 +207,23 @@ class Optimized(Stage):
         return _report(self.info, self.name, view, self.compiled, programs)
 
 
+@dataclass(frozen=True, eq=False)
+class Pipeline:
+    """The stages of one compile, so a report can print any of them."""
+
+    lowered: StableHLO
+    compiled: Optimized
+
+    def text(self, name: str) -> str:
+        if name == "stablehlo":
+            return self.lowered.as_text()
+        if name == "propagated":
+            return self.lowered.propagate().as_text()
+        if name == "partitioned":
+            return self.compiled.partitioned().as_text()
+        return self.compiled.as_text()
+
+
 # ---------------------------------------------------------------------------
 # Tracing a Python function
 
@@ -238,13 +256,15 @@ def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
             f"the function's own default types are then 64-bit too",)
 
 
-def trace(program: Program, platform: str = "cpu") -> StableHLO:
+def trace(program: Program, platform: str = "cpu",
+          devices: Sequence[Any] | None = None) -> StableHLO:
     """Traces `program` (or its gradient with `program.grad`) to StableHLO as
     a function of its input leaves, and attaches the mesh and shardings with
     irshard's annotate pass."""
     from irshard.annotation import annotate
     mesh = program.mesh
-    devices = backend.devices(platform, mesh.num_devices)
+    devices = list(devices) if devices is not None else \
+        backend.devices(platform, mesh.num_devices)
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
     notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
     flat = program.flat_fn()
@@ -287,4 +307,4 @@ def trace(program: Program, platform: str = "cpu") -> StableHLO:
                                 leaf.key) for leaf in program.inputs),
         outputs=_output_decls(lowered, program, flat.key_outputs), notes=notes)
     return StableHLO(info, lowered.module, tuple(devices), fn,
-                     lowered.callbacks, reference)
+                     lowered.callbacks, reference, lowered.out_tree)

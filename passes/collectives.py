@@ -188,7 +188,7 @@ def sdy_report(module: ir.Module, source: str, mesh_name: str | None,
         name, mesh = shardy.find_mesh(module, mesh_name, "irshard-collectives")
         main = shardy.entry_function(module)
         return CollectiveReport(
-            source=source, function="main", stage="sdy", mesh=mesh, platform=None,
+            source=source, function="main", stage_name="sdy", mesh=mesh, platform=None,
             inputs=_tensor_infos(main, "arg_attrs", list(main.type.inputs), mesh, False),
             outputs=_tensor_infos(main, "res_attrs", list(main.type.results), mesh, True),
             collectives=tuple(sdy_collectives(module, mesh, name, user_dir)),

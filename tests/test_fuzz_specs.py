@@ -7,7 +7,7 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irshard import program, run
+from irshard import execution, program
 from irshard.errors import IrshardError, UsageError
 from irshard.specs import (MeshSpec, MeshAxis, check_sharding, parse_mesh,
                            parse_sharding, parse_type)
@@ -87,7 +87,7 @@ def test_assignments(items):
 @SETTINGS
 @given(texts)
 def test_range(text):
-    parsed = one_line_error(run.parse_range, "x=" + text)
+    parsed = one_line_error(execution.parse_range, "x=" + text)
     if parsed is not None:
         low, high = parsed[1]
         assert low < high

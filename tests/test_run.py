@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from irshard import cli, data, run, show, stages
+from irshard import cli, data, execution, show, stages
 from irshard.program import load_program
 from irshard.specs import parse_mesh, parse_type
 from tests.conftest import EXAMPLES, run_irshard
@@ -19,7 +19,7 @@ def run_program(path, mesh, fn=None, shards=(), grad=False, **options):
                            shards=list(shards), grad=grad)
     lowered = stages.trace(program)
     compiled = lowered.compile()
-    return run.run(lowered, compiled, run.RunOptions(**options))
+    return execution.run(lowered, compiled, execution.RunOptions(**options))
 
 
 CHECKED = [
@@ -161,13 +161,13 @@ def test_each_device_reads_only_its_slice(tmp_path, write, monkeypatch):
     path = write("ident.py", "def f(a: 'f32[8]'):\n    return a\n")
     np.save(tmp_path / "a.npy", np.arange(8, dtype=np.float32))
     asked = []
-    original = run._input_source
+    original = execution._input_source
 
     def spy(index, decl, options):
         source, origin = original(index, decl, options)
         return (lambda idx: asked.append(idx) or source(idx)), origin
 
-    monkeypatch.setattr(run, "_input_source", spy)
+    monkeypatch.setattr(execution, "_input_source", spy)
     result = run_program(path, "x=4", shards=["a=x"],
                          inputs=(("a", str(tmp_path / "a.npy")),))
     assert sorted(i[0].start for i in asked) == [0, 2, 4, 6]
@@ -266,13 +266,13 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
     """A long timed run shows a progress bar on a terminal, none when piped."""
     import itertools
     clock = itertools.count()               # every reading one second later
-    monkeypatch.setattr(run.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(execution.time, "perf_counter", lambda: next(clock))
     path = os.path.join(PROGRAMS, "matmul.py")
     run_program(path, "x=2", repeat=3, progress=True)
     assert capsys.readouterr().err == ""
     from irshard import files
     monkeypatch.setattr(files.STDOUT, "isatty", lambda: True)
-    monkeypatch.setattr(run.sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(execution.sys.stderr, "isatty", lambda: True)
     result = run_program(path, "x=2", repeat=3, progress=True)
     assert result.timings == (1, 1, 1)
     assert "3/3" in capsys.readouterr().err

@@ -1,0 +1,167 @@
+"""irshard from Python: `compile`, `run` and `configure`.
+
+The same pipeline as the command line, starting from a function and its
+arguments instead of a file: concrete arrays, `jax.ShapeDtypeStruct`s,
+Python scalars or pytrees of them (parameters, optimizer state, batches,
+typed PRNG keys). It works inside a process that already uses JAX — a
+notebook, a pytest test — and raises `irshard.UsageError` (or a subclass)
+where the command line prints its error line.
+
+    import irshard
+    irshard.configure(devices=8)          # before JAX starts
+    report = irshard.compile(train_step, params, opt_state, batch,
+                             mesh="fsdp=4,tp=2",
+                             rules=[("params/**/w_in", "fsdp,tp")])
+    report.collectives
+    report.check_budget("all-gather@fsdp<=24", "bytes<=64MiB")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from irshard.errors import CheckFailed, UsageError
+from irshard.specs import MeshSpec, MeshAxis, parse_mesh
+
+
+def configure(devices: int = 8, platform: str = "cpu") -> None:
+    """Asks for `devices` simulated CPU devices. Call it before anything
+    uses JAX; it does nothing when the platform already has enough, and
+    says so when JAX started with fewer."""
+    from irshard import backend
+    if backend.started():
+        have = backend.device_count(platform)
+        if have < devices:
+            raise UsageError(
+                f"JAX has already started with {have} {platform} devices; "
+                f"call irshard.configure(devices={devices}) before anything "
+                f"uses JAX, or set XLA_FLAGS=--xla_force_host_platform_"
+                f"device_count={devices}")
+        return
+    backend.configure(devices, platform)
+
+
+def _mesh(mesh: Any) -> tuple[MeshSpec, Sequence[Any] | None]:
+    """A mesh spec (`"dp=2,tp=4"`) or a `jax.sharding.Mesh` (whose devices,
+    in its order, are used)."""
+    if isinstance(mesh, str):
+        return parse_mesh(mesh), None
+    if isinstance(mesh, MeshSpec):
+        return mesh, None
+    shape = getattr(mesh, "shape", None)
+    devices = getattr(mesh, "devices", None)
+    if not hasattr(shape, "items") or devices is None:
+        raise UsageError(f"mesh: expected a spec such as 'dp=2,tp=4' or a "
+                         f"jax.sharding.Mesh, not {type(mesh).__name__}")
+    spec = MeshSpec(tuple(MeshAxis(str(n), int(s)) for n, s in shape.items()))
+    return spec, list(devices.flat)
+
+
+def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
+              rules, shardings, static_argnums, grad, out_shardings,
+              platform: str, reference=None):
+    from irshard import program, stages
+    mesh_spec, devices = _mesh(mesh)
+    if devices is None:
+        configure(mesh_spec.num_devices, platform)
+    prog = program.program_of(fn, args, mesh=mesh_spec, rules=list(rules or ()),
+                              shardings=shardings,
+                              static_argnums=tuple(static_argnums),
+                              grad=grad, out_shardings=out_shardings,
+                              reference=reference)
+    lowered = stages.trace(prog, platform, devices)
+    compiled = lowered.compile(partitioned=True)
+    return prog, lowered, compiled
+
+
+def _unsupported(target, explain) -> None:
+    if target not in (None, "cpu"):
+        raise UsageError(f"target {target!r}: only 'cpu' (simulated devices) "
+                         f"is available here")
+    if explain:
+        raise UsageError("explain=True is not available yet")
+
+
+def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
+            rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
+            static_argnums: Sequence[int] = (),
+            grad: bool | str | Sequence[str] | None = None,
+            out_shardings: Mapping[int, str] | None = None,
+            target: str | None = None, explain: bool = False,
+            stage: str = "optimized", platform: str = "cpu"):
+    """Partitions `fn(*args)` on `mesh` and returns its collective report.
+
+    `rules` are `(pattern, spec)` pairs over leaf paths, the first match
+    applying (`("params/**/w1", "_,tp")`); `shardings` is a pytree prefix of
+    specs (strings, `PartitionSpec`s, `NamedSharding`s), one entry per
+    positional argument, as `jax.jit`'s `in_shardings`; a leaf neither
+    names keeps its own sharding (a `ShapeDtypeStruct`'s or an array's), or
+    is replicated. `grad` differentiates the (scalar) function with respect
+    to the named arguments (or all with `True`). The report's `stage(name)`
+    prints any stage's IR."""
+    import dataclasses
+
+    from irshard import stages
+    _unsupported(target, explain)
+    _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
+                                     static_argnums, grad, out_shardings, platform)
+    if stage not in ("optimized", "partitioned"):
+        raise UsageError(f"stage '{stage}': the report reads optimized or "
+                         f"partitioned HLO")
+    report = (compiled.partitioned() if stage == "partitioned" else compiled).report()
+    return dataclasses.replace(report, stages=stages.Pipeline(lowered, compiled))
+
+
+def run(fn: Callable[..., Any], *args: Any, mesh: Any,
+        rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
+        static_argnums: Sequence[int] = (),
+        grad: bool | str | Sequence[str] | None = None,
+        out_shardings: Mapping[int, str] | None = None,
+        check: bool = False, rtol: float | None = None, atol: float | None = None,
+        reference: Callable[..., Any] | None = None, seed: int = 0,
+        ranges: Mapping[str, tuple[float, float]] | None = None,
+        repeat: int | None = None, platform: str = "cpu"):
+    """Compiles as `compile` does and runs the program on the mesh: on the
+    values given for concrete arguments, seeded random values for abstract
+    ones (`ranges` by path pattern). The report's `run` holds checksums,
+    the check and timings; `results` the outputs (a dict by name under
+    `grad`). With `check`, a mismatch raises `irshard.CheckFailed` (its
+    `report` attribute holds the report)."""
+    import dataclasses
+
+    from irshard import execution as running
+    from irshard import stages
+    prog, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
+                                        static_argnums, grad, out_shardings,
+                                        platform, reference)
+    given = {leaf.path: leaf.value for leaf in prog.inputs if leaf.value is not None}
+    options = running.RunOptions(
+        seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,
+        ranges=tuple((ranges or {}).items()), given=given, keep_values=True)
+    options.validate()
+    result = running.run(lowered, compiled, options)
+    report = dataclasses.replace(compiled.report(),
+                                 stages=stages.Pipeline(lowered, compiled),
+                                 run=result,
+                                 results=_results(lowered, result,
+                                                  prog.grad is not None))
+    failure = _check_failure(result)
+    if failure is not None:
+        failure.report = report
+        raise failure
+    return report
+
+
+def _results(lowered, result, grad: bool) -> Any:
+    """The outputs as the function returns them; gradients by name."""
+    import jax
+    values = list(result.values or ())
+    if not grad and lowered.out_tree is not None \
+            and lowered.out_tree.num_leaves == len(values):
+        return jax.tree_util.tree_unflatten(lowered.out_tree, values)
+    return {decl.name: value for decl, value in zip(lowered.info.outputs, values)}
+
+
+def _check_failure(result) -> CheckFailed | None:
+    from irshard import check
+    return check.failure(result.checks)

@@ -1,0 +1,185 @@
+"""Collective budgets: limits a report is held to, as regression tests.
+
+    budget    := QUANTITY ['@' AXES] OP NUMBER [UNIT]
+    QUANTITY  := KIND | collectives | bytes | wire_bytes | time | memory | remat
+    AXES      := AXIS ('+' AXIS)*
+    OP        := '<=' | '<' | '=='
+    UNIT      := KiB | MiB | GiB | us | ms | s
+
+A collective kind (`all-gather`) counts those collectives, `collectives`
+counts all; `bytes` and `wire_bytes` are per run (bytes x executions);
+`time` is the estimated seconds per run (where the report has times);
+`memory` is bytes per device (arguments + outputs + temporaries, less what
+outputs alias); `remat` counts XLA's involuntary full rematerializations
+(where the report has findings). `@AXES` counts only the collectives whose
+groups span every named mesh axis (`bytes@fsdp`, `all-gather@fsdp+tp`).
+
+Pure Python: nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from irshard.errors import BudgetExceeded, SpecError
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+         "collective-permute", "ragged-all-to-all", "collective-broadcast")
+QUANTITIES = KINDS + ("collectives", "bytes", "wire_bytes", "time", "memory",
+                      "remat")
+UNITS = {"": 1, "B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30,
+         "us": 1e-6, "ms": 1e-3, "s": 1.0}
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB")
+_TIME_UNITS = ("us", "ms", "s")
+_EXPR = re.compile(r"\s*([a-z_\-]+)\s*(?:@\s*([A-Za-z0-9_+:()\s]+?))?\s*"
+                   r"(<=|==|<)\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
+                   r"([A-Za-z]*)\s*\Z")
+_HELP = ("expected QUANTITY[@AXES] OP NUMBER[UNIT], e.g. 'all-gather@fsdp<=2' "
+         "or 'bytes<=64MiB'")
+
+
+@dataclass(frozen=True)
+class Budget:
+    text: str
+    quantity: str
+    axes: tuple[str, ...]
+    op: str
+    limit: float
+
+    def holds(self, value: float) -> bool:
+        return {"<=": value <= self.limit, "<": value < self.limit,
+                "==": value == self.limit}[self.op]
+
+
+def parse_budget(text: str) -> Budget:
+    m = _EXPR.match(text)
+    if not m:
+        raise SpecError(f"budget {text!r}: {_HELP}")
+    quantity, axes, op, number, unit = m.groups()
+    if quantity not in QUANTITIES:
+        raise SpecError(f"budget '{text}': unknown quantity '{quantity}'; "
+                        f"quantities are {', '.join(QUANTITIES)}")
+    if unit not in UNITS:
+        raise SpecError(f"budget '{text}': unknown unit '{unit}'; units are "
+                        f"KiB, MiB, GiB (bytes) and us, ms, s (time)")
+    is_bytes = quantity in ("bytes", "wire_bytes", "memory")
+    if unit and ((unit in _BYTE_UNITS) != is_bytes
+                 or (unit in _TIME_UNITS) != (quantity == "time")):
+        raise SpecError(f"budget '{text}': '{quantity}' is not measured in "
+                        f"{unit}")
+    names = tuple(a.strip() for a in axes.split("+")) if axes else ()
+    if axes and quantity in ("memory", "remat"):
+        raise SpecError(f"budget '{text}': '{quantity}' is not per mesh axis")
+    limit = float(number) * UNITS[unit]
+    return Budget(text.strip(), quantity, names, op, limit)
+
+
+def _spans(collective, axes: Sequence[str]) -> bool:
+    spanned = {a.split(":")[0] for a in collective.mesh_axes or ()}
+    return all(a in spanned for a in axes)
+
+
+def measure(report, budget: Budget) -> float:
+    """The report's value of the budget's quantity."""
+    from irshard.errors import UsageError
+    if budget.axes and report.mesh is not None:
+        unknown = [a for a in budget.axes if a not in report.mesh.names]
+        if unknown:
+            raise SpecError(f"budget '{budget.text}': the mesh has no axis "
+                            f"'{unknown[0]}'; its axes are "
+                            f"{', '.join(report.mesh.names)}")
+    chosen = [c for c in report.collectives if _spans(c, budget.axes)]
+    q = budget.quantity
+    if q in KINDS:
+        return sum(1 for c in chosen if c.kind == q)
+    if q == "collectives":
+        return len(chosen)
+    if q in ("bytes", "wire_bytes"):
+        return sum(getattr(c, q) * c.executions for c in chosen)
+    if q == "memory":
+        m = report.memory
+        if not m:
+            raise UsageError(f"budget '{budget.text}': this report has no "
+                             f"memory analysis")
+        return (m["argument_bytes"] + m["output_bytes"] + m["temp_bytes"]
+                - m.get("alias_bytes", 0))
+    if q == "time":
+        times = [getattr(c, "time_s", None) for c in chosen]
+        if any(t is None for t in times):
+            raise UsageError(f"budget '{budget.text}': this report has no "
+                             f"times; compile for a target with a hardware "
+                             f"profile (--target)")
+        return sum(t * c.executions for t, c in zip(times, chosen))
+    findings = getattr(report, "findings", None)
+    if findings is None:
+        raise UsageError(f"budget '{budget.text}': this report has no findings")
+    return sum(1 for f in findings if f.kind == "involuntary-remat")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    budget: Budget
+    value: float
+
+    @property
+    def passed(self) -> bool:
+        return self.budget.holds(self.value)
+
+    def describe(self) -> str:
+        b = self.budget
+        over = f" over {'+'.join(b.axes)}" if b.axes else ""
+        if b.quantity in KINDS or b.quantity == "collectives":
+            what = "collectives" if b.quantity == "collectives" else f"{b.quantity}s"
+            shown = f"{int(self.value)} {what}{over}"
+        elif b.quantity in ("bytes", "wire_bytes", "memory"):
+            per = " per device" if b.quantity == "memory" else " per run"
+            shown = f"{int(self.value)} {b.quantity.replace('_', ' ')}" \
+                    f"{over}{per} ({_human(self.value)})"
+        elif b.quantity == "time":
+            shown = f"{self.value * 1e3:.3g} ms{over} per run"
+        else:
+            shown = f"{int(self.value)} involuntary rematerializations"
+        return f"{b.text}: {shown}"
+
+    def to_json(self) -> dict[str, Any]:
+        value = self.value
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        limit = self.budget.limit
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
+        return {"budget": self.budget.text, "value": value, "limit": limit,
+                "passed": self.passed}
+
+
+def _human(n: float) -> str:
+    from irshard.report import human_bytes
+    return human_bytes(int(n))
+
+
+def evaluate(report, budgets: Sequence[str | Budget]) -> list[Outcome]:
+    parsed = [b if isinstance(b, Budget) else parse_budget(b) for b in budgets]
+    return [Outcome(b, measure(report, b)) for b in parsed]
+
+
+def breach_error(outcomes: Sequence[Outcome]) -> BudgetExceeded | None:
+    """The error listing every breach, or None when all budgets hold."""
+    failed = [o for o in outcomes if not o.passed]
+    if not failed:
+        return None
+    head = (f"budget exceeded: {failed[0].describe()}" if len(failed) == 1
+            else f"{len(failed)} of {len(outcomes)} budgets exceeded")
+    lines = [head] + ([o.describe() for o in failed] if len(failed) > 1 else [])
+    return BudgetExceeded("\n".join(lines), [o.describe() for o in failed])
+
+
+def check(report, budgets: Sequence[str | Budget]) -> list[Outcome]:
+    """Raises `BudgetExceeded` listing every breach; returns the outcomes."""
+    outcomes = evaluate(report, budgets)
+    error = breach_error(outcomes)
+    if error is not None:
+        raise error
+    return outcomes
+
