@@ -245,6 +245,11 @@ def is_abstract(x) -> bool:
     return isinstance(x, _jax().ShapeDtypeStruct)
 
 
+def key_data(key):
+    """A typed PRNG key array's key data."""
+    return _jax().random.key_data(key)
+
+
 def wrap_key(data, impl: str):
     """A typed PRNG key array from its key data."""
     return _jax().random.wrap_key_data(data, impl=impl)

@@ -20,37 +20,6 @@ from irshard.errors import IRError, IrshardError, PassError
 
 SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
 
-# Registered passes `--list-passes` looks for; only those this jaxlib has
-# registered are listed.
-_CANDIDATE_PASSES = """
-sdy-add-data-flow-edges sdy-add-func-data-flow-edges sdy-aggressive-propagate
-sdy-apply-sharding-constraints sdy-basic-propagate sdy-close-shardings
-sdy-constant-or-scalar-merger sdy-constant-or-scalar-splitter
-sdy-convert-global-to-local sdy-drop-sharding-and-mesh sdy-drop-sharding-rules
-sdy-explicit-gather-scatter-batching sdy-export-named-computations
-sdy-export-pipeline sdy-flatten-call-graph sdy-import-func-calls
-sdy-import-pipeline sdy-inline-meshes sdy-insert-explicit-reshards
-sdy-insert-func-call-reshards sdy-lift-inlined-meshes sdy-manual-axes-cleanup
-sdy-op-priority-propagate sdy-pad-for-divisibility
-sdy-per-instruction-partitioning sdy-populate-op-sharding-rules
-sdy-pre-order-funcs sdy-propagate-sharding-from-func-to-call
-sdy-propagate-to-func-results sdy-propagation-pipeline
-sdy-remove-all-gather-reduce-scatter-for-cmv1 sdy-remove-propagation-debug-info
-sdy-remove-sharding-groups sdy-remove-size-one-axes
-sdy-remove-sub-axes-in-input-output-shardings sdy-reshard-to-collectives
-sdy-resolve-permutation-factors sdy-sharding-constraint-to-reshard
-sdy-sharding-group-import sdy-sink-data-flow-edges
-sdy-sink-func-data-flow-edges sdy-unflatten-call-graph
-sdy-update-non-divisible-input-output-shardings sdy-user-priority-propagate
-sdy-verify-unreduced-axes
-stablehlo-aggressive-simplification stablehlo-legalize-to-vhlo
-stablehlo-refine-shapes chlo-legalize-to-stablehlo
-canonicalize cse inline symbol-dce symbol-privatize sccp strip-debuginfo
-remove-dead-values loop-invariant-code-motion topological-sort
-control-flow-sink print-op-stats
-""".split()
-
-
 def _check(text: str, context) -> None:
     backend.parse_pipeline(text, context)
 
@@ -58,7 +27,7 @@ def _check(text: str, context) -> None:
 def registered_passes(context) -> list[tuple[str, str]]:
     """(name, anchor) of each candidate pass MLIR knows here."""
     found = []
-    for name in _CANDIDATE_PASSES:
+    for name in shardy.REGISTERED_PASSES:
         for anchor in ("builtin.module", "func.func"):
             text = f"builtin.module({name})" if anchor == "builtin.module" \
                 else f"builtin.module(func.func({name}))"

@@ -193,9 +193,10 @@ def leaves_of(name: str, value: Any, mesh: MeshSpec) -> tuple[Any, list[Leaf], l
                        f"input '{path}'") if sharding is not None else None
         if spec is not None and key:
             spec = ShardingSpec(spec.dims + ShardingSpec.replicated(1).dims)
+        value = None if backend.is_abstract(x) else \
+            backend.key_data(x) if key else x
         leaves.append(Leaf(path, ttype, spec or ShardingSpec.replicated(len(shape)),
-                           key=key, key_impl=key_impl, weak=weak,
-                           value=None if backend.is_abstract(x) else x))
+                           key=key, key_impl=key_impl, weak=weak, value=value))
     return treedef, leaves, others
 
 

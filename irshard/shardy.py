@@ -154,6 +154,37 @@ def set_attr_dicts(fn: func.FuncOp, key: str,
     fn.attributes[key] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
 
 
+# Registered passes `--list-passes` looks for; only those this jaxlib has
+# registered are listed.
+REGISTERED_PASSES = """
+sdy-add-data-flow-edges sdy-add-func-data-flow-edges sdy-aggressive-propagate
+sdy-apply-sharding-constraints sdy-basic-propagate sdy-close-shardings
+sdy-constant-or-scalar-merger sdy-constant-or-scalar-splitter
+sdy-convert-global-to-local sdy-drop-sharding-and-mesh sdy-drop-sharding-rules
+sdy-explicit-gather-scatter-batching sdy-export-named-computations
+sdy-export-pipeline sdy-flatten-call-graph sdy-import-func-calls
+sdy-import-pipeline sdy-inline-meshes sdy-insert-explicit-reshards
+sdy-insert-func-call-reshards sdy-lift-inlined-meshes sdy-manual-axes-cleanup
+sdy-op-priority-propagate sdy-pad-for-divisibility
+sdy-per-instruction-partitioning sdy-populate-op-sharding-rules
+sdy-pre-order-funcs sdy-propagate-sharding-from-func-to-call
+sdy-propagate-to-func-results sdy-propagation-pipeline
+sdy-remove-all-gather-reduce-scatter-for-cmv1 sdy-remove-propagation-debug-info
+sdy-remove-sharding-groups sdy-remove-size-one-axes
+sdy-remove-sub-axes-in-input-output-shardings sdy-reshard-to-collectives
+sdy-resolve-permutation-factors sdy-sharding-constraint-to-reshard
+sdy-sharding-group-import sdy-sink-data-flow-edges
+sdy-sink-func-data-flow-edges sdy-unflatten-call-graph
+sdy-update-non-divisible-input-output-shardings sdy-user-priority-propagate
+sdy-verify-unreduced-axes
+stablehlo-aggressive-simplification stablehlo-legalize-to-vhlo
+stablehlo-refine-shapes chlo-legalize-to-stablehlo
+canonicalize cse inline symbol-dce symbol-privatize sccp strip-debuginfo
+remove-dead-values loop-invariant-code-motion topological-sort
+control-flow-sink print-op-stats
+""".split()
+
+
 # ---------------------------------------------------------------------------
 # Locations, read through the bindings' location classes
 

@@ -1,0 +1,195 @@
+"""The Python API, in-process: pytrees named by path, sharding rules and
+prefixes, static arguments, typed keys, gradients by name, budgets."""
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import irshard
+from irshard.testing import assert_budget
+
+F32 = jnp.float32
+
+
+class Batch(NamedTuple):
+    x: jax.ShapeDtypeStruct
+    y: jax.ShapeDtypeStruct
+
+
+@dataclasses.dataclass(frozen=True)
+class Opt:
+    lr: float
+
+
+def loss(params, batch):
+    hidden = jax.nn.relu(batch.x @ params["w1"])
+    return jnp.mean((hidden @ params["w2"] - batch.y) ** 2)
+
+
+def params_and_batch():
+    params = {"w1": jax.ShapeDtypeStruct((64, 256), F32),
+              "w2": jax.ShapeDtypeStruct((256, 64), F32)}
+    batch = Batch(jax.ShapeDtypeStruct((32, 64), F32),
+                  jax.ShapeDtypeStruct((32, 64), F32))
+    return params, batch
+
+
+MEGATRON = [("params/w1", "_,tp"), ("params/w2", "tp,_"), ("batch/*", "dp,_")]
+
+
+def test_leaves_are_named_by_path():
+    params, batch = params_and_batch()
+    report = irshard.compile(loss, params, batch, mesh="dp=2,tp=2", rules=MEGATRON,
+                             grad="params")
+    assert [(t.name, t.sharding) for t in report.inputs] == [
+        ("params/w1", ("_", "tp")), ("params/w2", ("tp", "_")),
+        ("batch/x", ("dp", "_")), ("batch/y", ("dp", "_"))]
+    # --grad params: only the parameters' gradients, named after them.
+    assert [t.name for t in report.outputs] == ["grad(params)/w1", "grad(params)/w2"]
+    kinds = sorted(c.kind for c in report.collectives)
+    assert kinds and set(kinds) == {"all-reduce"}
+    assert all(c.source.file.endswith("test_api.py") for c in report.collectives)
+    assert report.to_json()["inputs"][0]["name"] == "params/w1"
+    assert "params/w1" in report.to_text()
+
+
+def test_first_rule_wins_and_rules_override_a_leafs_own_sharding():
+    mesh = jax.make_mesh((2, 2), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
+    own = jax.ShapeDtypeStruct((64, 256), F32, sharding=NamedSharding(mesh, P("dp", None)))
+    params = {"w1": own, "w2": jax.ShapeDtypeStruct((256, 64), F32)}
+    _, batch = params_and_batch()
+    report = irshard.compile(loss, params, batch, mesh="dp=2,tp=2",
+                             rules=[("params/w2", "tp,_"), ("params/*", "_,_")])
+    shardings = {t.name: t.sharding for t in report.inputs}
+    assert shardings["params/w2"] == ("tp", "_")          # the first match
+    assert shardings["params/w1"] == ("_", "_")           # a rule beats its own
+    report = irshard.compile(loss, params, batch, mesh="dp=2,tp=2")
+    assert {t.name: t.sharding for t in report.inputs}["params/w1"] == ("dp", "_")
+
+
+def test_shardings_as_a_pytree_prefix():
+    params, batch = params_and_batch()
+    report = irshard.compile(loss, params, batch, mesh=jax.make_mesh(
+        (2, 2), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2),
+        shardings=({"w1": P(None, "tp"), "w2": "tp,_"}, P("dp")))
+    assert [t.sharding for t in report.inputs] == [
+        ("_", "tp"), ("tp", "_"), ("dp", "_"), ("dp", "_")]
+
+
+@pytest.mark.parametrize("rules, message", [
+    ([("params/w3", "_,tp")], "rules params/w3=_,tp: 'params/w3' matches no "
+                              "input; the inputs are params/w1, params/w2, "
+                              "batch/x, batch/y"),
+    ([("params/*", "tp")], "sharding 'tp' for input 'params/w1' (rule rules "
+                           "params/*=tp) has 1 entry but the tensor has shape "
+                           "[64,256]"),
+    ([("batch/*", "_,zz")], "input 'batch/x' (rule rules batch/*=_,zz): "
+                            "unknown mesh axis 'zz'"),
+    ([("params/**/", "_,tp")], "path pattern 'params/**/' has an empty segment"),
+])
+def test_rule_errors_name_the_leaf_and_the_rule(rules, message):
+    params, batch = params_and_batch()
+    with pytest.raises(irshard.UsageError) as e:
+        irshard.compile(loss, params, batch, mesh="dp=2,tp=2", rules=rules)
+    assert message in str(e.value)
+
+
+def step(params, opt: Opt, batch, *, clip=1.0):
+    grads = jax.grad(loss)(params, batch)
+    grads = jax.tree_util.tree_map(lambda g: jnp.clip(g, -clip, clip), grads)
+    return jax.tree_util.tree_map(lambda p, g: p - opt.lr * g, params, grads)
+
+
+def test_static_arguments_and_concrete_values():
+    """A config object is static; concrete arrays are run on as given."""
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.normal(size=(64, 256)).astype(np.float32),
+              "w2": rng.normal(size=(256, 64)).astype(np.float32)}
+    batch = Batch(rng.normal(size=(32, 64)).astype(np.float32),
+                  rng.normal(size=(32, 64)).astype(np.float32))
+    report = irshard.run(step, params, Opt(lr=0.5), batch, mesh="dp=2,tp=2",
+                         rules=MEGATRON, static_argnums=(1,), check=True)
+    assert [t.name for t in report.inputs] == [
+        "params/w1", "params/w2", "batch/x", "batch/y"]
+    expected = jax.jit(step, static_argnums=1)(params, Opt(lr=0.5), batch)
+    np.testing.assert_allclose(report.results["w1"], expected["w1"], rtol=1e-5,
+                               atol=1e-6)
+    assert report.run.passed
+    assert [t.origin for t in report.run.inputs] == ["given"] * 4
+
+
+def test_typed_keys_and_scalars():
+    def sample(key, scale, x):
+        noise = jax.random.normal(key, x.shape, x.dtype)
+        return x + scale * noise, jax.random.split(key)[0]
+
+    x = jax.ShapeDtypeStruct((64, 8), jnp.bfloat16)
+    report = irshard.run(sample, jax.random.key(3), 0.5, x, mesh="x=4",
+                         rules=[("x", "x,_")], check=True)
+    assert [(t.name, t.dtype) for t in report.inputs] == [
+        ("key", "key<fry>"), ("scale", "f32"), ("x", "bf16")]
+    # A Python float is weakly typed, as in jax.jit: bf16 + 0.5 * bf16 stays bf16.
+    assert [(t.name, t.dtype) for t in report.outputs] == [
+        ("result/0", "bf16"), ("result/1", "key<fry>")]
+    assert report.run.passed
+
+
+def test_grad_errors():
+    params, batch = params_and_batch()
+    with pytest.raises(irshard.SpecError, match="--grad opt: 'opt' is not an "
+                                                "argument of 'loss'"):
+        irshard.compile(loss, params, batch, mesh="dp=2,tp=2", grad="opt")
+
+
+def test_budgets(capsys):
+    params, batch = params_and_batch()
+    report = irshard.compile(loss, params, batch, mesh="dp=2,tp=2", rules=MEGATRON,
+                             grad="params")
+    total = report.totals()["bytes_per_run"]
+    outcomes = report.check_budget("all-reduce<=3", f"bytes<={total}",
+                                   "all-gather==0", "memory<=1MiB")
+    assert all(o.passed for o in outcomes)
+    assert_budget(report, "all-reduce@dp<=2")
+    with pytest.raises(irshard.BudgetExceeded) as e:
+        report.check_budget(f"bytes<{total}", "all-reduce@tp==0", "collectives<=9")
+    assert str(e.value).splitlines()[0] == "2 of 3 budgets exceeded"
+    assert f"bytes<{total}: {total} bytes per run" in str(e.value)
+    with pytest.raises(AssertionError, match=r"1 of 1 collective budgets exceeded"):
+        assert_budget(report, "all-reduce@dp<1")
+    with pytest.raises(irshard.UsageError, match="the mesh has no axis 'fsdp'"):
+        report.check_budget("bytes@fsdp<=1KiB")
+    with pytest.raises(irshard.SpecError, match="unknown quantity 'gathers'"):
+        report.check_budget("gathers<=1")
+
+
+def test_stages_of_a_report():
+    params, batch = params_and_batch()
+    report = irshard.compile(loss, params, batch, mesh="dp=2,tp=2", rules=MEGATRON)
+    assert report.stage("stablehlo").startswith("module @jit_loss")
+    assert "sdy.sharding_origins" in report.stage("propagated")
+    assert "HloModule" in report.stage("partitioned")
+    assert "HloModule" in report.stage("optimized")
+    with pytest.raises(irshard.UsageError, match="unknown stage 'lowered'"):
+        report.stage("lowered")
+
+
+def test_configure_is_a_no_op_with_enough_devices_and_says_when_not():
+    irshard.configure(devices=4)
+    with pytest.raises(irshard.UsageError, match="JAX has already started with 8 "
+                                                 "cpu devices"):
+        irshard.configure(devices=64)
+
+
+def test_mesh_objects_and_their_devices():
+    devices = jax.devices()[:4][::-1]
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(2, 2), ("dp", "tp"),
+                             axis_types=(AxisType.Auto,) * 2)
+    params, batch = params_and_batch()
+    report = irshard.compile(loss, params, batch, mesh=mesh, rules=MEGATRON)
+    assert str(report.mesh) == "dp=2,tp=2"
+    assert report.stages.compiled.compiled.devices == tuple(devices)
