@@ -287,11 +287,13 @@ def _program_leaves(leaves: list[ArrayShape], kind: str, channel: str,
 
 def collectives(view: HloModuleView, mesh: MeshSpec | None,
                 user_dir: str | None,
-                programs: dict[int, _Moved] | None = None) -> list[Collective]:
+                programs: dict[int, _Moved] | None = None,
+                cost=None) -> list[Collective]:
     """The collectives of `view` in program order. With `programs` (from
     `program_shapes` of the partitioned module), a collective the backend
     widened reports the program's own type and bytes, and the backend's type
-    as `backend_dtype`."""
+    as `backend_dtype`. With `cost` (a `cost.CostModel`), each gets the link
+    it crosses and its estimated time."""
     resolver = UserCode(user_dir)
     devices = (mesh.num_devices if mesh
                else view.num_partitions * view.num_replicas)
@@ -305,6 +307,7 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
             axes = rg.pair_axes(pairs, mesh) if mesh else None
             group = (math.prod(mesh.size_of(a) for a in axes) if axes
                      else len({d for p in pairs for d in p}))
+            groups = [list(p) for p in pairs]
         else:
             groups = rg.parse_replica_groups(inst.attrs.get("replica_groups", "{}"),
                                              devices)
@@ -318,6 +321,8 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
             leaves = own
         nbytes = sum(leaf.nbytes for leaf in leaves)
         wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
+        link, seconds = cost.estimate(kind, nbytes, wire, group, groups) \
+            if cost is not None else (None, None)
         source, attribution, op_name = attribute(view, inst, resolver)
         if source is None and site.start is not None:
             source, attribution, op_name = attribute(view, site.start, resolver)
@@ -329,5 +334,5 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
             group_size=group, source=source, attribution=attribution,
             op_name=op_name, loop_trip_counts=site.loops,
             is_async=site.is_async, operands=len(leaves),
-            backend_dtype=backend_dtype))
+            backend_dtype=backend_dtype, link=link, time_s=seconds))
     return result

@@ -12,7 +12,9 @@ mesh needs.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -98,6 +100,108 @@ def devices(platform: str, count: int) -> list[Any]:
 
 def process_index() -> int:
     return _jax().process_index()
+
+
+# ---------------------------------------------------------------------------
+# Targets: a TPU slice described by libtpu, GPUs
+
+
+class quiet_native_stderr:
+    """Sends what native code writes to stderr (libtpu's warnings about the
+    TPU it looks for and does not find) to a temporary file while the block
+    runs; `text` holds it afterwards."""
+
+    def __enter__(self):
+        import sys
+        import tempfile
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc):
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", "replace")
+        self._file.close()
+        return False
+
+
+def tpu_devices(topology: str, slices: int, mesh_shape: Sequence[int],
+                mesh_names: Sequence[str], what: str) -> list[Any]:
+    """The chips of a TPU slice (or `slices` of them) as libtpu describes
+    them on a machine with no TPU, in the order `jax.make_mesh` lays the
+    mesh onto them; with several slices the leading axes span the slices
+    (`mesh_utils.create_hybrid_device_mesh`)."""
+    jax = _jax()
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        raise SpecError(f"--target {what}: compiling for a TPU needs libtpu; "
+                        f"install it with pip install 'irshard[tpu]'") from None
+    from jax.experimental import mesh_utils, topologies
+    from jax.sharding import AxisType
+    with quiet_native_stderr() as noise:
+        try:
+            kwargs = {"num_slices": slices} if slices > 1 else {}
+            topo = topologies.get_topology_desc(topology_name=topology,
+                                                platform="tpu", **kwargs)
+        except Exception as e:
+            error = e
+        else:
+            error = None
+    if error is not None:
+        raise SpecError(f"--target {what}: libtpu cannot describe '{topology}': "
+                        f"{first_line(error)}") from None
+    del noise
+    devices = list(topo.devices)
+    if slices == 1:
+        try:
+            mesh = jax.make_mesh(tuple(mesh_shape), tuple(mesh_names),
+                                 devices=devices,
+                                 axis_types=(AxisType.Auto,) * len(mesh_shape))
+        except Exception as e:
+            raise SpecError(f"--target {what}: the mesh does not lay onto the "
+                            f"slice: {first_line(e)}") from None
+        return list(mesh.devices.flat)
+    dcn, remaining = [], slices
+    for size in mesh_shape:
+        part = math.gcd(size, remaining)
+        dcn.append(part)
+        remaining //= part
+    if remaining != 1:
+        raise SpecError(f"--target {what}: the leading mesh axes must span the "
+                        f"{slices} slices (their sizes' product divisible by "
+                        f"{slices})")
+    ici = [size // part for size, part in zip(mesh_shape, dcn)]
+    try:
+        array = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=devices)
+    except Exception as e:
+        raise SpecError(f"--target {what}: the mesh does not lay onto the "
+                        f"slices: {first_line(e)}") from None
+    return list(array.flat)
+
+
+def device_place(device) -> tuple[int, tuple[int, ...]]:
+    """(slice, chip coordinates) of a TPU device; (0, ()) elsewhere."""
+    coords = getattr(device, "coords", None)
+    return int(getattr(device, "slice_index", 0) or 0), tuple(coords or ())
+
+
+def cost_analysis(executable) -> dict[str, float]:
+    """XLA's cost analysis of an executable (flops, bytes accessed); empty
+    where the backend has none."""
+    try:
+        found = executable.cost_analysis()
+    except Exception:
+        return {}
+    if isinstance(found, (list, tuple)):
+        found = found[0] if found else {}
+    return {k: float(v) for k, v in (found or {}).items()
+            if isinstance(v, (int, float))}
 
 
 def make_mesh(axis_names: Sequence[str], axis_sizes: Sequence[int],
@@ -404,6 +508,10 @@ class CompiledExecutable:
             "temp_bytes": int(stats.temp_size_in_bytes),
         }
 
+    def cost(self) -> dict[str, float]:
+        """XLA's cost analysis: flops, bytes accessed."""
+        return cost_analysis(self.executable)
+
     def parameter_shardings(self, count: int) -> list[Any]:
         """XLA's sharding of each of the `count` parameters."""
         return _shardings(self.executable.get_parameter_shardings(), count)
@@ -453,8 +561,10 @@ def compile_module(module, mesh_devices: Sequence[Any],
     from jax._src.lib import xla_client as xc
 
     from irshard import interrupts
-    platform = mesh_devices[0].platform
-    client = xla_bridge.get_backend(platform)
+    client = getattr(mesh_devices[0], "client", None) or \
+        xla_bridge.get_backend(mesh_devices[0].platform)
+    from jax._src.lib import _jax as jaxlib_core
+    compile_only = isinstance(client, jaxlib_core.CompileOnlyPyClient)
     device_list = xc.DeviceList(tuple(mesh_devices))
     host_callbacks, keepalive = callbacks
     dump_dir = interrupts.temp_dir() if capture_partitioned else None
@@ -469,9 +579,12 @@ def compile_module(module, mesh_devices: Sequence[Any],
                                    [d.id for d in mesh_devices], overrides,
                                    propagate_to_parameters, propagate_to_outputs)
         extra = {"host_callbacks": list(host_callbacks)} if host_callbacks else {}
+        # A described slice (no devices here) compiles, but cannot load.
+        compile_fn = client.compile if compile_only else client.compile_and_load
         try:
-            executable = interrupts.call(client.compile_and_load, module,
-                                         device_list, options, **extra)
+            with quiet_native_stderr() if compile_only else contextlib.nullcontext():
+                executable = interrupts.call(compile_fn, module, device_list,
+                                             options, **extra)
         except Exception as e:  # XlaRuntimeError and friends
             raise BackendError(f"XLA failed to compile the module: "
                                f"{message(e)}") from None

@@ -103,8 +103,8 @@ def measure(report, budget: Budget) -> float:
         if not m:
             raise UsageError(f"budget '{budget.text}': this report has no "
                              f"memory analysis")
-        return (m["argument_bytes"] + m["output_bytes"] + m["temp_bytes"]
-                - m.get("alias_bytes", 0))
+        from irshard.report import memory_in_use
+        return memory_in_use(m)
     if q == "time":
         times = [getattr(c, "time_s", None) for c in chosen]
         if any(t is None for t in times):

@@ -67,6 +67,15 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--platform", choices=PLATFORMS, default="cpu",
                    help="where the mesh lives: simulated CPU devices "
                         "(default) or a real accelerator")
+    p.add_argument("--target", metavar="TARGET",
+                   help="what to compile for: cpu (default), a TPU slice "
+                        "tpu-v4|v5e|v5p|v6e:TOPOLOGY[,slices=N] (compiled by "
+                        "libtpu, no TPU needed) or a GPU cluster "
+                        "gpu-h100|h200|b200:NODESxGPUS (estimated without "
+                        "GPUs); sets the hardware profile of the times")
+    p.add_argument("--profile", metavar="PATH",
+                   help="a hardware profile saved by 'irshard calibrate -o "
+                        "PATH', replacing the target's link numbers")
 
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
@@ -113,7 +122,8 @@ def _source(args):
         arg_types=tuple(args.arg), shards=tuple(args.shard),
         out_shards=tuple(args.out_shard), grad=grad,
         static=parse_names(args.static, "--static"),
-        reference=getattr(args, "reference", None), platform=args.platform)
+        reference=getattr(args, "reference", None), platform=args.platform,
+        target=args.target, profile=args.profile)
 
 
 def check_output_path(path: str | None, option: str = "-o") -> None:
@@ -324,6 +334,8 @@ def cmd_run(args) -> int:
     budgets = _budgets(args)
     source = _source(args)
     source.mesh_spec()
+    from irshard import frontend
+    frontend.Placement(source).check_runnable()
     check_output_path(args.output)
     options = _run_options(args)
     cluster = _cluster(args)
@@ -386,6 +398,46 @@ def cmd_devices(args) -> int:
     listing = backend.describe_devices(args.platform)
     from irshard import layout
     write_output(None, layout.render_devices(listing, args.format))
+    return 0
+
+
+def _byte_sizes(text: str) -> list[int]:
+    """`4KiB,64KiB,1MiB` -> bytes (argparse type)."""
+    from irshard.budget import UNITS
+    import re
+    sizes = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*([0-9]{1,12})\s*(B|KiB|MiB|GiB)?\s*", item)
+        if not m or int(m.group(1)) == 0:
+            raise argparse.ArgumentTypeError(
+                f"'{item}' is not a size; give sizes such as 4KiB,64KiB,1MiB")
+        sizes.append(int(m.group(1)) * int(UNITS[m.group(2) or "B"]))
+    return sizes
+
+
+def cmd_calibrate(args) -> int:
+    from irshard import backend
+    mesh = parse_mesh(args.mesh)
+    check_output_path(args.output)
+    if args.repeats < 1:
+        raise UsageError(f"--repeats {args.repeats}: give at least 1")
+    backend.configure(mesh.num_devices, "cpu")
+    from irshard import calibrate
+    if not any(a.size > 1 for a in mesh.axes):
+        raise UsageError(f"--mesh {mesh}: calibration needs an axis of at "
+                         f"least 2 devices")
+    result = calibrate.calibrate(mesh, args.sizes or calibrate.DEFAULT_SIZES,
+                                 args.repeats)
+    if args.output:
+        from irshard.report import dumps_json
+        from irshard import files
+        files.write(args.output, dumps_json(
+            {"links": result["links"], "error": result["error"]}) + "\n")
+    if args.format == "json":
+        from irshard.report import dumps_json
+        write_output(None, dumps_json(result) + "\n")
+    else:
+        write_output(None, calibrate.render_text(result))
     return 0
 
 
@@ -526,6 +578,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="PATH")
     p.set_defaults(handler=cmd_collectives)
+
+    p = sub.add_parser("calibrate", help="time each collective kind on the "
+                       "devices present and fit the time model (latency + "
+                       "bytes / bandwidth), with its error on held-out sizes")
+    p.add_argument("--mesh", required=True, metavar="SPEC",
+                   help="the mesh whose axes the collectives run over")
+    p.add_argument("--sizes", type=_byte_sizes, metavar="LIST",
+                   help="result sizes per device, e.g. 4KiB,64KiB,1MiB "
+                        "(default 4KiB to 4MiB)")
+    p.add_argument("--repeats", type=int, default=5, metavar="N",
+                   help="timed runs per measurement (default 5)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="save the fitted profile for --profile PATH")
+    p.set_defaults(handler=cmd_calibrate)
 
     p = sub.add_parser("opt", help="run a pass pipeline (irshard's passes and "
                        "Shardy's) over a StableHLO + Shardy module; also "

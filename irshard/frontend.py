@@ -33,6 +33,8 @@ class Source:
     static: tuple[str, ...] = ()          # --static NAMES
     reference: str | None = None          # --reference NAME
     platform: str = "cpu"
+    target: str | None = None             # --target: cpu, tpu-v5e:4x4, gpu-h100:2x8
+    profile: str | None = None            # --profile: a saved hardware profile
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -70,15 +72,61 @@ class Source:
                                  f"entry is @main and its types are in the module")
 
 
+class Placement:
+    """Where the program's mesh lives: its target, and the devices it is
+    laid onto (asked for before JAX starts, where they are simulated)."""
+
+    def __init__(self, source: Source, cluster=None):
+        from irshard import targets
+        self.source = source
+        self.cluster = cluster
+        self.target = targets.parse_target(source.target)
+        # A GPU target is compiled for the GPUs when asked (--platform gpu),
+        # else estimated from a compile for simulated devices.
+        self.platform = {"tpu": "tpu", "gpu": source.platform}.get(
+            self.target.kind, source.platform)
+        self.estimated = self.target.kind == "gpu" and self.platform != "gpu"
+        if self.target.kind == "tpu" and cluster is not None:
+            raise UsageError(f"--target {self.target.text} compiles for a TPU "
+                             f"slice without running; it takes no processes")
+
+    def check_runnable(self) -> None:
+        """A described TPU slice, or GPUs that are not here, cannot run."""
+        if self.target.kind == "tpu":
+            raise UsageError(f"--target {self.target.text}: a TPU slice is "
+                             f"compiled here without a TPU and cannot run; use "
+                             f"irshard compile or show")
+        if self.estimated:
+            raise UsageError(f"--target {self.target.text}: without GPUs (give "
+                             f"--platform gpu where they are) the target is "
+                             f"estimated and cannot run; use irshard compile")
+
+    def configure(self, total: int) -> None:
+        from irshard import backend, distributed
+        if self.target.kind == "tpu":
+            backend.configure(1, "cpu")
+            return
+        backend.configure(distributed.local_devices(total, self.cluster,
+                                                    self.platform),
+                          self.platform, exact=self.cluster is not None)
+
+    def devices(self, mesh: MeshSpec) -> list[Any]:
+        from irshard import backend
+        self.target.check_mesh(mesh)
+        self.configure(mesh.num_devices)
+        if self.target.kind == "tpu":
+            return backend.tpu_devices(self.target.topology_name,
+                                       self.target.slices, mesh.shape,
+                                       mesh.names, self.target.text)
+        return backend.devices(self.platform, mesh.num_devices)
+
+
 def load(source: Source, cluster=None, timeout: float | None = None):
     """The program of `source` as stage `stablehlo`; with `cluster` (a
     multi-process run), after joining the other processes."""
-    from irshard import backend, distributed, irfile
+    from irshard import distributed, irfile
     mesh = source.mesh_spec()
-
-    def configure(total: int) -> None:
-        backend.configure(distributed.local_devices(total, cluster, source.platform),
-                          source.platform, exact=cluster is not None)
+    place = Placement(source, cluster)
 
     def join() -> None:
         if cluster is not None:
@@ -87,15 +135,16 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     if source.is_module:
         source.check_module_options()
         data = irfile.read_bytes(source.path)
-        configure(mesh.num_devices if mesh else irfile.declared_devices(data) or 1)
+        place.configure(mesh.num_devices if mesh
+                        else irfile.declared_devices(data) or 1)
         join()
         from irshard.program import parse_out_shardings, parse_rules
         distributed.report_stage("tracing")
         return irfile.load(source.path, data, mesh, parse_rules(source.shards),
-                           parse_out_shardings(source.out_shards),
-                           source.platform, lambda m: configure(m.num_devices))
-    configure(mesh.num_devices)
+                           parse_out_shardings(source.out_shards), place)
+    place.configure(mesh.num_devices)
     join()
+    devices = place.devices(mesh)
     from irshard import program, stages
     prog = program.load_program(
         source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
@@ -103,4 +152,5 @@ def load(source: Source, cluster=None, timeout: float | None = None):
         reference=source.reference, args_fn=source.args_fn,
         static=source.static)
     distributed.report_stage("tracing")
-    return stages.trace(prog, source.platform)
+    return stages.trace(prog, place.platform, devices, place.target,
+                        source.profile, place.estimated)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Callable, Sequence
+from typing import Sequence
 
 from irshard import backend, files, tree
 from irshard.errors import InputError, SpecError, UsageError
@@ -74,10 +74,9 @@ def _argument_shardings(main, rules: Sequence[tree.Rule]) -> dict[int, ShardingS
 
 def load(path: str, data: bytes, mesh: MeshSpec | None,
          rules: Sequence[tree.Rule],
-         out_shards: Sequence[tuple[int, ShardingSpec]], platform: str,
-         configure: Callable[[MeshSpec], None]):
-    """The module as stage `stablehlo`, annotated and with its devices.
-    `configure(mesh)` runs once the mesh is known, before JAX picks devices."""
+         out_shards: Sequence[tuple[int, ShardingSpec]], place):
+    """The module as stage `stablehlo`, annotated and with its devices;
+    `place` (a `frontend.Placement`) gives them once the mesh is known."""
     from irshard import opt, shardy, stages
     from irshard.annotation import annotate
     context = backend.ir_context()
@@ -91,8 +90,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
         raise UsageError(f"{path} declares no sdy.mesh; give one with --mesh, "
                          f"e.g. --mesh x=4")
     mesh = annotate(module, mesh, shardings, dict(out_shards))
-    configure(mesh)
-    devices = backend.devices(platform, mesh.num_devices)
+    devices = place.devices(mesh)
     with context:
         names = shardy.argument_names(main)
         inputs = tuple(_decl(names[i] or f"arg{i}", t, path)
@@ -103,7 +101,9 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     info = stages.ProgramInfo(
         source=path, function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
-        platform=platform, inputs=inputs, outputs=tuple(outputs), notes=notes)
+        platform=place.platform, inputs=inputs, outputs=tuple(outputs),
+        notes=notes, target=place.target, profile=place.source.profile,
+        estimated=place.estimated)
     return stages.StableHLO(info, module, tuple(devices), None)
 
 

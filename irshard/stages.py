@@ -54,6 +54,9 @@ class ProgramInfo:
     inputs: tuple[TensorDecl, ...]
     outputs: tuple[TensorDecl, ...]
     notes: tuple[str, ...] = ()
+    target: Any = None              # a targets.Target; None: simulated CPUs
+    profile: str | None = None      # a saved hardware profile's path
+    estimated: bool = False         # a GPU target compiled for CPUs
 
 
 class Stage:
@@ -111,7 +114,7 @@ class StableHLO(Stage):
         since the CPU backend widens them)."""
         from irshard import shardy
         to_parameters, to_outputs = shardy.propagation_freedom(self.module)
-        partitioned = partitioned or (
+        partitioned = partitioned or self.info.estimated or (
             self.info.platform == "cpu"
             and _SIXTEEN_BIT_FLOAT.search(self.as_text()) is not None)
         compiled = backend.compile_module(self.module, self.devices,
@@ -145,6 +148,21 @@ def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             compiled: backend.CompiledExecutable,
             programs=None) -> CollectiveReport:
+    from irshard import cost, targets
+    from irshard.report import memory_in_use
+    target = info.target or targets.CPU
+    profile = targets.profile(target.profile_name, info.profile)
+    model = cost.CostModel.for_devices(target, profile, compiled.devices)
+    collectives = tuple(analysis.collectives(view, info.mesh, info.user_dir,
+                                             programs, model))
+    memory = compiled.memory_stats()
+    if profile.hbm_bytes:
+        memory["capacity_bytes"] = profile.hbm_bytes
+        memory["fits"] = memory_in_use(memory) <= profile.hbm_bytes
+    comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
+    found = compiled.cost()
+    roofline = cost.roofline(profile, found.get("flops"),
+                             found.get("bytes accessed"), comm)
     return CollectiveReport(
         source=info.source, function=info.function, stage_name=stage,
         mesh=info.mesh, platform=info.platform,
@@ -154,9 +172,8 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
         outputs=_tensor_infos(info.outputs,
                               compiled.output_shardings(len(info.outputs)),
                               info.mesh, indexed=True),
-        collectives=tuple(analysis.collectives(view, info.mesh, info.user_dir,
-                                               programs)),
-        memory=compiled.memory_stats(), notes=info.notes)
+        collectives=collectives, memory=memory, notes=info.notes,
+        target=target.to_json(info.estimated), roofline=roofline)
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,6 +217,10 @@ class Optimized(Stage):
                            self.compiled)
 
     def report(self) -> CollectiveReport:
+        if self.info.estimated:
+            # Compiled for stand-in devices: the partitioner's output is the
+            # program as any backend gets it.
+            return self.partitioned().report()
         view = HloModuleView(self.compiled.hlo_modules()[0])
         programs = None
         if self.info.platform == "cpu" and self.compiled.partitioned_text:
@@ -257,7 +278,8 @@ def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
 
 
 def trace(program: Program, platform: str = "cpu",
-          devices: Sequence[Any] | None = None) -> StableHLO:
+          devices: Sequence[Any] | None = None, target: Any = None,
+          profile: str | None = None, estimated: bool = False) -> StableHLO:
     """Traces `program` (or its gradient with `program.grad`) to StableHLO as
     a function of its input leaves, and attaches the mesh and shardings with
     irshard's annotate pass."""
@@ -305,6 +327,7 @@ def trace(program: Program, platform: str = "cpu",
         mesh=mesh, platform=platform,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
                                 leaf.key) for leaf in program.inputs),
-        outputs=_output_decls(lowered, program, flat.key_outputs), notes=notes)
+        outputs=_output_decls(lowered, program, flat.key_outputs), notes=notes,
+        target=target, profile=profile, estimated=estimated)
     return StableHLO(info, lowered.module, tuple(devices), fn,
                      lowered.callbacks, reference, lowered.out_tree)

@@ -5,8 +5,8 @@
 # RUN: irshard compile %s --mesh x=4 --format json | filecheck %s --check-prefix=JSON
 
 # CHECK: collectives
-# CHECK: all-gather          all-gather          bf16[64,64]*  8192  6144  x  4  1  bf16_collectives.py:[[# @LINE + 13]] (f)
-# CHECK: collective-permute  collective-permute  bf16[1,64]*    128   128  x  4  1  bf16_collectives.py:[[# @LINE + 12]] (f)
+# CHECK: all-gather          all-gather          bf16[64,64]*  8192  6144  x  4  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  bf16_collectives.py:[[# @LINE + 13]] (f)
+# CHECK: collective-permute  collective-permute  bf16[1,64]*    128   128  x  4  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  bf16_collectives.py:[[# @LINE + 12]] (f)
 # CHECK: note: the cpu backend runs 2 bf16 collectives in f32 (marked *); their bytes are the program's own bf16, as a GPU or TPU moves them
 
 # JSON: "kind": "all-gather",

@@ -4,8 +4,8 @@
 
 # CHECK: collectives
 # CHECK-NOT: all-gather
-# CHECK: collective-permute  collective-permute{{(\.[0-9]+)?}} {{ *}}f32[1]  4  4  x  4  100  heat1d.py:29 (step_roll)
-# CHECK-NEXT: collective-permute  collective-permute{{(\.[0-9]+)?}} {{ *}}f32[1]  4  4  x  4  100  heat1d.py:29 (step_roll)
+# CHECK: collective-permute  collective-permute{{(\.[0-9]+)?}} {{ *}}f32[1]  4  4  x  4  100  {{[a-z]+ +[0-9.]+ [nmu]?s}}  heat1d.py:29 (step_roll)
+# CHECK-NEXT: collective-permute  collective-permute{{(\.[0-9]+)?}} {{ *}}f32[1]  4  4  x  4  100  {{[a-z]+ +[0-9.]+ [nmu]?s}}  heat1d.py:29 (step_roll)
 # CHECK-NOT: all-gather
 # CHECK: totals: 2 collectives (2 collective-permute)
 # CHECK-NEXT: per run: 800 bytes (800 B)

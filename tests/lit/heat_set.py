@@ -6,8 +6,8 @@
 # CHECK: examples/heat1d.py:simulate_set  mesh x=4 (4 cpu devices)  stage optimized
 # CHECK: d     f32[1024]  x         f32[256]
 # CHECK: collectives
-# CHECK: all-gather          all-gather{{(\.[0-9]+)?}} {{ *}}f32[1024]   4096  3072  x         4   100  heat1d.py:25 (step_set)
-# CHECK: all-gather          all-gather{{(\.[0-9]+)?}} {{ *}}f32[1024]   4096  3072  x         4   100  heat1d.py:25 (step_set)
+# CHECK: all-gather          all-gather{{(\.[0-9]+)?}} {{ *}}f32[1024]   4096  3072  x         4   100  {{[a-z]+ +[0-9.]+ [nmu]?s}}  heat1d.py:25 (step_set)
+# CHECK: all-gather          all-gather{{(\.[0-9]+)?}} {{ *}}f32[1024]   4096  3072  x         4   100  {{[a-z]+ +[0-9.]+ [nmu]?s}}  heat1d.py:25 (step_set)
 # CHECK: totals: 4 collectives (2 all-gather, 2 collective-permute)
 
 # JSON: "kind": "all-gather",

@@ -9,6 +9,6 @@ import jax.numpy as jnp
 
 def f(a: "f32[16@x,16]"):
     return jnp.sin(a)
-    # CHECK: all-gather  {{[a-z_.0-9-]+}}  f32[16,16]  1024  768  x  4  1  inferred_attribution.py:[[# @LINE - 1]] (f) [inferred]
+    # CHECK: all-gather  {{[a-z_.0-9-]+}}  f32[16,16]  1024  768  x  4  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  inferred_attribution.py:[[# @LINE - 1]] (f) [inferred]
     # JSON: "attribution": "inferred",
     # JSON-NEXT: "op_name": "jit(f)/sin",

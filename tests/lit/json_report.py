@@ -14,6 +14,7 @@
 # CHECK-NEXT: "devices": 4,
 # CHECK-NEXT: "platform": "cpu"
 # CHECK-NEXT: },
+# CHECK-NEXT: "target": {"name": "cpu", "kind": "cpu", "profile": "cpu-host", "estimated": false},
 # CHECK-NEXT: "inputs": [
 # CHECK-NEXT: {
 # CHECK-NEXT: "name": "a",
@@ -30,7 +31,8 @@
 # CHECK-NEXT: "count": 1,
 # CHECK-NEXT: "by_kind": {"all-reduce": 1},
 # CHECK-NEXT: "bytes_per_run": 24,
-# CHECK-NEXT: "wire_bytes_per_run": 36
+# CHECK-NEXT: "wire_bytes_per_run": 36,
+# CHECK-NEXT: "time_s": {{[0-9.e-]+}}
 # CHECK-NEXT: },
 # CHECK-NEXT: "memory": {"argument_bytes": 48, "output_bytes": 24, "alias_bytes": 0, "temp_bytes": {{[0-9]+}}}
 # CHECK-NEXT: }

@@ -20,7 +20,7 @@
 # CHECK-NEXT: batch/x             f32[32,64]   dp,_  f32[16,64]
 # CHECK: outputs
 # CHECK: 0  result/layers/0/w1  f32[64,256]  _,tp  f32[64,128]
-# CHECK: all-reduce {{.*}}  tp  2  1  pytrees.py:[[# @LINE + 16]] (block)
+# CHECK: all-reduce {{.*}}  tp  2  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  pytrees.py:[[# @LINE + 16]] (block)
 
 # GRAD: outputs
 # GRAD-NEXT: #  name

@@ -9,5 +9,5 @@ import jax.numpy as jnp
 
 def three(a: "f32[8@x,8@y,8@z]"):
     return jnp.transpose(a, (2, 0, 1)).sum(0)
-    # CHECK: all-reduce  all-reduce  f32[4,4]  64  64  z  2  1  three_axis_mesh.py:[[# @LINE - 1]] (three)
+    # CHECK: all-reduce  all-reduce  f32[4,4]  64  64  z  2  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  three_axis_mesh.py:[[# @LINE - 1]] (three)
     # HLO: replica_groups=mesh[{{.*}}], device_ids=(

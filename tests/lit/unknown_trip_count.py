@@ -11,7 +11,7 @@ def until(d: "f32[64@x]"):
     def cond(carry):
         i, d = carry
         return (jnp.abs(d).sum() > 1.0) & (i < 50)
-        # CHECK: all-reduce  {{.*}}  x  4  ?  unknown_trip_count.py:[[# @LINE - 1]] (until.<locals>.cond)
+        # CHECK: all-reduce  {{.*}}  x  4  ?  {{[a-z]+ +[0-9.]+ [nmu]?s}}  unknown_trip_count.py:[[# @LINE - 1]] (until.<locals>.cond)
 
     def body(carry):
         i, d = carry
@@ -19,6 +19,7 @@ def until(d: "f32[64@x]"):
     return jax.lax.while_loop(cond, body, (0, d))[1]
 
 # CHECK: per run: at least 8 bytes
+# CHECK-NEXT: time per run: at least {{[0-9.]+ [nmu]?s}}, from the cpu-host profile
 # CHECK-NEXT: (2 in loops whose trip count is not known counted once)
 # JSON: "loop_trip_counts": [null],
 # JSON-NEXT: "executions": null,

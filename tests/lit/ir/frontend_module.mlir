@@ -9,7 +9,7 @@
 
 // CHECK: frontend_module.mlir:main  mesh x=2,y=2 (4 cpu devices)  stage optimized
 // CHECK: lhs   f32[8,16]  x,y       f32[4,8]
-// CHECK: all-reduce  {{.*}}  y  2  1  model.jl:20
+// CHECK: all-reduce  {{.*}}  y  2  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  model.jl:20
 // JSON: "name": "rhs",
 // JSON: "sharding": ["y", "_"],
 // RUN-OUT: check against one device: passed
