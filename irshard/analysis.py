@@ -32,6 +32,24 @@ COLLECTIVE_OPCODES = {
     "collective-broadcast": "collective-broadcast",
 }
 
+# Collectives between TPU slices, which the megascale runtime carries over the
+# data-center network: a `send` to the host with these transfer types.
+_MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
+MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
+                   "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all"}
+
+
+def collective_kind(inst: Instruction) -> str | None:
+    """The report kind of a collective instruction, or None."""
+    if inst.opcode in COLLECTIVE_OPCODES:
+        return COLLECTIVE_OPCODES[inst.opcode]
+    if inst.opcode == "send" and "_xla_megascale" in inst.text:
+        m = _MEGASCALE.search(inst.text)
+        return MEGASCALE_KINDS.get(m.group(1), "collective-permute") if m \
+            else "collective-permute"
+    return None
+
+
 # Computations these opcodes apply per element (reducers, comparators): they
 # hold no collectives and do not run once per call.
 _ELEMENTWISE_CALLERS = {"all-reduce", "all-reduce-start", "reduce-scatter",
@@ -206,9 +224,10 @@ def _sites(view: HloModuleView) -> list[_Site]:
         if depth > 64:
             return
         for inst in view.instructions_of(computation):
-            if inst.opcode in COLLECTIVE_OPCODES:
+            if collective_kind(inst) is not None:
                 sites.append(_Site(inst, loops,
-                                   is_async or inst.opcode.endswith("-start")))
+                                   is_async or inst.opcode.endswith("-start")
+                                   or inst.opcode == "send"))
             wrapped = view.instructions.get(inst.wrapped or "")
             if wrapped is not None and wrapped.opcode in COLLECTIVE_OPCODES:
                 sites.append(_Site(wrapped, loops, True, inst))
@@ -255,7 +274,7 @@ def program_shapes(view: HloModuleView) -> dict[int, _Moved]:
         channel = site.inst.attrs.get("channel_id", "")
         if channel.isdigit():
             result[int(channel)] = _Moved(
-                COLLECTIVE_OPCODES[site.inst.opcode],
+                collective_kind(site.inst),
                 tuple(shape_leaves(_result_shape(view, site.inst))))
     return result
 
@@ -300,9 +319,16 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
     result = []
     for site in _sites(view):
         inst = site.inst
-        kind = COLLECTIVE_OPCODES[inst.opcode]
+        kind = collective_kind(inst)
         leaves = shape_leaves(_result_shape(view, inst))
-        if kind == "collective-permute" and "source_target_pairs" in inst.attrs:
+        if inst.opcode == "send":
+            # Between slices: what is sent (the operand), over the axes that
+            # span the slices.
+            leaves = [leaf for leaf in leaves if leaf.dtype not in ("u32", "token")][:1]
+            groups = cost.slice_groups() if cost is not None else []
+            axes = cost.slice_axes(mesh) if cost is not None and mesh else None
+            group = len(groups[0]) if groups else 1
+        elif kind == "collective-permute" and "source_target_pairs" in inst.attrs:
             pairs = rg.parse_pairs(inst.attrs["source_target_pairs"])
             axes = rg.pair_axes(pairs, mesh) if mesh else None
             group = (math.prod(mesh.size_of(a) for a in axes) if axes

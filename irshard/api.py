@@ -59,25 +59,29 @@ def _mesh(mesh: Any) -> tuple[MeshSpec, Sequence[Any] | None]:
 
 def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               rules, shardings, static_argnums, grad, out_shardings,
-              platform: str, reference=None):
-    from irshard import program, stages
+              platform: str, reference=None, target=None, profile=None,
+              runnable=False):
+    from irshard import frontend, program, stages
     mesh_spec, devices = _mesh(mesh)
+    place = frontend.Placement(target, platform, profile)
+    if runnable:
+        place.check_runnable()
     if devices is None:
-        configure(mesh_spec.num_devices, platform)
+        if place.target.kind != "tpu":
+            configure(mesh_spec.num_devices, place.platform)
+        devices = place.devices(mesh_spec)
     prog = program.program_of(fn, args, mesh=mesh_spec, rules=list(rules or ()),
                               shardings=shardings,
                               static_argnums=tuple(static_argnums),
                               grad=grad, out_shardings=out_shardings,
                               reference=reference)
-    lowered = stages.trace(prog, platform, devices)
+    lowered = stages.trace(prog, place.platform, devices, place.target,
+                           place.profile, place.estimated)
     compiled = lowered.compile(partitioned=True)
     return prog, lowered, compiled
 
 
-def _unsupported(target, explain) -> None:
-    if target not in (None, "cpu"):
-        raise UsageError(f"target {target!r}: only 'cpu' (simulated devices) "
-                         f"is available here")
+def _unsupported(explain) -> None:
     if explain:
         raise UsageError("explain=True is not available yet")
 
@@ -87,8 +91,9 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             static_argnums: Sequence[int] = (),
             grad: bool | str | Sequence[str] | None = None,
             out_shardings: Mapping[int, str] | None = None,
-            target: str | None = None, explain: bool = False,
-            stage: str = "optimized", platform: str = "cpu"):
+            target: str | None = None, profile: str | None = None,
+            explain: bool = False, stage: str = "optimized",
+            platform: str = "cpu"):
     """Partitions `fn(*args)` on `mesh` and returns its collective report.
 
     `rules` are `(pattern, spec)` pairs over leaf paths, the first match
@@ -102,9 +107,10 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     import dataclasses
 
     from irshard import stages
-    _unsupported(target, explain)
+    _unsupported(explain)
     _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
-                                     static_argnums, grad, out_shardings, platform)
+                                     static_argnums, grad, out_shardings, platform,
+                                     target=target, profile=profile)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
@@ -133,7 +139,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     from irshard import stages
     prog, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                         static_argnums, grad, out_shardings,
-                                        platform, reference)
+                                        platform, reference, runnable=True)
     given = {leaf.path: leaf.value for leaf in prog.inputs if leaf.value is not None}
     options = running.RunOptions(
         seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,

@@ -56,6 +56,9 @@ def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> N
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     # JAX's own startup chatter (e.g. about missing accelerators) is not ours.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # libtpu, which describes TPU slices for TPU targets, otherwise lets one
+    # process at a time load it (through a lock file in /tmp).
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def _jax():
@@ -136,6 +139,7 @@ def tpu_devices(topology: str, slices: int, mesh_shape: Sequence[int],
     them on a machine with no TPU, in the order `jax.make_mesh` lays the
     mesh onto them; with several slices the leading axes span the slices
     (`mesh_utils.create_hybrid_device_mesh`)."""
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     jax = _jax()
     try:
         import libtpu  # noqa: F401
@@ -598,8 +602,10 @@ def compile_module(module, mesh_devices: Sequence[Any],
 
 
 def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
-    files = sorted(glob.glob(os.path.join(
-        dump_dir, "*after_spmd-partitioning*.txt")))
+    # After `spmd-partitioning` (`tpu-spmd-partitioning` in libtpu).
+    files = sorted(f for f in glob.glob(os.path.join(dump_dir, "*.txt"))
+                   if re.search(r"\.after_(tpu-)?spmd-partitioning\.",
+                                os.path.basename(f)))
     if not files and num_devices == 1:
         # One device: XLA runs no partitioner, and the per-device program is
         # the module as XLA received it.

@@ -335,7 +335,7 @@ def cmd_run(args) -> int:
     source = _source(args)
     source.mesh_spec()
     from irshard import frontend
-    frontend.Placement(source).check_runnable()
+    frontend.Placement(source.target, source.platform).check_runnable()
     check_output_path(args.output)
     options = _run_options(args)
     cluster = _cluster(args)

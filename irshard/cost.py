@@ -67,6 +67,27 @@ class CostModel:
                 places.append(Place())
         return cls(target, profile, places)
 
+    # -- slices --
+
+    def slice_groups(self) -> list[list[int]]:
+        """Groups of the devices at the same place in each slice."""
+        by_place: dict[tuple[int, ...], list[int]] = {}
+        for i, place in enumerate(self.places):
+            by_place.setdefault(place.coords, []).append(i)
+        return [g for _, g in sorted(by_place.items())]
+
+    def slice_axes(self, mesh) -> tuple[str, ...]:
+        """The mesh axes along which the slice changes."""
+        axes = []
+        for k, axis in enumerate(mesh.axes):
+            stride = math.prod(mesh.shape[k + 1:])
+            if axis.size > 1 and any(
+                    self.places[i].slice != self.places[i + stride].slice
+                    for i in range(len(self.places) - stride)
+                    if (i // stride) % axis.size < axis.size - 1):
+                axes.append(axis.name)
+        return tuple(axes)
+
     # -- links --
 
     def _where(self, device: int) -> Place:

@@ -76,15 +76,16 @@ class Placement:
     """Where the program's mesh lives: its target, and the devices it is
     laid onto (asked for before JAX starts, where they are simulated)."""
 
-    def __init__(self, source: Source, cluster=None):
+    def __init__(self, target: str | None, platform: str = "cpu",
+                 profile: str | None = None, cluster=None):
         from irshard import targets
-        self.source = source
         self.cluster = cluster
-        self.target = targets.parse_target(source.target)
+        self.profile = profile
+        self.target = targets.parse_target(target)
         # A GPU target is compiled for the GPUs when asked (--platform gpu),
         # else estimated from a compile for simulated devices.
-        self.platform = {"tpu": "tpu", "gpu": source.platform}.get(
-            self.target.kind, source.platform)
+        self.platform = {"tpu": "tpu", "gpu": platform}.get(
+            self.target.kind, platform)
         self.estimated = self.target.kind == "gpu" and self.platform != "gpu"
         if self.target.kind == "tpu" and cluster is not None:
             raise UsageError(f"--target {self.target.text} compiles for a TPU "
@@ -126,7 +127,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     multi-process run), after joining the other processes."""
     from irshard import distributed, irfile
     mesh = source.mesh_spec()
-    place = Placement(source, cluster)
+    place = Placement(source.target, source.platform, source.profile, cluster)
 
     def join() -> None:
         if cluster is not None:
@@ -153,4 +154,4 @@ def load(source: Source, cluster=None, timeout: float | None = None):
         static=source.static)
     distributed.report_stage("tracing")
     return stages.trace(prog, place.platform, devices, place.target,
-                        source.profile, place.estimated)
+                        place.profile, place.estimated)

@@ -102,7 +102,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
         source=path, function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
         platform=place.platform, inputs=inputs, outputs=tuple(outputs),
-        notes=notes, target=place.target, profile=place.source.profile,
+        notes=notes, target=place.target, profile=place.profile,
         estimated=place.estimated)
     return stages.StableHLO(info, module, tuple(devices), None)
 

@@ -38,3 +38,11 @@ config.substitutions.append((r"(?<![\w/.-])filecheck(?![\w.-])",
 # `%exit N CMD` runs CMD and succeeds only if it exits with status N.
 config.substitutions.append(
     ("%exit", f"{sys.executable} {os.path.join(root, 'tools', 'expect_exit.py')}"))
+# TPU targets compile through libtpu (the tpu extra); tests that need it say
+# `REQUIRES: libtpu`.
+try:
+    import importlib.util
+    if importlib.util.find_spec("libtpu") is not None:
+        config.available_features.add("libtpu")
+except ImportError:
+    pass

@@ -1,0 +1,220 @@
+"""Targets, links and times: parsing, the cost model against hand-computed
+formulas, TPU compiles equal to plain JAX's, calibration."""
+
+import json
+import os
+import sys
+
+import pytest
+
+import irshard
+from irshard import cost, targets
+from irshard.errors import SpecError
+from tests.conftest import EXAMPLES, run_irshard
+
+
+@pytest.mark.parametrize("text, kind, devices", [
+    ("cpu", "cpu", None), ("tpu-v5e:4x4", "tpu", 16),
+    ("tpu-v5p:2x2x2,slices=4", "tpu", 32), ("gpu-h100:2x8", "gpu", 16),
+])
+def test_targets_parse(text, kind, devices):
+    target = targets.parse_target(text)
+    assert (target.kind, target.num_devices) == (kind, devices)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("tpu-v5e", "expected cpu, tpu-v4|v5e|v5p|v6e:TOPOLOGY"),
+    ("tpu-v5e:4x4x4", "a v5e slice is a 2-D torus"),
+    ("tpu-v5e:4x4,cores=2", "unknown option 'cores'"),
+    ("gpu-a100:1x8", "unknown GPU 'a100'"),
+    ("gpu-h100:8", "give NODESxGPUS"),
+])
+def test_bad_targets(text, message):
+    with pytest.raises(SpecError, match=message):
+        targets.parse_target(text)
+
+
+def test_every_profile_number_has_a_source():
+    with open(targets.PROFILES_PATH) as f:
+        profiles = json.load(f)["profiles"]
+    for name, data in profiles.items():
+        for key in ("hbm_bytes", "hbm_bandwidth", "peak_flops"):
+            if key in data:
+                assert data[key]["source"], (name, key)
+        for link, values in data["links"].items():
+            for key in ("bandwidth", "latency", "base"):
+                if key in values:
+                    assert values[key]["source"], (name, link, key)
+
+
+def _ring(n):
+    return [list(range(n))]
+
+
+def test_ici_times_follow_the_ring_formulas():
+    """v5e 16x16: a dimension of 16 chips has wraparound (a ring both
+    ways, n/2 steps); a 4x4 slice has none."""
+    profile = targets.profile("tpu-v5e")
+    full = targets.parse_target("tpu-v5e:16x16")
+    places = [cost.Place(0, (i % 16, i // 16)) for i in range(256)]
+    model = cost.CostModel(full, profile, places)
+    nbytes = 16 * 2 ** 20                   # the gathered array per device
+    wire = nbytes * 15 // 16
+    link, seconds = model.estimate("all-gather", nbytes, wire, 16, _ring(16))
+    assert link == "ici"
+    assert seconds == pytest.approx(1e-6 * 8 + wire / (2 * 4.5e10))
+    _, reduce = model.estimate("all-reduce", nbytes, 2 * wire, 16, _ring(16))
+    assert reduce == pytest.approx(2 * 1e-6 * 8 + 2 * wire / (2 * 4.5e10))
+    small = targets.parse_target("tpu-v5e:4x4")
+    model = cost.CostModel(small, profile,
+                           [cost.Place(0, (i % 4, i // 4)) for i in range(16)])
+    _, seconds = model.estimate("all-gather", nbytes, nbytes * 3 // 4, 4, _ring(4))
+    assert seconds == pytest.approx(1e-6 * 3 + nbytes * 3 / 4 / 4.5e10)
+    # A group over both dimensions of the torus uses twice the links.
+    both = [[0, 1, 4, 5]]
+    _, seconds = model.estimate("all-gather", nbytes, nbytes * 3 // 4, 4, both)
+    assert seconds == pytest.approx(1e-6 * 3 + nbytes * 3 / 4 / (2 * 4.5e10))
+    _, permute = model.estimate("collective-permute", 4096, 4096, 4, [[0, 1]])
+    assert permute == pytest.approx(1e-6 + 4096 / 4.5e10)
+
+
+def test_links_between_slices_and_nodes():
+    v5e = targets.profile("tpu-v5e")
+    two = targets.parse_target("tpu-v5e:2x2,slices=2")
+    places = [cost.Place(i // 4, (i % 2, (i // 2) % 2)) for i in range(8)]
+    model = cost.CostModel(two, v5e, places)
+    assert model.link_of([[0, 1, 2, 3]]) == "ici"
+    assert model.link_of([[0, 4]]) == "dcn"
+    link, seconds = model.estimate("all-reduce", 32768, 32768, 2, [[0, 4]])
+    assert (link, seconds) == ("dcn", pytest.approx(2 * 1e-5 + 32768 / 3.125e9))
+    gpus = targets.parse_target("gpu-h100:2x4")
+    model = cost.CostModel.for_devices(gpus, targets.profile("gpu-h100"), range(8))
+    assert model.link_of([[0, 1, 2, 3]]) == "nvlink"
+    assert model.link_of([[0, 4]]) == "infiniband"
+    _, seconds = model.estimate("all-gather", 8192, 6144, 4, [[0, 1, 2, 3]])
+    assert seconds == pytest.approx(8.4e-6 + 3.4e-6 * 3 + 6144 / 4.5e11)
+
+
+def test_roofline():
+    profile = targets.profile("tpu-v5e")
+    found = cost.roofline(profile, 1.97e14 * 0.008, 8.19e11 * 0.002, 0.003)
+    assert found["bound"] == "compute"
+    assert found["step_s"] == pytest.approx([0.008, 0.011])
+    assert found["exposed_comm_s"] == pytest.approx([0.0, 0.003])
+    assert cost.roofline(profile, 0.0, 0.0, 0.001)["bound"] == "communication"
+
+
+MLP_RULES = [("w1", "_,tp"), ("w2", "tp,_"), ("x", "dp,_"), ("y", "dp,_")]
+
+
+def test_times_in_reports_and_budgets():
+    sys.path.insert(0, EXAMPLES)
+    import mlp
+    report = irshard.compile(mlp.loss, *_mlp_args(), mesh="dp=2,tp=2", grad=True,
+                             rules=MLP_RULES, target="gpu-h100:1x4")
+    assert report.target["estimated"] and report.stage_name == "partitioned"
+    assert {c.link for c in report.collectives} == {"nvlink"}
+    total = report.totals()["time_s"]
+    assert total == pytest.approx(sum(c.time_s for c in report.collectives))
+    report.check_budget(f"time<={total * 1.01 * 1e3:.6f}ms", "memory<=1GiB")
+    with pytest.raises(irshard.BudgetExceeded, match="time<=1us"):
+        report.check_budget("time<=1us")
+    assert report.memory["fits"] and report.memory["capacity_bytes"] == 80 * 10 ** 9
+
+
+def _mlp_args():
+    import jax
+    f32 = jax.numpy.float32
+    return (jax.ShapeDtypeStruct((64, 256), f32), jax.ShapeDtypeStruct((256, 64), f32),
+            jax.ShapeDtypeStruct((32, 64), f32), jax.ShapeDtypeStruct((32, 64), f32))
+
+
+
+
+def test_tpu_counts_and_bytes_equal_plain_jax():
+    """The same step compiled by plain JAX for the same described slice."""
+    pytest.importorskip("libtpu")
+    import jax
+    from jax.experimental import topologies
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    from irshard import analysis
+    from irshard.hlo import HloModuleView
+    from irshard.specs import parse_mesh
+    sys.path.insert(0, EXAMPLES)
+    import gpt
+    rules = [("**/embed", "fsdp,_"), ("**/w*", "fsdp,_"), ("batch/*", "fsdp,_")]
+    report = irshard.compile(gpt.train_step, *gpt.example_args(), mesh="fsdp=8",
+                             rules=rules, target="tpu-v5e:2x4")
+    topology = topologies.get_topology_desc(topology_name="v5e:2x4", platform="tpu")
+    mesh = jax.make_mesh((8,), ("fsdp",), devices=topology.devices,
+                         axis_types=(AxisType.Auto,))
+    by_path = {t.name: t.sharding for t in report.inputs}
+    names = ("params", "opt_state", "batch")
+
+    def sharded(name):
+        from irshard import tree
+
+        def of(keys, leaf):
+            entries = by_path[tree.path_of(name, keys)]
+            spec = P(*[None if e == "_" else e for e in entries])
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                        sharding=NamedSharding(mesh, spec))
+        return of
+
+    args = [jax.tree_util.tree_map_with_path(sharded(n), a)
+            for n, a in zip(names, gpt.example_args())]
+    text = jax.jit(gpt.train_step).lower(*args).compile().as_text()
+    reference = analysis.collectives(HloModuleView.from_text(text),
+                                     parse_mesh("fsdp=8"), None)
+    from collections import Counter
+    assert report.collectives
+    assert Counter(c.kind for c in report.collectives) == \
+        Counter(c.kind for c in reference)
+    assert report.totals()["bytes_per_run"] == \
+        sum(c.bytes * c.executions for c in reference)
+    assert {c.link for c in report.collectives} == {"ici"}
+    assert report.memory["capacity_bytes"] == 16 * 2 ** 30
+
+
+def test_without_libtpu_a_tpu_target_says_what_to_install(tmp_path):
+    fake = tmp_path / "libtpu"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    import subprocess
+    result = subprocess.run(
+        [sys.executable, "-m", "irshard", "compile",
+         os.path.join(EXAMPLES, "matmul.py"), "--mesh", "x=2,y=2",
+         "--target", "tpu-v5e:2x2"], capture_output=True, text=True, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "irshard: error: --target tpu-v5e:2x2: compiling for a TPU needs "
+        "libtpu; install it with pip install 'irshard[tpu]'")
+
+
+def test_calibration_measures_fits_and_is_used(tmp_path):
+    """A small calibration: measurements for every kind, a fitted profile
+    with its held-out error, and the profile changes the report's times."""
+    saved = tmp_path / "host.json"
+    result = run_irshard("calibrate", "--mesh", "x=4", "--sizes",
+                         "4KiB,16KiB,64KiB,256KiB", "--repeats", "1",
+                         "--format", "json", "-o", str(saved))
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    kinds = {m["kind"] for m in found["measurements"]}
+    assert kinds == {"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+                     "collective-permute"}
+    assert found["error"] is not None and found["held_out"] == 10
+    host = found["links"]["host"]
+    assert host["bandwidth"]["value"] > 0 and host["latency"]["value"] >= 0
+    profile = json.loads(saved.read_text())
+    # An absurdly slow host: every time grows accordingly.
+    profile["links"]["host"] = {"bandwidth": {"value": 1.0, "source": "test"},
+                                "latency": {"value": 1.0, "source": "test"}}
+    saved.write_text(json.dumps(profile))
+    slow = run_irshard("compile", os.path.join(EXAMPLES, "matmul.py"), "--mesh",
+                       "x=2,y=2", "--profile", str(saved), "--format", "json")
+    assert slow.returncode == 0, slow.stderr
+    times = [c["time_s"] for c in json.loads(slow.stdout)["collectives"]]
+    assert times and all(t > 1.0 for t in times)
