@@ -81,11 +81,6 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
     return prog, lowered, compiled
 
 
-def _unsupported(explain) -> None:
-    if explain:
-        raise UsageError("explain=True is not available yet")
-
-
 def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
             static_argnums: Sequence[int] = (),
@@ -102,19 +97,23 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     positional argument, as `jax.jit`'s `in_shardings`; a leaf neither
     names keeps its own sharding (a `ShapeDtypeStruct`'s or an array's), or
     is replicated. `grad` differentiates the (scalar) function with respect
-    to the named arguments (or all with `True`). The report's `stage(name)`
+    to the named arguments (or all with `True`). With `explain`, each
+    collective's `why` says why it exists. The report's `stage(name)`
     prints any stage's IR."""
     import dataclasses
 
+    from irshard import explain as explaining
     from irshard import stages
-    _unsupported(explain)
     _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                      static_argnums, grad, out_shardings, platform,
                                      target=target, profile=profile)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    report = (compiled.partitioned() if stage == "partitioned" else compiled).report()
+    read = compiled.partitioned() if stage == "partitioned" else compiled
+    report = read.report()
+    if explain:
+        report = explaining.explained(report, lowered, read)
     return dataclasses.replace(report, stages=stages.Pipeline(lowered, compiled))
 
 

@@ -12,7 +12,6 @@ mesh needs.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import math
 import os
@@ -54,8 +53,9 @@ def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> N
                                   f"{_DEVICE_COUNT_FLAG}={num_devices}")
         os.environ["XLA_FLAGS"] = flags
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    # JAX's own startup chatter (e.g. about missing accelerators) is not ours.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # XLA's warnings (level 1) are kept: the partitioner's are captured while
+    # compiling and reported as findings; its informational chatter is not.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # libtpu, which describes TPU slices for TPU targets, otherwise lets one
     # process at a time load it (through a lock file in /tmp).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -499,6 +499,7 @@ class CompiledExecutable:
     partitioned_text: str | None     # HLO after SPMD partitioning, if asked
     # Host callbacks the executable calls; they must live as long as it.
     callbacks: Any = None
+    log: str = ""                    # what XLA wrote to stderr while compiling
 
     def hlo_modules(self) -> list[Any]:
         return list(self.executable.hlo_modules())
@@ -586,7 +587,8 @@ def compile_module(module, mesh_devices: Sequence[Any],
         # A described slice (no devices here) compiles, but cannot load.
         compile_fn = client.compile if compile_only else client.compile_and_load
         try:
-            with quiet_native_stderr() if compile_only else contextlib.nullcontext():
+            # What XLA warns about while compiling is captured (findings).
+            with quiet_native_stderr() as logged:
                 executable = interrupts.call(compile_fn, module, device_list,
                                              options, **extra)
         except Exception as e:  # XlaRuntimeError and friends
@@ -598,7 +600,7 @@ def compile_module(module, mesh_devices: Sequence[Any],
         if dump_dir:
             interrupts.remove(dump_dir)
     return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
-                              (host_callbacks, keepalive))
+                              (host_callbacks, keepalive), logged.text)
 
 
 def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:

@@ -140,7 +140,8 @@ class Outcome:
         elif b.quantity == "time":
             shown = f"{self.value * 1e3:.3g} ms{over} per run"
         else:
-            shown = f"{int(self.value)} involuntary rematerializations"
+            n = int(self.value)
+            shown = f"{n} involuntary rematerialization{'' if n == 1 else 's'}"
         return f"{b.text}: {shown}"
 
     def to_json(self) -> dict[str, Any]:

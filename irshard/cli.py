@@ -89,6 +89,11 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stage", default="optimized", metavar="STAGE",
                    help="the HLO the report reads: optimized (default, what "
                         "runs) or partitioned (the partitioner's output)")
+    p.add_argument("--explain", action="store_true",
+                   help="say why each collective exists: the sharding of the "
+                        "value it reads and where it was made, the sharding "
+                        "its reader needs, and where propagation got each "
+                        "mesh axis from")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="report format (default: text)")
     p.add_argument("-o", "--output", metavar="PATH",
@@ -145,7 +150,7 @@ def _load(source, cluster=None, timeout: float | None = None):
 
 
 def _emit_texts(lowered, emits: list[str], stage: str, debug_info: bool,
-                compile_anyway: bool = False):
+                compile_anyway: bool = False, explain: bool = False):
     """The requested stages' IR, in pipeline order, and the compiled program
     (None when only MLIR stages were asked for and not `compile_anyway`)."""
     texts = []
@@ -157,7 +162,8 @@ def _emit_texts(lowered, emits: list[str], stage: str, debug_info: bool,
     if (compile_anyway or not emits
             or any(s in emits for s in ("partitioned", "optimized"))):
         compiled = lowered.compile(
-            partitioned="partitioned" in emits or stage == "partitioned")
+            partitioned="partitioned" in emits or stage == "partitioned"
+            or explain)
     if "partitioned" in emits:
         texts.append(("partitioned", compiled.partitioned().as_text()))
     if "optimized" in emits:
@@ -210,12 +216,16 @@ def cmd_compile(args) -> int:
     source.mesh_spec()
     check_output_path(args.output)
     lowered = _load(source)
-    texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info)
+    texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
+                                  explain=args.explain)
     if emits and not budgets:
         write_output(args.output, join_stage_texts(texts))
         return 0
-    report = (compiled.partitioned() if args.stage == "partitioned"
-              else compiled).report()
+    read = compiled.partitioned() if args.stage == "partitioned" else compiled
+    report = read.report()
+    if args.explain:
+        from irshard import explain
+        report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
     write_output(args.output, join_stage_texts(texts) if emits
                  else render_report(report, args.format))
@@ -344,13 +354,16 @@ def cmd_run(args) -> int:
     lowered = _load(source, cluster, args.timeout)
     _stage("compiling")
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
-                                  compile_anyway=True)
+                                  compile_anyway=True, explain=args.explain)
     from irshard import execution
     _stage("running")
     result = execution.run(lowered, compiled, options)
     _stage("writing")
-    report = (compiled.partitioned() if args.stage == "partitioned"
-              else compiled).report()
+    read = compiled.partitioned() if args.stage == "partitioned" else compiled
+    report = read.report()
+    if args.explain:
+        from irshard import explain
+        report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
     text = execution.render(report, result, args.format)
     if texts:

@@ -127,11 +127,11 @@ class Instruction:
     """
 
     __slots__ = ("name", "opcode", "computation", "operands", "users", "text",
-                 "wrapped", "_parsed")
+                 "wrapped", "root", "_parsed")
 
     def __init__(self, name: str, opcode: str, computation: str,
                  operands: list[str], users: list[str], text: str,
-                 wrapped: str | None = None):
+                 wrapped: str | None = None, root: bool | None = None):
         self.name = name
         self.opcode = opcode
         self.computation = computation
@@ -141,6 +141,9 @@ class Instruction:
         # For `async-start`: the instruction it runs asynchronously (XLA
         # prints the pair as e.g. `reduce-scatter-start`, without the call).
         self.wrapped = wrapped
+        # Whether it is its computation's root (XLA's own objects do not
+        # say, and an instruction printed alone drops the `ROOT`).
+        self.root = root
         self._parsed: tuple[Shape, dict[str, str]] | None = None
 
     def _parse(self) -> tuple[Shape, dict[str, str]]:
@@ -159,6 +162,8 @@ class Instruction:
 
     @property
     def is_root(self) -> bool:
+        if self.root is not None:
+            return self.root
         return self.text.lstrip().startswith("ROOT ")
 
     @property
@@ -315,6 +320,7 @@ class HloModuleView:
                    for value, name in backend.hlo_opcode_names().items()}
         async_start = backend.hlo_opcode("kAsyncStart")
         schedule = backend.hlo_schedule(module)
+        roots = set(re.findall(r"^\s*ROOT %?([^\s=]+) = ", self.text, re.M))
         self.computations: dict[str, list[Instruction]] = {}
         self.instructions: dict[str, Instruction] = {}
         for comp in module.computations():
@@ -330,7 +336,8 @@ class HloModuleView:
                     users=[u.name for u in hi.users()],
                     text=hi.to_string(),
                     wrapped=(hi.async_wrapped_root().name
-                             if hi.opcode == async_start else None))
+                             if hi.opcode == async_start else None),
+                    root=hi.name in roots)
                 body.append(inst)
                 self.instructions[inst.name] = inst
             self.computations[comp.name] = body

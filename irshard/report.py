@@ -107,6 +107,8 @@ class Collective:
     backend_dtype: str | None = None
     link: str | None = None        # the slowest link its groups cross
     time_s: float | None = None    # estimated, one execution
+    # `--explain`: why it exists (explain.attach), JSON `why`.
+    why: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def executions(self) -> int:
@@ -141,6 +143,7 @@ class Collective:
                if self.backend_dtype else {}),
             **({"link": self.link, "time_s": self.time_s}
                if self.link is not None else {}),
+            **({"why": self.why} if self.why is not None else {}),
         }
 
 
@@ -171,6 +174,8 @@ class CollectiveReport:
     # What it was compiled for (JSON `target`), and the step's roofline.
     target: dict[str, Any] | None = None
     roofline: dict[str, Any] | None = None
+    # What XLA warned about while partitioning (findings.Finding).
+    findings: tuple[Any, ...] = ()
     # `irshard.run`: how the program ran, and its outputs' values.
     run: Any = field(default=None, compare=False, repr=False)
     results: Any = field(default=None, compare=False, repr=False)
@@ -214,6 +219,8 @@ class CollectiveReport:
         d["memory"] = self.memory
         if self.roofline is not None:
             d["roofline"] = self.roofline
+        if self.target is not None:
+            d["findings"] = [f.to_json() for f in self.findings]
         notes = report_notes(self)
         if notes:
             d["notes"] = notes
@@ -378,6 +385,13 @@ def render_text_lines(report: CollectiveReport,
         lines += table(["kind", "name", "shape", "bytes", "wire", "axes",
                         "group", "runs"] + (["link", "time"] if timed else [])
                        + ["source"], rows)
+        if any(c.why is not None for c in report.collectives):
+            lines += ["", "why"]
+            for c in report.collectives:
+                if c.why is not None:
+                    where = f"  {c.source}" if c.source else ""
+                    lines.append(f"  {c.name}{where}")
+                    lines += [f"    {line}" for line in c.why["text"].split("\n")]
     totals = report.totals()
     kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
     lines += ["", f"totals: {totals['count']} collective"
@@ -405,6 +419,10 @@ def render_text_lines(report: CollectiveReport,
     verdict = _verdict(report)
     if verdict:
         lines.append(verdict)
+    if report.findings:
+        lines += ["", f"findings: {len(report.findings)}"]
+        for f in report.findings:
+            lines.append(f"  {f.kind}  {f.describe()}")
     budgets = report.extra.get("budgets")
     if budgets:
         lines += ["", "budgets"]

@@ -7,6 +7,7 @@ locations. Callers hold the module's context.
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from jaxlib.mlir import ir
@@ -185,6 +186,52 @@ control-flow-sink print-op-stats
 """.split()
 
 
+# Shardy's collective ops, their report kind, and the attribute naming the
+# axes they communicate over. `sdy.all_slice` moves no data and is left out.
+SDY_COLLECTIVES = {
+    "sdy.all_gather": ("all-gather", "gathering_axes"),
+    "sdy.all_reduce": ("all-reduce", "reduction_axes"),
+    "sdy.reduce_scatter": ("reduce-scatter", "reduce_scatter_axes"),
+    "sdy.all_to_all": ("all-to-all", "params"),
+    "sdy.collective_permute": ("collective-permute", None),
+}
+
+
+_AXIS = re.compile(r'"([^"]+)"(:\(\d+\)\d+)?')
+
+
+def value_sharding(value: ir.Value) -> ShardingSpec | None:
+    """The sharding a value's defining op gives it (`sdy.sharding`), for a
+    single-result op."""
+    owner = value.owner
+    owner = getattr(owner, "operation", owner)
+    if isinstance(owner, ir.Operation) and SHARDING in owner.attributes:
+        text = str(owner.attributes[SHARDING])
+        if text.startswith("#sdy.sharding<"):
+            return sharding_spec(owner.attributes[SHARDING])[1]
+        if text.startswith("#sdy.sharding_per_value<"):
+            per_value = sdy.TensorShardingPerValueAttr(owner.attributes[SHARDING])
+            index = ir.OpResult(value).result_number
+            return sharding_spec(per_value.shardings[index])[1]
+    return None
+
+
+def collective_axes(operation: ir.Operation, mesh: MeshSpec) -> list[str]:
+    """The mesh axes a Shardy collective communicates over."""
+    kind, axes_attr = SDY_COLLECTIVES[operation.name]
+    if axes_attr is not None:
+        return [name + (sub or "") for name, sub in
+                _AXIS.findall(str(operation.attributes[axes_attr]))]
+    _, out_spec = sharding_spec(operation.attributes["out_sharding"])
+    before = value_sharding(operation.operands[0])
+    moved = set(out_spec.axes_used())
+    if before is not None:
+        moved = {a for a in moved | set(before.axes_used())
+                 if [a in d.axes for d in before.dims]
+                 != [a in d.axes for d in out_spec.dims]}
+    return [a for a in mesh.names if a in moved]
+
+
 # ---------------------------------------------------------------------------
 # Locations, read through the bindings' location classes
 
@@ -338,6 +385,78 @@ def name_locations(module: ir.Module) -> int:
                                                           childLoc=frame)
                     count += 1
     return count
+
+
+def inline_calls(module) -> None:
+    """Inlines every call of a private function, as XLA does before Shardy
+    propagates (a function JAX outlined — a nested `jit`, a loop body —
+    would otherwise be propagated on its own and get other shardings). An
+    inlined op is located where it was, as called from the call's
+    location."""
+    operation = getattr(module, "operation", module)
+    with operation.context:
+        for _ in range(1024):
+            found = _private_functions(operation)
+            calls = []
+            for fn in functions_of(operation):
+                for op in walk(fn.operation):
+                    if op.name == "func.call":
+                        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+                        if callee in found:
+                            calls.append((op, found[callee]))
+            if not calls:
+                break
+            for call, callee in calls:
+                _inline(call, callee)
+        for fn in list(_private_functions(operation).values()):
+            if not _is_called(operation, fn.sym_name.value):
+                fn.operation.erase()
+
+
+def functions_of(operation) -> list[func.FuncOp]:
+    return [op.opview for op in operation.regions[0].blocks[0].operations
+            if op.operation.name == "func.func"]
+
+
+def _private_functions(operation) -> dict[str, func.FuncOp]:
+    return {fn.sym_name.value: fn for fn in functions_of(operation)
+            if not is_public(fn) and not fn.is_external}
+
+
+def _is_called(operation, name: str) -> bool:
+    for fn in functions_of(operation):
+        for op in walk(fn.operation):
+            if op.name == "func.call" and \
+                    ir.FlatSymbolRefAttr(op.attributes["callee"]).value == name:
+                return True
+    return False
+
+
+def _inline(call: ir.Operation, callee: func.FuncOp) -> None:
+    """Replaces `call` by a copy of `callee`'s body."""
+    copy = callee.operation.clone(ip=ir.InsertionPoint(call))
+    block = copy.regions[0].blocks[0]
+    for argument, value in zip(block.arguments, call.operands):
+        argument.replace_all_uses_with(value)
+    where = call.location
+    returned = []
+    for op in list(block.operations):
+        op = op.operation
+        if op.name == "func.return":
+            returned = list(op.operands)
+            continue
+        op.move_before(call)
+        _relocate(op, where)
+    for result, value in zip(call.results, returned):
+        result.replace_all_uses_with(value)
+    call.erase()
+    copy.erase()
+
+
+def _relocate(op: ir.Operation, caller: ir.Location) -> None:
+    op.location = ir.Location.callsite(op.location, [caller])
+    for nested in walk(op):
+        nested.location = ir.Location.callsite(nested.location, [caller])
 
 
 def clone_module(module) -> ir.Module:

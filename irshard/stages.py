@@ -17,6 +17,8 @@ file and line.
 
 from __future__ import annotations
 
+import functools
+
 import os
 import re
 from dataclasses import dataclass
@@ -100,6 +102,7 @@ class StableHLO(Stage):
         """Runs Shardy's propagation in-process on a copy of the module."""
         from irshard import shardy
         copy = self.module.operation.clone()
+        shardy.inline_calls(copy)
         try:
             backend.run_registered_passes(
                 copy, f"builtin.module({shardy.PROPAGATION_PIPELINE})")
@@ -121,7 +124,7 @@ class StableHLO(Stage):
                                           to_parameters, to_outputs,
                                           capture_partitioned=partitioned,
                                           callbacks=self.callbacks)
-        return Optimized(self.info, compiled)
+        return Optimized(self.info, compiled, self.module)
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,8 +150,8 @@ def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
 
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             compiled: backend.CompiledExecutable,
-            programs=None) -> CollectiveReport:
-    from irshard import cost, targets
+            programs=None, module=None) -> CollectiveReport:
+    from irshard import cost, findings, targets
     from irshard.report import memory_in_use
     target = info.target or targets.CPU
     profile = targets.profile(target.profile_name, info.profile)
@@ -173,7 +176,10 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
                               compiled.output_shardings(len(info.outputs)),
                               info.mesh, indexed=True),
         collectives=collectives, memory=memory, notes=info.notes,
-        target=target.to_json(info.estimated), roofline=roofline)
+        target=target.to_json(info.estimated), roofline=roofline,
+        findings=tuple(findings.parse(
+            compiled.log, info.mesh,
+            findings.locator(module, info.user_dir, view.stack_frames))))
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,6 +190,7 @@ class Partitioned(Stage):
     info: ProgramInfo
     text: str
     compiled: backend.CompiledExecutable
+    module: Any = None
 
     def as_text(self) -> str:
         return self.text
@@ -195,7 +202,8 @@ class Partitioned(Stage):
             raise BackendError(f"cannot read XLA's partitioned HLO: {e}") from None
 
     def report(self) -> CollectiveReport:
-        return _report(self.info, self.name, self.view(), self.compiled)
+        return _report(self.info, self.name, self.view(), self.compiled,
+                       module=self.module)
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,6 +213,7 @@ class Optimized(Stage):
     name: ClassVar[str] = "optimized"
     info: ProgramInfo
     compiled: backend.CompiledExecutable
+    module: Any = None              # the StableHLO it was compiled from
 
     def as_text(self) -> str:
         return self.compiled.hlo_modules()[0].to_string()
@@ -214,18 +223,30 @@ class Optimized(Stage):
             raise ValueError("compile with partitioned=True to keep the "
                              "partitioned stage")
         return Partitioned(self.info, self.compiled.partitioned_text,
-                           self.compiled)
+                           self.compiled, self.module)
+
+    def view(self) -> HloModuleView:
+        """The HLO the report reads: the executable's (for stand-in devices,
+        the partitioner's output)."""
+        if self.info.estimated:
+            return self.partitioned().view()
+        return self._view
+
+    @functools.cached_property
+    def _view(self) -> HloModuleView:
+        return HloModuleView(self.compiled.hlo_modules()[0])
 
     def report(self) -> CollectiveReport:
         if self.info.estimated:
             # Compiled for stand-in devices: the partitioner's output is the
             # program as any backend gets it.
             return self.partitioned().report()
-        view = HloModuleView(self.compiled.hlo_modules()[0])
+        view = self._view
         programs = None
         if self.info.platform == "cpu" and self.compiled.partitioned_text:
             programs = analysis.program_shapes(self.partitioned().view())
-        return _report(self.info, self.name, view, self.compiled, programs)
+        return _report(self.info, self.name, view, self.compiled, programs,
+                       self.module)
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,22 +18,6 @@ from irshard.passes import ModulePass
 from irshard.report import Collective, CollectiveReport, axis_size, tensor_info
 from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir
 
-# Shardy's collective ops, their report kind, and the attribute naming the
-# axes they communicate over. `sdy.all_slice` moves no data and is left out.
-SDY_COLLECTIVES = {
-    "sdy.all_gather": ("all-gather", "gathering_axes"),
-    "sdy.all_reduce": ("all-reduce", "reduction_axes"),
-    "sdy.reduce_scatter": ("reduce-scatter", "reduce_scatter_axes"),
-    "sdy.all_to_all": ("all-to-all", "params"),
-    "sdy.collective_permute": ("collective-permute", None),
-}
-_AXIS = re.compile(r'"([^"]+)"(:\(\d+\)\d+)?')
-
-
-def _axes_in(text: str) -> list[str]:
-    return [name + (sub or "") for name, sub in _AXIS.findall(text)]
-
-
 def _local_shape(shape, spec: ShardingSpec, mesh: MeshSpec) -> tuple[int, ...]:
     return tuple(-(-n // math.prod(axis_size(a, mesh) for a in d.axes))
                  for n, d in zip(shape, spec.dims))
@@ -98,16 +82,6 @@ def _loops_around(operation: ir.Operation) -> tuple[int | None, ...]:
     return tuple(reversed(trips))
 
 
-def _operand_spec(value: ir.Value, mesh_name: str) -> ShardingSpec | None:
-    owner = value.owner
-    owner = getattr(owner, "operation", owner)
-    if isinstance(owner, ir.Operation) and shardy.SHARDING in owner.attributes:
-        text = str(owner.attributes[shardy.SHARDING])
-        if text.startswith("#sdy.sharding<"):
-            return shardy.sharding_spec(owner.attributes[shardy.SHARDING])[1]
-    return None
-
-
 def _source(operation, resolver):
     frames = [Frame(f, fn_name, line) for f, line, fn_name
               in shardy.location_frames(operation.location)]
@@ -138,24 +112,15 @@ def sdy_collectives(module: ir.Module, mesh: MeshSpec, mesh_name: str,
     with module.context:
         for fn in shardy.functions(module):
             for operation in shardy.walk(fn.operation):
-                if operation.name not in SDY_COLLECTIVES:
+                if operation.name not in shardy.SDY_COLLECTIVES:
                     continue
-                kind, axes_attr = SDY_COLLECTIVES[operation.name]
+                kind, axes_attr = shardy.SDY_COLLECTIVES[operation.name]
                 _, out_spec = shardy.sharding_spec(operation.attributes["out_sharding"])
                 value = operation.results[0]
                 shape = shardy.tensor_shape(value.type) or ()
                 dtype, itemsize = _element_type(value.type)
                 local = _local_shape(shape, out_spec, mesh)
-                if axes_attr is not None:
-                    axes = _axes_in(str(operation.attributes[axes_attr]))
-                else:
-                    before = _operand_spec(operation.operands[0], mesh_name)
-                    moved = set(out_spec.axes_used())
-                    if before is not None:
-                        moved = {a for a in moved | set(before.axes_used())
-                                 if [a in d.axes for d in before.dims]
-                                 != [a in d.axes for d in out_spec.dims]}
-                    axes = [a for a in mesh.names if a in moved]
+                axes = shardy.collective_axes(operation, mesh)
                 group = math.prod(axis_size(a, mesh) for a in axes) if axes else 1
                 nbytes = math.prod(local) * itemsize
                 source, attribution = _attribute(operation, resolver)

@@ -34,7 +34,8 @@
 # CHECK-NEXT: "wire_bytes_per_run": 36,
 # CHECK-NEXT: "time_s": {{[0-9.e-]+}}
 # CHECK-NEXT: },
-# CHECK-NEXT: "memory": {"argument_bytes": 48, "output_bytes": 24, "alias_bytes": 0, "temp_bytes": {{[0-9]+}}}
+# CHECK-NEXT: "memory": {"argument_bytes": 48, "output_bytes": 24, "alias_bytes": 0, "temp_bytes": {{[0-9]+}}},
+# CHECK-NEXT: "findings": []
 # CHECK-NEXT: }
 
 

@@ -21,7 +21,7 @@ config.test_exec_root = os.path.join(config.test_source_root, "Output")
 bin_dir = os.path.dirname(sys.executable)
 config.environment["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
 config.environment["JAX_PLATFORMS"] = "cpu"
-config.environment["TF_CPP_MIN_LOG_LEVEL"] = "3"
+config.environment["TF_CPP_MIN_LOG_LEVEL"] = "1"
 for name in ("HOME", "TMPDIR"):
     if name in os.environ:
         config.environment[name] = os.environ[name]

@@ -1,0 +1,282 @@
+"""Why each collective exists (`--explain`), and what XLA warned about
+(findings): on the heat equation, a forced reshard XLA can only do by
+replicating, a tensor-parallel MLP's gradient and the GPT training step."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import irshard
+from irshard import explain
+from irshard.specs import parse_mesh
+from tests.conftest import EXAMPLES, run_irshard
+
+HEAT = os.path.join(EXAMPLES, "heat1d.py")
+
+# `a + b` is sharded like its operands (y,_,x); the constraint wants
+# (_,x+y,_): no all-to-all gets there, and XLA's partitioner replicates.
+REMAT = '''\
+import jax, jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+def f(a: "f32[8@y,16,8@x]", b: "f32[8@y,16,8@x]"):
+    c = jax.lax.with_sharding_constraint(a + b, P(None, ("x", "y"), None))
+    return jnp.tanh(c) * 2
+'''
+
+
+def report_json(*args):
+    done = run_irshard("compile", *args, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_heat_set_gathers_are_explained_back_to_d_and_the_scatter():
+    report = report_json(HEAT, "--fn", "simulate_set", "--mesh", "x=4", "--explain")
+    gathers = [c for c in report["collectives"] if c["kind"] == "all-gather"]
+    assert len(gathers) == 2
+    for c in gathers:
+        why = c["why"]
+        # What is read: d itself, or the interior update computed from it,
+        # sharded over x because d is.
+        assert why["operand"]["value"] in ("input d", "add")
+        assert why["operand"]["sharding"] == ["x"]
+        assert why["origins"] == {"x": {"kind": "input", "name": "d"}}
+        # What needs it whole: the scatter `.at[1:-1].set` makes, line 25.
+        assert why["needed"]["op"] == "scatter"
+        assert why["needed"]["sharding"] == ["_"]
+        assert why["needed"]["source"]["line"] == 25
+        assert "scatter" in why["note"]
+    assert {c["why"]["operand"]["value"] for c in gathers} == {"input d", "add"}
+    # The neighbour exchanges are halos of the shifted slices d[2:], d[:-2].
+    for c in report["collectives"]:
+        if c["kind"] == "collective-permute":
+            assert c["why"]["operand"]["value"] == "slice"
+            assert "halo" in c["why"]["note"]
+
+
+def test_heat_roll_permutes_are_halos_of_the_roll():
+    report = report_json(HEAT, "--fn", "simulate_roll", "--mesh", "x=4", "--explain")
+    assert {c["kind"] for c in report["collectives"]} == {"collective-permute"}
+    for c in report["collectives"]:
+        assert c["why"]["operand"]["source"]["line"] == 29
+        assert c["why"]["origins"]["x"] == {"kind": "input", "name": "d"}
+
+
+def test_text_explains_each_collective_once_and_only_with_explain():
+    plain = run_irshard("compile", HEAT, "--fn", "simulate_set", "--mesh", "x=4")
+    explained = run_irshard("compile", HEAT, "--fn", "simulate_set", "--mesh", "x=4",
+                            "--explain")
+    assert "\nwhy\n" not in plain.stdout
+    assert '"why"' not in report_json(HEAT, "--fn", "simulate_set", "--mesh", "x=4")
+    text = explained.stdout.split("\nwhy\n", 1)[1].split("\ntotals:", 1)[0]
+    assert text.count("heat1d.py:25 (step_set)\n") == 4
+    assert "reads input d sharded x; scatter at heat1d.py:25 (step_set) needs it " \
+           "replicated" in text
+
+
+def test_involuntary_remat_is_a_finding_at_its_line(write):
+    path = write("remat.py", REMAT)
+    report = report_json(path, "--mesh", "x=4,y=2")
+    findings = report["findings"]
+    assert len(findings) == 1
+    found = findings[0]
+    assert found["kind"] == "involuntary-remat"
+    assert (found["from"], found["to"]) == ("y,_,x", "_,x+y,_")
+    assert found["op"] == "add"
+    assert (found["source"]["file"], found["source"]["line"]) == ("remat.py", 4)
+    text = run_irshard("compile", path, "--mesh", "x=4,y=2").stdout
+    assert "findings: 1\n  involuntary-remat  add at remat.py:4 (f): from y,_,x " \
+           "to _,x+y,_" in text
+
+
+def test_remat_budget_fails_on_a_finding_and_passes_without(write):
+    path = write("remat.py", REMAT)
+    breach = run_irshard("compile", path, "--mesh", "x=4,y=2", "--budget", "remat==0")
+    assert breach.returncode == 1
+    assert "remat==0" in breach.stderr
+    # Inputs sharded as the constraint wants: nothing to rematerialize.
+    fine = run_irshard("compile", path, "--mesh", "x=4,y=2", "--budget", "remat==0",
+                       "--shard", "a=_,x+y,_", "--shard", "b=_,x+y,_")
+    assert fine.returncode == 0, fine.stderr
+    assert "findings:" not in fine.stdout
+
+
+def test_remat_gathers_are_explained_with_the_finding(write):
+    path = write("remat.py", REMAT)
+    report = report_json(path, "--mesh", "x=4,y=2", "--explain")
+    first, second = report["collectives"]
+    assert first["why"]["operand"] == {
+        "value": "add", "sharding": ["y", "_", "x"],
+        "source": first["why"]["operand"]["source"],
+        "origins": {"x": {"kind": "input", "name": "a"}}}
+    assert first["why"]["needed"]["sharding"] == ["y", "_", "_"]
+    # The second gathers the first's result the rest of the way.
+    assert second["why"]["operand"]["value"] == f"the result of {first['name']}"
+    assert second["why"]["operand"]["sharding"] == ["y", "_", "_"]
+    assert second["why"]["needed"]["sharding"] == ["_", "_", "_"]
+    assert second["why"]["origins"] == {"y": {"kind": "input", "name": "a"}}
+    assert all("involuntary full rematerialization" in c["why"]["note"]
+               for c in report["collectives"])
+
+
+def test_gradient_all_reduces_read_partial_sums():
+    def loss(w1, w2, x):
+        return jnp.mean((jax.nn.relu(x @ w1) @ w2) ** 2)
+
+    f32 = jnp.float32
+    args = (jax.ShapeDtypeStruct((64, 256), f32), jax.ShapeDtypeStruct((256, 64), f32),
+            jax.ShapeDtypeStruct((16, 64), f32))
+    report = irshard.compile(loss, *args, mesh="dp=2,tp=2",
+                             shardings=("_,tp", "tp,_", "dp,_"), grad="w1,w2",
+                             explain=True)
+    assert report.collectives
+    for c in report.collectives:
+        assert c.kind == "all-reduce"
+        why = c.why
+        read = [why["operand"]] + why.get("combined", [])[1:]
+        assert len(read) == c.operands
+        for value in read:
+            # A partial sum: the dot that made it reads a value sharded over
+            # the reduced axes.
+            over = value["sums_over"]
+            assert over and all(set(c.mesh_axes) & set("+".join(v["sharding"]).split("+"))
+                                for v in over)
+    by_axes = {tuple(c.mesh_axes): c for c in report.collectives}
+    # The weight gradients are summed over the batch, sharded over dp.
+    assert by_axes[("dp",)].why["origins"] == {"dp": {"kind": "input", "name": "x"}}
+
+
+def test_gpt_weight_gathers_read_the_weights():
+    import sys
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import gpt
+    finally:
+        sys.path.remove(EXAMPLES)
+    report = irshard.compile(
+        gpt.train_step, *gpt.example_args(), mesh="fsdp=8",
+        rules=[("**/embed", "fsdp,_"), ("**/w*", "fsdp,_"), ("batch/*", "fsdp,_")],
+        explain=True)
+    gathers = [c for c in report.collectives if c.kind == "all-gather"]
+    weights = {t.name for t in report.inputs if t.name.startswith("params/")}
+    read = [c.why["operand"]["value"] for c in gathers]
+    assert all(name.startswith("input params/") for name in read)
+    assert {name[len("input "):] for name in read} <= weights
+    for c in gathers:
+        assert c.why["operand"]["sharding"] == ["fsdp", "_"]
+        assert c.why["needed"]["sharding"] == ["_", "_"]
+    # The gradients: one combined all-reduce of partial sums over the
+    # batch, which is sharded over fsdp (as XLA partitions it).
+    (reduce,) = [c for c in report.collectives if c.kind == "all-reduce"]
+    combined = reduce.why["combined"]
+    assert len(combined) == reduce.operands > 1
+    sharded = [v["sharding"] for value in combined for v in value.get("sums_over", [])]
+    assert sharded and all(s[0] == "fsdp" for s in sharded)
+
+
+def test_explain_is_deterministic():
+    args = (HEAT, "--fn", "simulate_set", "--mesh", "x=4", "--explain", "--format",
+            "json")
+    assert run_irshard("compile", *args).stdout == run_irshard("compile", *args).stdout
+
+
+# ---------------------------------------------------------------------------
+# Pieces
+
+
+@pytest.mark.parametrize("spec, shape, local, expected", [
+    # Fits: kept.
+    (("x", "_"), (8, 4), (2, 4), ("x", "_")),
+    # Propagation said one thing, XLA's shapes say another.
+    (("_", "x+y", "_"), (8, 16, 8), (4, 16, 2), ("y", "_", "x")),
+    (None, (8, 8), (2, 8), ("x", "_")),
+    # Rank or divisibility does not match: nothing to say.
+    (("x",), (8,), (3,), ("x",)),
+    (("x", "_"), (8, 8), (64,), ("x", "_")),
+])
+def test_fit_reads_the_sharding_from_the_shapes(spec, shape, local, expected):
+    mesh = parse_mesh("x=4,y=2")
+    assert explain._fit(spec, shape, local, mesh) == expected
+
+
+def test_needed_removes_gathered_and_moves_split_axes():
+    mesh = parse_mesh("x=4,y=2")
+
+    class Inst:
+        attrs = {"dimensions": "{1}"}
+
+    assert explain._needed("all-gather", ("x+y", "_"), frozenset({"y"}), Inst, mesh) \
+        == ("x", "_")
+    assert explain._needed("all-reduce", ("x", "_"), frozenset({"y"}), Inst, mesh) \
+        == ("x", "_")
+    assert explain._needed("all-to-all", ("x", "_"), frozenset({"x"}), Inst, mesh) \
+        == ("_", "x")
+    assert explain._needed("all-gather", None, frozenset({"x"}), Inst, mesh) is None
+
+
+@pytest.mark.parametrize("op_name, primitive", [
+    ("jit(f)/while/body/closed_call/slice", "slice"),
+    ("jit(train_step)/transpose(jvp())/dot_general", "dot_general"),
+    ("jit(f)/jvp(bqhd,bkhd->bhqk)/dot_general", "dot_general"),
+    ("jit(f)/scatter-add", "scatter-add"),
+    ("", None),
+    (None, None),
+])
+def test_primitive_of_an_op_name(op_name, primitive):
+    assert explain._primitive(op_name) == primitive
+
+
+# ---------------------------------------------------------------------------
+# Findings from XLA's log, in each form it prints shardings
+
+_PREFIX = "W1122 04:14:40.734557   32182 spmd_partitioner.cc:652] "
+
+
+def _remat_line(source: str, target: str, op: str = "%add.0 = f32[4,16,2]{2,1,0} "
+                "add(%param, %param)") -> str:
+    return (f"{_PREFIX}Involuntary full rematerialization. The compiler cannot go "
+            f"from sharding {source} to {target} efficiently for HLO operation "
+            f"{op}, sharding={source}, metadata={{op_name=\"jit(f)/add\" "
+            f"stack_frame_id=12}}. As the last resort, SPMD partitioner "
+            f"materializes the full tensor.")
+
+
+@pytest.mark.parametrize("mesh, source, target, shape, expected", [
+    # Iota tile assignments, transposed.
+    ("x=4,y=2", "{devices=[2,1,4]<=[4,2]T(1,0)}", "{devices=[1,8,1]<=[8]}",
+     "f32[4,16,2]", ("y,_,x", "_,x+y,_")),
+    # An explicit device list.
+    ("x=2", "{devices=[2,1]0,1}", "{devices=[1,2]0,1}", "f32[4,16]", ("x,_", "_,x")),
+    # Replicated, and a partly replicated tiling.
+    ("x=2,y=2", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", "{replicated}",
+     "f32[4,16]", ("x,_", "replicated")),
+])
+def test_remat_findings_in_mesh_axes(mesh, source, target, shape, expected):
+    from irshard import findings
+    line = _remat_line(source, target, f"%add.0 = {shape}{{1,0}} add(%p, %q)")
+    seen = []
+
+    def locate(name, frame_id):
+        seen.append((name, frame_id))
+        return None
+
+    found = findings.parse("other chatter\n" + line + "\n" + line + "\n",
+                           parse_mesh(mesh), locate)
+    assert len(found) == 1          # the same warning twice is one finding
+    (f,) = found
+    assert (f.from_sharding, f.to_sharding) == expected
+    assert (f.op, f.shape, f.op_name) == ("add", shape, "jit(f)/add")
+    assert seen[0] == ("jit(f)/add", 12)
+    assert f.message.startswith("Involuntary full rematerialization.")
+    assert "As the last resort" not in f.message
+
+
+def test_a_sharding_that_is_no_mesh_tiling_is_kept_as_xla_prints_it():
+    from irshard import findings
+    line = _remat_line("{devices=[3,1]0,1,2}", "{replicated}",
+                       "%add.0 = f32[3,16]{1,0} add(%p, %q)")
+    (f,) = findings.parse(line, parse_mesh("x=4"), lambda name, frame: None)
+    assert f.from_sharding == "{devices=[3,1]0,1,2}"
