@@ -534,6 +534,21 @@ def cmd_collectives(args) -> int:
     return 0
 
 
+def cmd_diff(args) -> int:
+    check_output_path(args.output)
+    from irshard import diff
+    a = diff.load(args.a, args.module, args.stage)
+    b = diff.load(args.b, args.module, args.stage)
+    result = diff.compare(a, b)
+    write_output(args.output, result.render_json() if args.format == "json"
+                 else result.render_text())
+    regressions = result.regressions()
+    if args.fail_on_regression and regressions:
+        from irshard.errors import Regression
+        raise Regression("regression: " + "; ".join(regressions))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="irshard",
@@ -591,6 +606,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="PATH")
     p.set_defaults(handler=cmd_collectives)
+
+    p = sub.add_parser("diff", help="compare two reports by source line and "
+                       "kind: collectives added and removed, bytes, time, memory")
+    p.add_argument("a", metavar="A",
+                   help="the baseline: a JSON report (irshard compile --format "
+                        "json -o A.json), an HLO file or an XLA dump directory")
+    p.add_argument("b", metavar="B", help="the report compared with A, the same way")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when B moves more bytes per run or takes "
+                        "longer than A")
+    p.add_argument("--module", metavar="NAME",
+                   help="in a dump with several modules, the one whose name "
+                        "contains NAME")
+    p.add_argument("--stage", default="optimized", choices=REPORT_STAGES,
+                   help="in a dump directory, read the optimized (default) or "
+                        "partitioned HLO")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="PATH")
+    p.set_defaults(handler=cmd_diff)
 
     p = sub.add_parser("calibrate", help="time each collective kind on the "
                        "devices present and fit the time model (latency + "

@@ -69,6 +69,10 @@ class BudgetExceeded(CheckFailed):
         self.breaches = tuple(breaches)
 
 
+class Regression(CheckFailed):
+    """`irshard diff --fail-on-regression`: B is worse than A."""
+
+
 class BackendError(IrshardError):
     """A failure inside JAX/XLA that irshard could not explain in the user's
     terms."""
