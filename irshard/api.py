@@ -60,7 +60,7 @@ def _mesh(mesh: Any) -> tuple[MeshSpec, Sequence[Any] | None]:
 def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               rules, shardings, static_argnums, grad, out_shardings,
               platform: str, reference=None, target=None, profile=None,
-              runnable=False):
+              runnable=False, constraints=()):
     from irshard import frontend, program, stages
     mesh_spec, devices = _mesh(mesh)
     place = frontend.Placement(target, platform, profile)
@@ -77,6 +77,8 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
                               reference=reference)
     lowered = stages.trace(prog, place.platform, devices, place.target,
                            place.profile, place.estimated)
+    frontend.constrain(lowered, frontend.parse_constraints(
+        f"{match}={spec}" for match, spec in constraints))
     compiled = lowered.compile(partitioned=True)
     return prog, lowered, compiled
 
@@ -88,6 +90,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             out_shardings: Mapping[int, str] | None = None,
             target: str | None = None, profile: str | None = None,
             explain: bool = False, stage: str = "optimized",
+            constraints: Sequence[tuple[str, str]] = (),
             platform: str = "cpu"):
     """Partitions `fn(*args)` on `mesh` and returns its collective report.
 
@@ -97,7 +100,10 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     positional argument, as `jax.jit`'s `in_shardings`; a leaf neither
     names keeps its own sharding (a `ShapeDtypeStruct`'s or an array's), or
     is replicated. `grad` differentiates the (scalar) function with respect
-    to the named arguments (or all with `True`). With `explain`, each
+    to the named arguments (or all with `True`). `constraints` are
+    `(match, spec)` pairs, as `--constrain MATCH=SPEC`: the results of the
+    ops `match` picks (`dot_general@model.py:12`) get that sharding. With
+    `explain`, each
     collective's `why` says why it exists. The report's `stage(name)`
     prints any stage's IR."""
     import dataclasses
@@ -106,7 +112,8 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     from irshard import stages
     _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                      static_argnums, grad, out_shardings, platform,
-                                     target=target, profile=profile)
+                                     target=target, profile=profile,
+                                     constraints=constraints)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")

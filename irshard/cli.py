@@ -54,8 +54,19 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                         "segments; the first rule that matches applies), one "
                         "entry per dimension: '_', 'x', 'x+y', with '?' to "
                         "leave it open, e.g. d=x,_ or 'params/**/w=_,tp'")
+    p.add_argument("--override-shard", action="append", default=[],
+                   metavar="PATTERN=SPEC",
+                   help="a --shard rule that applies before all --shard rules; "
+                        "the last one given first (so it can be appended to a "
+                        "command, as 'irshard suggest' proposes)")
     p.add_argument("--out-shard", action="append", default=[],
                    metavar="INDEX=SPEC", help="constrain output INDEX, e.g. 0=_,y")
+    p.add_argument("--constrain", action="append", default=[],
+                   metavar="MATCH=SPEC",
+                   help="constrain the results of the ops MATCH picks: OP "
+                        "(dot_general), FILE:LINE, or OP@FILE:LINE, with #N "
+                        "for the N-th, e.g. 'dot_general@model.py:12=_,tp' "
+                        "(repeatable)")
     p.add_argument("--grad", nargs="?", const=True, metavar="NAMES",
                    help="compile the reverse-mode gradient of the (scalar) "
                         "function: with respect to the named arguments "
@@ -125,7 +136,9 @@ def _source(args):
     return frontend.Source(
         path=args.file, mesh=args.mesh, fn=args.fn, args_fn=args.args_fn,
         arg_types=tuple(args.arg), shards=tuple(args.shard),
-        out_shards=tuple(args.out_shard), grad=grad,
+        overrides=tuple(args.override_shard),
+        out_shards=tuple(args.out_shard), constraints=tuple(args.constrain),
+        grad=grad,
         static=parse_names(args.static, "--static"),
         reference=getattr(args, "reference", None), platform=args.platform,
         target=args.target, profile=args.profile)
@@ -534,6 +547,78 @@ def cmd_collectives(args) -> int:
     return 0
 
 
+def _program_argv(args) -> list[str]:
+    """The program options of a command, as `irshard compile` takes them."""
+    argv = [args.file]
+    for option, value in (("--fn", args.fn), ("--mesh", args.mesh),
+                          ("--args", args.args_fn), ("--static", args.static),
+                          ("--target", args.target), ("--profile", args.profile)):
+        if value is not None:
+            argv += [option, value]
+    for option, values in (("--arg", args.arg), ("--shard", args.shard),
+                           ("--override-shard", args.override_shard),
+                           ("--out-shard", args.out_shard),
+                           ("--constrain", args.constrain)):
+        for value in values:
+            argv += [option, value]
+    if args.grad is True:
+        argv.append("--grad")
+    elif args.grad:
+        argv += ["--grad", args.grad]
+    if args.platform != "cpu":
+        argv += ["--platform", args.platform]
+    return argv
+
+
+def _count(text: str) -> int:
+    """A positive whole number (argparse type)."""
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
+
+
+def _jobs(text: str) -> int | str:
+    """`--jobs`: a positive count, or auto (argparse type)."""
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"'{text}' is not a positive number or auto")
+
+
+def cmd_suggest(args) -> int:
+    import time
+
+    from irshard import explain, suggest
+    source = _source(args)
+    mesh = source.mesh_spec()
+    check_output_path(args.output)
+    lowered = _load(source)
+    started = time.perf_counter()
+    compiled = lowered.compile(partitioned=True)
+    compile_s = time.perf_counter() - started
+    baseline = explain.explained(compiled.report(), lowered, compiled).to_json()
+    options = suggest.Options(shards=tuple(args.shard) + tuple(args.override_shard),
+                              out_shards=tuple(args.out_shard),
+                              is_module=source.is_module)
+    found = suggest.candidates(baseline, mesh or lowered.info.mesh, options,
+                               args.top, args.max_candidates)
+    argv = _program_argv(args)
+    jobs = args.jobs
+    if jobs == "auto":
+        # Other processes trace the program again (seconds each): worth it
+        # when compiling takes longer, and there are cores to share.
+        cores = os.cpu_count() or 1
+        jobs = min(cores, len(found)) if cores > 1 and compile_s > 5 \
+            and len(found) > 1 else 1
+    many = suggest.compile_in_processes(argv, jobs) if jobs > 1 else None
+    one = suggest.compile_in_process(lowered) if many is None else None
+    result = suggest.suggest(baseline, found, one, many, argv, args.top)
+    write_output(args.output, result.render_json() if args.format == "json"
+                 else result.render_text())
+    return 0
+
+
 def cmd_diff(args) -> int:
     check_output_path(args.output)
     from irshard import diff
@@ -606,6 +691,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="PATH")
     p.set_defaults(handler=cmd_collectives)
+
+    p = sub.add_parser("suggest", help="try changes that would remove the "
+                       "costliest collectives, recompile each, and list those "
+                       "that help")
+    _add_program_options(p)
+    p.add_argument("--top", type=_count, default=3, metavar="N",
+                   help="look at the N costliest collectives (default 3), and "
+                        "every finding")
+    p.add_argument("--max-candidates", type=_count, default=16, metavar="N",
+                   help="compile at most N changes (default 16)")
+    p.add_argument("--jobs", type=_jobs, default="auto", metavar="N",
+                   help="compile N changes at once in separate processes, or "
+                        "auto (default: when compiling takes longer than "
+                        "tracing again, on as many cores as there are)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="PATH")
+    p.set_defaults(handler=cmd_suggest)
 
     p = sub.add_parser("diff", help="compare two reports by source line and "
                        "kind: collectives added and removed, bytes, time, memory")

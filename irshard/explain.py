@@ -57,7 +57,7 @@ _INDEXED = {
 _RESHAPES = frozenset({"reshape", "bitcast", "copy", "convert"})
 
 # JAX primitive (the last part of an op_name) -> StableHLO op names.
-_PRIMITIVE_OPS = {
+PRIMITIVE_OPS = {
     "select_n": ("select",),
     "convert_element_type": ("convert",),
     "exp": ("exponential",),
@@ -280,7 +280,7 @@ class _Propagated:
         whose per-device shape is the HLO's, then one sharded over `axes`."""
         if source is None or primitive is None:
             return None
-        names = _PRIMITIVE_OPS.get(primitive, (primitive,))
+        names = PRIMITIVE_OPS.get(primitive, (primitive,))
         candidates = []
         for operation in self.sites.get((source.file, source.line), ()):
             if _op_name(operation.name) not in names:

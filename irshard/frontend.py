@@ -28,7 +28,9 @@ class Source:
     args_fn: str | None = None            # --args: a function returning them
     arg_types: tuple[str, ...] = ()       # --arg NAME=TYPE
     shards: tuple[str, ...] = ()          # --shard PATTERN=SPEC
+    overrides: tuple[str, ...] = ()       # --override-shard PATTERN=SPEC
     out_shards: tuple[str, ...] = ()      # --out-shard INDEX=SPEC
+    constraints: tuple[str, ...] = ()     # --constrain MATCH=SPEC
     grad: bool | tuple[str, ...] | None = None   # --grad [NAMES]
     static: tuple[str, ...] = ()          # --static NAMES
     reference: str | None = None          # --reference NAME
@@ -127,6 +129,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     multi-process run), after joining the other processes."""
     from irshard import distributed, irfile
     mesh = source.mesh_spec()
+    constraints = parse_constraints(source.constraints)
     place = Placement(source.target, source.platform, source.profile, cluster)
 
     def join() -> None:
@@ -139,19 +142,62 @@ def load(source: Source, cluster=None, timeout: float | None = None):
         place.configure(mesh.num_devices if mesh
                         else irfile.declared_devices(data) or 1)
         join()
-        from irshard.program import parse_out_shardings, parse_rules
+        from irshard.program import (parse_out_shardings, parse_overrides,
+                                     parse_rules)
         distributed.report_stage("tracing")
-        return irfile.load(source.path, data, mesh, parse_rules(source.shards),
-                           parse_out_shardings(source.out_shards), place)
+        return constrain(irfile.load(source.path, data, mesh,
+                                     parse_overrides(source.overrides)
+                                     + parse_rules(source.shards),
+                                     parse_out_shardings(source.out_shards), place),
+                         constraints)
     place.configure(mesh.num_devices)
     join()
     devices = place.devices(mesh)
     from irshard import program, stages
     prog = program.load_program(
         source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
-        shards=source.shards, out_shards=source.out_shards, grad=source.grad,
+        shards=source.shards, overrides=source.overrides,
+        out_shards=source.out_shards, grad=source.grad,
         reference=source.reference, args_fn=source.args_fn,
         static=source.static)
     distributed.report_stage("tracing")
-    return stages.trace(prog, place.platform, devices, place.target,
-                        place.profile, place.estimated)
+    return constrain(stages.trace(prog, place.platform, devices, place.target,
+                                  place.profile, place.estimated), constraints)
+
+
+def parse_constraints(items) -> tuple[tuple[str, str], ...]:
+    """`--constrain MATCH=SPEC` items as (match, spec), checked before any
+    work: MATCH is `OP`, `FILE:LINE` or `OP@FILE:LINE`, with `#N` for the
+    N-th (irshard-constrain's `match=`)."""
+    from irshard.errors import SpecError
+    from irshard.specs import parse_sharding
+    from irshard.matching import parse_match
+    result = []
+    for item in items:
+        match, sep, spec = item.rpartition("=")
+        if not sep or not match:
+            raise UsageError(f"--constrain '{item}': give MATCH=SPEC, e.g. "
+                             f"--constrain 'dot_general@model.py:12=_,tp'")
+        try:
+            parse_match(match)
+            parse_sharding(spec)
+        except SpecError as e:
+            raise UsageError(f"--constrain '{item}': {e}") from None
+        result.append((match, spec))
+    return tuple(result)
+
+
+def constrain(stage, constraints):
+    """The stage with a sharding constraint on the ops each (match, spec)
+    picks (irshard-constrain, run in place before compiling)."""
+    if not constraints:
+        return stage
+    from irshard.errors import PassError
+    from irshard.passes.constrain import ConstrainPass
+    for match, spec in constraints:
+        try:
+            ConstrainPass(match=match, sharding=spec).apply(stage.module)
+        except PassError as e:
+            text = str(e).replace("irshard-constrain: ", "", 1)
+            raise UsageError(f"--constrain '{match}={spec}': {text}") from None
+    return stage

@@ -226,6 +226,20 @@ def parse_rules(items: Sequence[str], option: str = "--shard") -> list[tree.Rule
     return rules
 
 
+def parse_overrides(items: Sequence[str]) -> list[tree.Rule]:
+    """`--override-shard PATTERN=SPEC` items: rules tried before every
+    `--shard` rule, the last given first (so one appended to a command
+    wins)."""
+    rules, seen = [], set()
+    for item in reversed(list(items)):
+        pattern, spec = split_assignment(item, "--override-shard", "SPEC")
+        if pattern in seen:
+            continue
+        seen.add(pattern)
+        rules.append(tree.Rule(pattern, parse_sharding(spec), f"{pattern}={spec}"))
+    return rules
+
+
 def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
                     rules: Sequence[tree.Rule] = (),
                     prefixes: Mapping[str, Any] | None = None,
@@ -419,16 +433,18 @@ def _call_args_function(module, path: str, name: str) -> tuple[Any, ...]:
 
 def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                  args: Sequence[str] = (), shards: Sequence[str] = (),
+                 overrides: Sequence[str] = (),
                  out_shards: Sequence[str] = (),
                  grad: bool | Sequence[str] | None = None,
                  reference: str | None = None, args_fn: str | None = None,
                  static: Sequence[str] = ()) -> Program:
     """Loads `path`, picks the function and resolves every input leaf's type
-    and sharding from `--args`, `--arg`, annotations and `--shard` rules."""
+    and sharding from `--args`, `--arg`, annotations and `--shard` rules
+    (`--override-shard` rules first)."""
     import os
     out_shardings = parse_out_shardings(out_shards)
     arg_types = assignments(args, "--arg", "TYPE")
-    rules = parse_rules(shards)
+    rules = parse_overrides(overrides) + parse_rules(shards)
 
     module = loader.load_module(path)
     name, fn = loader.select_function(module, path, fn_name)

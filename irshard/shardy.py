@@ -349,7 +349,8 @@ def propagation_freedom(module: ir.Module) -> tuple[list[bool], list[bool]]:
 
 
 def find_mesh(module: ir.Module, name: str | None, who: str) -> tuple[str, MeshSpec]:
-    """The mesh `name`, or the module's only mesh."""
+    """The mesh `name`, or the module's only mesh (one with axes, where
+    JAX also declares an empty one)."""
     found = meshes(module)
     if name:
         if name not in found:
@@ -357,6 +358,9 @@ def find_mesh(module: ir.Module, name: str | None, who: str) -> tuple[str, MeshS
             raise IRError(f"{who}: the module has no mesh @{name} (its meshes: "
                           f"{listed})")
         return name, found[name]
+    with_axes = {n: m for n, m in found.items() if m.axes}
+    if len(found) > 1 and len(with_axes) == 1:
+        return next(iter(with_axes.items()))
     if len(found) != 1:
         what = "no sdy.mesh" if not found else \
             f"meshes {', '.join('@' + n for n in sorted(found))}"

@@ -11,8 +11,15 @@ from jaxlib.mlir.dialects import sdy
 
 from irshard import shardy
 from irshard.errors import IRError, PassError, SpecError
+from irshard.matching import Match, parse_match
 from irshard.passes import ModulePass
 from irshard.specs import check_sharding, parse_sharding
+
+
+def _matches(match: Match, operation: ir.Operation) -> bool:
+    if not match.op_matches(operation.name):
+        return False
+    return match.file is None or _matches_location(operation, match.file, match.line)
 
 
 def _matches_location(operation: ir.Operation, file: str, line: int) -> bool:
@@ -23,28 +30,30 @@ def _matches_location(operation: ir.Operation, file: str, line: int) -> bool:
     return False
 
 
-def _parse_match(match: str) -> tuple[str | None, str | None, int | None]:
-    """(op name, file, line) from `stablehlo.dot_general` or `model.py:12`."""
-    head, sep, tail = match.rpartition(":")
-    if sep and tail.isdigit() and head:
-        return None, head, int(tail)
-    return match, None, None
+def _describe(operation: ir.Operation) -> str:
+    types = ", ".join(str(r.type) for r in operation.results)
+    return f"{operation.name} -> {types}" if types else operation.name
 
 
 @dataclass(frozen=True)
 class ConstrainPass(ModulePass):
     """Insert sdy.sharding_constraint on the results of matching operations.
 
-    Each result of a matching operation whose rank fits the sharding gets a
-    `sdy.sharding_constraint`, and the result's users read the constrained
-    value: propagation must honour the sharding there. Operations are matched
-    by name or by the source location they came from, so a layout can be
-    forced at a line of a model without editing it.
+    Each result of a matching operation whose rank fits the sharding, and
+    whose dimensions the sharding divides, gets a `sdy.sharding_constraint`,
+    and the result's users read the constrained value: propagation must
+    honour the sharding there. Operations are matched by name, by the
+    source location they came from, or both, so a layout can be forced at a
+    line of a model without editing it.
 
     Options:
-      match      an operation name (`stablehlo.dot_general`) or a source
-                 location `FILE:LINE` (`model.py:12`; FILE may be a path
-                 suffix or a base name).
+      match      an operation name (`stablehlo.dot_general`, or just
+                 `dot_general`), a source location `FILE:LINE` (`model.py:12`;
+                 FILE may be a path suffix or a base name), or both
+                 (`dot_general@model.py:12`); `#N` picks the N-th match in
+                 program order (`model.py:12#2`). An op picked alone must
+                 take the sharding; of several, those it does not divide are
+                 left alone.
       sharding   the sharding in irshard's grammar, e.g. `x,_` or `_,x+y?`.
       mesh-name  the mesh the sharding refers to (default: the module's only
                  mesh).
@@ -58,8 +67,8 @@ class ConstrainPass(ModulePass):
     def apply(self, module: ir.Module) -> None:
         who = self.name
         if not self.match or not self.sharding:
-            raise PassError(f"{who}: give match=OP_NAME|FILE:LINE and "
-                            f"sharding=SPEC, e.g. "
+            raise PassError(f"{who}: give match=OP_NAME|FILE:LINE|OP@FILE:LINE "
+                            f"and sharding=SPEC, e.g. "
                             f"{who}{{match=stablehlo.dot_general sharding=x,_}}")
         try:
             spec = parse_sharding(self.sharding)
@@ -74,33 +83,49 @@ class ConstrainPass(ModulePass):
             raise PassError(f"{who}: no operation matches '{self.match}'")
 
     def _constrain(self, module, spec, mesh_name, mesh) -> int:
-        op_name, file, line = _parse_match(self.match)
+        match = parse_match(self.match)
         matched = []
         for fn in shardy.functions(module):
             for operation in shardy.walk(fn.operation):
-                if operation.name == "sdy.sharding_constraint":
+                if operation.name in ("sdy.sharding_constraint", "func.return",
+                                      "stablehlo.return", "sdy.return"):
                     continue
-                if (op_name is not None and operation.name == op_name) or (
-                        file is not None and _matches_location(operation, file, line)):
+                if _matches(match, operation):
                     matched.append(operation)
+        if match.index is not None:
+            if match.index > len(matched):
+                raise SpecError(
+                    f"match '{self.match}': {len(matched)} operation(s) match "
+                    f"before the index, so there is no #{match.index}"
+                    + _listing(matched))
+            matched = [matched[match.index - 1]]
         count = 0
+        skipped = []
         for operation in matched:
             fitting = [r for r in operation.results
                        if (shape := shardy.tensor_shape(r.type)) is not None
                        and len(shape) == spec.rank]
-            if not fitting:
-                continue
             for result in fitting:
                 where = shardy.location_frames(operation.location)
                 subject = f"the result of {operation.name}" + (
                     f" at {os.path.basename(where[0][0])}:{where[0][1]}" if where else "")
-                check_sharding(spec, shardy.tensor_shape(result.type), mesh, subject)
+                try:
+                    check_sharding(spec, shardy.tensor_shape(result.type), mesh, subject)
+                except SpecError as e:
+                    # A line holds ops of many shapes (a size-1 broadcast):
+                    # only an op named alone must take the sharding.
+                    if match.single or len(matched) == 1:
+                        raise
+                    skipped.append(str(e))
+                    continue
                 constraint = self._insert_after(operation, result, mesh_name, spec)
                 result.replace_all_uses_except(constraint.result, constraint.operation)
                 count += 1
         if matched and count == 0:
+            why = f"; {skipped[0]}" if skipped else ""
             raise SpecError(f"{len(matched)} operation(s) match '{self.match}' "
-                            f"but none has a result of rank {spec.rank}")
+                            f"but none has a result of rank {spec.rank} that "
+                            f"the sharding divides{why}" + _listing(matched))
         return count
 
     @staticmethod
@@ -113,3 +138,11 @@ class ConstrainPass(ModulePass):
         with point, operation.location:
             return sdy.ShardingConstraintOp(
                 result, shardy.sharding_attr(mesh_name, spec))
+
+
+def _listing(operations) -> str:
+    if not operations:
+        return ""
+    shown = "; ".join(f"#{i} {_describe(op)}" for i, op in enumerate(operations[:8], 1))
+    more = f"; and {len(operations) - 8} more" if len(operations) > 8 else ""
+    return f" (they are: {shown}{more})"
