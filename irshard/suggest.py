@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from irshard.errors import IrshardError
-from irshard.specs import MeshSpec, ShardingSpec, parse_sharding
+from irshard.specs import MeshSpec, parse_sharding
 
 SCHEMA = 1
 
