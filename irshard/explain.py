@@ -688,8 +688,10 @@ class _Explainer:
         """The `why` of a report's collective: the partitioned
         collective(s) it is (several when XLA combined them)."""
         if not steps:
-            note = "not found among the partitioner's collectives"
-            return {"note": note, "text": note}
+            note = ("made by XLA after partitioning (a pass that combines, "
+                    "decomposes or pipelines collectives): the partitioner "
+                    "inserted no collective like it")
+            return {"made_by": "xla", "note": note, "text": note}
         reads = [v for step in steps for v in step.reads]
         first = steps[0]
         why: dict[str, Any] = {
