@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from typing import Any, Callable
 
 _TEMP_DIRS: set[str] = set()
@@ -38,10 +39,19 @@ def remove(path: str) -> None:
 
 
 def remove_all() -> None:
+    """Removes every temporary directory. Native work still running (an XLA
+    dump after a pass) may recreate a directory while it is being removed,
+    so removal repeats until each is gone."""
     with _LOCK:
         paths = list(_TEMP_DIRS)
-    for path in paths:
-        remove(path)
+    for _ in range(50):
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+        if not any(os.path.lexists(path) for path in paths):
+            break
+        time.sleep(0.01)
+    with _LOCK:
+        _TEMP_DIRS.difference_update(paths)
 
 
 def call(fn: Callable[..., Any], *args: Any, deadline: float | None = None,
@@ -62,7 +72,6 @@ def call(fn: Callable[..., Any], *args: Any, deadline: float | None = None,
 
     thread = threading.Thread(target=work, name="irshard-native", daemon=True)
     thread.start()
-    import time
     end = None if deadline is None else time.monotonic() + deadline
     while thread.is_alive():
         thread.join(0.05)
