@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,tpu]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,tpu,ray]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -22,7 +22,14 @@ PLATFORMS = ("cpu", "gpu", "tpu")
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors raise instead of printing usage and exiting."""
+    """Usage errors raise instead of printing usage and exiting. Options
+    are spelled out in full: an abbreviation would change meaning as
+    options are added, and a launcher passes the command line on to its
+    processes, minus its own options."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(f"{message} (see 'irshard {self.prog.split()[-1]} --help')"
@@ -297,6 +304,14 @@ def _run_options(args):
 
 
 def _add_process_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--launcher", choices=("local", "ray"), default=None,
+                   help="with --processes: start them here (local, the "
+                        "default) or as Ray tasks (ray: on the cluster at "
+                        "--ray-address, or a local Ray instance)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="with --launcher ray: the Ray cluster to run on "
+                        "(as ray.init takes it, e.g. 10.0.0.1:6379 or auto); "
+                        "without it a local instance is started and stopped")
     p.add_argument("--processes", type=int, metavar="N",
                    help="run as N local processes forming one mesh "
                         "(jax.distributed on 127.0.0.1, gloo collectives), "
@@ -328,6 +343,7 @@ def _seconds(text: str) -> float:
 def _cluster(args):
     """This process's place in a multi-process run, or None."""
     from irshard import distributed
+    _check_launcher(args)
     if args.processes is not None and (args.coordinator or args.process_id
                                        is not None or args.num_processes):
         raise UsageError("--processes launches the processes itself; do not "
@@ -342,12 +358,26 @@ def _stage(name: str) -> None:
     distributed.report_stage(name)
 
 
+def _check_launcher(args) -> None:
+    if args.launcher is not None and args.processes is None:
+        raise UsageError(f"--launcher {args.launcher} starts the processes of "
+                         f"--processes N; give --processes too")
+    if args.ray_address is not None and args.launcher != "ray":
+        raise UsageError("--ray-address is for --launcher ray; give both")
+
+
 def _launch(args, total_devices: int) -> int:
     """`--processes N`: this process only starts and watches the others."""
     from irshard import distributed
-    argv = distributed.strip_option(args.argv, "--processes", True)
-    argv = distributed.strip_option(argv, "--timeout", True)
+    argv = args.argv
+    for option in ("--processes", "--timeout", "--launcher", "--ray-address"):
+        argv = distributed.strip_option(argv, option, True)
     timeout = args.timeout if args.timeout is not None else distributed.DEFAULT_TIMEOUT
+    if args.launcher == "ray":
+        from irshard import raylaunch
+        return raylaunch.run_launcher(argv, args.processes, timeout,
+                                      total_devices, args.platform,
+                                      args.ray_address, args.output)
     return distributed.run_launcher(argv, args.processes, timeout,
                                     total_devices, args.platform)
 

@@ -204,6 +204,9 @@ def strip_option(argv: Sequence[str], option: str, takes_value: bool) -> list[st
             continue
         if takes_value and arg.startswith(option + "="):
             continue
+        if takes_value and len(option) == 2 and arg.startswith(option) \
+                and not arg.startswith("--"):
+            continue                      # -oPATH
         result.append(arg)
     return result
 
@@ -443,9 +446,9 @@ def _stage_rank(stage: str) -> int:
     return STAGES.index(stage) if stage in STAGES else len(STAGES)
 
 
-def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
-                 total_devices: int, platform: str) -> int:
-    """Launches, relays process 0's output, and returns the exit code."""
+def check_launch(num_processes: int, timeout: float, total_devices: int,
+                 platform: str) -> None:
+    """What any launcher needs of `--processes` and `--timeout`."""
     if num_processes < 1:
         raise UsageError(f"--processes {num_processes}: give at least 1")
     if platform == "cpu" and total_devices % num_processes:
@@ -454,19 +457,53 @@ def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
                          f"{num_processes} processes")
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g}: give a positive number of seconds")
+
+
+def relay(run, output: str | None = None) -> int:
+    """Runs a launch (`run()` -> LaunchResult), prints process 0's output
+    (or writes it to `output`) and the launcher's lines, and returns the
+    exit code; SIGTERM and Ctrl-C stop every process."""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        result = launch(argv, num_processes, timeout)
+        result = run()
     except KeyboardInterrupt:
         print("irshard: interrupted; stopped every process", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
     from irshard import files
-    files.emit(None, result.stdout.decode("utf-8", "replace"))
+    if output is None or result.stdout:
+        files.emit(output, result.stdout.decode("utf-8", "replace"))
     for line in result.stderr:
         print(line, file=sys.stderr)
     return result.exit_code
+
+
+def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
+                 total_devices: int, platform: str) -> int:
+    """Launches, relays process 0's output, and returns the exit code."""
+    check_launch(num_processes, timeout, total_devices, platform)
+    return relay(lambda: launch(argv, num_processes, timeout))
+
+
+class quiet_stderr:
+    """Sends what this process writes to its stderr (file descriptor 2,
+    from Python or native code) to nowhere for a while: a cluster runtime's
+    start-up chatter is not the command's output."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        return False
 
 
 # ---------------------------------------------------------------------------

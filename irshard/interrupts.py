@@ -24,9 +24,10 @@ _TEMP_DIRS: set[str] = set()
 _LOCK = threading.Lock()
 
 
-def temp_dir(prefix: str = "irshard-") -> str:
-    """A new temporary directory, removed by `remove` or on interruption."""
-    path = tempfile.mkdtemp(prefix=prefix)
+def temp_dir(prefix: str = "irshard-", parent: str | None = None) -> str:
+    """A new temporary directory (in `parent`, or the system's), removed by
+    `remove` or on interruption."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=parent)
     with _LOCK:
         _TEMP_DIRS.add(path)
     return path

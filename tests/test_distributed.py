@@ -247,6 +247,9 @@ def test_strip_option():
     assert distributed.strip_option(argv, "--processes", True) == [
         "run", "f.py", "--mesh", "x=4", "--timeout=9"]
     assert distributed.strip_option(argv, "--timeout", True) == argv[:-1]
+    argv = ["run", "f.py", "-o", "a.txt", "-ob.txt", "-o=c.txt", "--output=d"]
+    assert distributed.strip_option(argv, "-o", True) == [
+        "run", "f.py", "--output=d"]
 
 
 def test_joining_from_the_environment(write):
