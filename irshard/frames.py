@@ -65,13 +65,16 @@ def _library_dirs() -> tuple[str, ...]:
     dirs = {paths["stdlib"], paths["platstdlib"], paths["scripts"]}
     import irshard
     dirs.add(os.path.dirname(irshard.__file__))
+    import importlib.util
     for name in ("irshard.passes", "irshard.tools", "jax", "jaxlib", "numpy",
                  "ml_dtypes"):
+        # Found, not imported: reading a dump's stacks needs no JAX.
         try:
-            module = __import__(name, fromlist=["__file__"])
-        except ImportError:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
             continue
-        dirs.add(os.path.dirname(module.__file__))
+        if spec is not None and spec.origin:
+            dirs.add(os.path.dirname(spec.origin))
     return tuple(sorted(os.path.realpath(d) for d in dirs))
 
 
@@ -90,6 +93,7 @@ def is_installed(path: str) -> bool:
     return "site-packages" in parts or "dist-packages" in parts
 
 
+@functools.lru_cache(maxsize=4096)
 def is_library(path: str) -> bool:
     """Python's, JAX's, NumPy's or irshard's own code: never the user's."""
     if not path or path.startswith("<"):
@@ -107,8 +111,19 @@ class UserCode:
 
     def __init__(self, user_dir: str | None = None):
         self.user_dir = os.path.realpath(user_dir) if user_dir else None
+        # A module's stacks repeat (one per op of a line): each is resolved
+        # once, and each path too.
+        self._chosen: dict[tuple[Frame, ...], SourceLocation | None] = {}
+        self._shown: dict[str, str] = {}
+        self._by_identity: dict[int, tuple[tuple[Frame, ...], Any]] = {}
 
     def display(self, path: str) -> str:
+        shown = self._shown.get(path)
+        if shown is None:
+            shown = self._shown[path] = self._display(path)
+        return shown
+
+    def _display(self, path: str) -> str:
         real = os.path.realpath(path)
         if self.user_dir and real.startswith(self.user_dir + os.sep) \
                 and not is_installed(real):
@@ -123,6 +138,20 @@ class UserCode:
     def choose(self, frames: Iterable[Frame]) -> SourceLocation | None:
         """The innermost user frame (outside installed packages if there is
         one), with the chain of user frames from there outwards."""
+        # The same stack often comes as the same tuple: found by identity
+        # (the tuple is kept, so its identity is not reused), else by value.
+        if type(frames) is tuple:
+            known = self._by_identity.get(id(frames))
+            if known is not None:
+                return known[1]
+        frames = tuple(frames)
+        if frames not in self._chosen:
+            self._chosen[frames] = self._choose(frames)
+        chosen = self._chosen[frames]
+        self._by_identity[id(frames)] = (frames, chosen)
+        return chosen
+
+    def _choose(self, frames: tuple[Frame, ...]) -> SourceLocation | None:
         mine = []
         for f in self.frames(frames):
             # A frame JAX records once per level of its own that it passes

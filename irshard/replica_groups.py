@@ -18,6 +18,7 @@ row-major order.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -132,6 +133,16 @@ def mesh_groups(axes: list[tuple[str, int]], device_ids: list[int] | None,
 
 def parse_replica_groups(text: str, num_devices: int) -> Groups:
     """Expands any printed form; `{}` (no groups) means all devices."""
+    # A module repeats a few forms many times: each is expanded once.
+    return [list(group) for group in _expanded(text, num_devices)]
+
+
+@functools.lru_cache(maxsize=256)
+def _expanded(text: str, num_devices: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(group) for group in _parse_replica_groups(text, num_devices))
+
+
+def _parse_replica_groups(text: str, num_devices: int) -> Groups:
     text = text.strip()
     if text.startswith("mesh"):
         return mesh_groups(*parse_mesh_form(text))

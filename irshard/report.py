@@ -10,6 +10,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _encode_string
 from typing import Any, Sequence
 
 from irshard.frames import SourceLocation
@@ -201,6 +202,9 @@ class CollectiveReport:
         return totals
 
     def to_json(self) -> dict[str, Any]:
+        return self._json([c.to_json() for c in self.collectives])
+
+    def _json(self, collectives: Any) -> dict[str, Any]:
         d: dict[str, Any] = {
             "schema": SCHEMA,
             "source": self.source,
@@ -214,7 +218,7 @@ class CollectiveReport:
             d["target"] = self.target
         d["inputs"] = [t.to_json() for t in self.inputs]
         d["outputs"] = [t.to_json() for t in self.outputs]
-        d["collectives"] = [c.to_json() for c in self.collectives]
+        d["collectives"] = collectives
         d["totals"] = self.totals()
         d["memory"] = self.memory
         if self.roofline is not None:
@@ -230,7 +234,11 @@ class CollectiveReport:
         return d
 
     def render_json(self) -> str:
-        return dumps_json(self.to_json()) + "\n"
+        # Each collective's object is made as it is written: a module's
+        # thousands are never all held at once.
+        cache: dict = {}
+        return dumps_json(self._json(_Each(
+            self.collectives, lambda c: _collective_json(c, cache)))) + "\n"
 
     def render_text(self) -> str:
         return "\n".join(render_text_lines(self)) + "\n"
@@ -264,32 +272,102 @@ def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
             "devices": mesh.num_devices, "platform": platform}
 
 
+class _Each:
+    """A list of JSON objects made one at a time as `dumps_json` writes them."""
+
+    def __init__(self, items: Sequence[Any], make):
+        self.items = items
+        self.make = make
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class _Shared:
+    """A value many objects hold (a source location): written once per
+    indentation."""
+
+    def __init__(self, value: Any, cache: dict):
+        self.value = value
+        self.cache = cache
+
+
+def _collective_json(collective, cache: dict) -> dict[str, Any]:
+    d = collective.to_json()
+    if collective.source is not None:
+        d["source"] = _Shared(collective.source, cache)
+    return d
+
+
+# Objects and lists of scalars on one line, as `json` writes them (in C).
+_FLAT = json.JSONEncoder(separators=(", ", ": "))
+
+
+def _scalar(value: Any) -> str:
+    """`json.dumps` of a scalar, without its per-call cost."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return int.__repr__(value)
+    if type(value) is str:
+        return _encode_string(value)
+    return json.dumps(value)
+
+
+def _flat(value: Any) -> str:
+    try:
+        if not isinstance(value, dict) or all(type(k) is str for k in value):
+            return _FLAT.encode(value)
+    except (TypeError, ValueError):
+        pass
+    # What only `json.dumps` writes (keys that are not strings, say).
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_scalar(k)}: {_scalar(v)}"
+                               for k, v in value.items()) + "}"
+    return "[" + ", ".join(_flat(v) if isinstance(v, list) else _scalar(v)
+                           for v in value) + "]"
+
+
 def dumps_json(value: Any, indent: str = "") -> str:
     """JSON with objects and lists of objects indented, and lists of scalars
     (shapes, axes) kept on one line."""
     inner = indent + "  "
+    if isinstance(value, _Shared):
+        key = (id(value.value), indent)
+        text = value.cache.get(key)
+        if text is None:       # the value lives as long as the report
+            text = value.cache[key] = dumps_json(value.value.to_json(), indent)
+        return text
+    if isinstance(value, _Each):
+        if not len(value):
+            return "[]"
+        items = [inner + dumps_json(value.make(v), inner) for v in value.items]
+        return "[\n" + ",\n".join(items) + "\n" + indent + "]"
     if isinstance(value, dict):
         if not value:
             return "{}"
-        flat = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}"
-                               for k, v in value.items()) + "}"
-        if (all(not isinstance(v, (dict, list)) for v in value.values())
-                and len(flat) <= 100):
-            return flat
-        items = [f"{inner}{json.dumps(k)}: {dumps_json(v, inner)}"
+        if all(not isinstance(v, (dict, list, _Shared)) for v in value.values()):
+            flat = _flat(value)
+            if len(flat) <= 100:
+                return flat
+        items = [f"{inner}{_scalar(k)}: {dumps_json(v, inner)}"
                  for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + indent + "}"
     if isinstance(value, list):
-        flat = "[" + ", ".join(dumps_json(v) if isinstance(v, list)
-                               else json.dumps(v) for v in value) + "]"
         nested = [v for v in value if isinstance(v, (dict, list))]
-        if not nested or (all(isinstance(v, list) and not any(
-                isinstance(x, (dict, list)) for x in v) for v in nested)
-                and len(flat) <= 100):
-            return flat
+        flat_able = all(isinstance(v, list) and not any(
+            isinstance(x, (dict, list)) for x in v) for v in nested)
+        if flat_able:
+            flat = _flat(value)
+            if not nested or len(flat) <= 100:
+                return flat
         items = [inner + dumps_json(v, inner) for v in value]
         return "[\n" + ",\n".join(items) + "\n" + indent + "]"
-    return json.dumps(value)
+    return _scalar(value)
 
 
 def human_time(seconds: float) -> str:

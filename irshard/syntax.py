@@ -3,23 +3,30 @@ read text which no library parses for us (HLO attributes, pass options)."""
 
 from __future__ import annotations
 
+import re
+
 _PAIRS = {"(": ")", "{": "}", "[": "]", "<": ">"}
+
+
+_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*', re.S)
 
 
 def end_of_string(text: str, i: int) -> int:
     """Index of the quote closing the string that opens at `text[i]`."""
-    i += 1
-    while i < len(text) and text[i] != '"':
-        i += 2 if text[i] == "\\" else 1
-    return i
+    return _STRING_BODY.match(text, i + 1).end()
 
 
 def matching_bracket(text: str, start: int, brackets: str = "({[") -> int:
     """Index of the bracket closing the one at `start`; strings are skipped.
     Raises ValueError when it is never closed."""
     stack = []
+    search = _special(brackets + "".join(_PAIRS[b] for b in brackets)).search
     i = start
-    while i < len(text):
+    while True:
+        m = search(text, i)
+        if m is None:
+            break
+        i = m.start()
         c = text[i]
         if c == '"':
             i = end_of_string(text, i)
@@ -33,11 +40,28 @@ def matching_bracket(text: str, start: int, brackets: str = "({[") -> int:
     raise ValueError(f"unbalanced brackets in {text[start:start + 80]!r}")
 
 
+_SPECIAL: dict[str, re.Pattern] = {}
+
+
+def _special(chars: str) -> re.Pattern:
+    """A pattern finding the next of `chars` or a quote."""
+    pattern = _SPECIAL.get(chars)
+    if pattern is None:
+        pattern = _SPECIAL[chars] = re.compile("[" + re.escape('"' + chars) + "]")
+    return pattern
+
+
 def split_top_level(text: str, sep: str = ",", brackets: str = "({[") -> list[str]:
     """Splits on `sep` outside brackets and strings; drops empty parts."""
     closing = "".join(_PAIRS[b] for b in brackets)
     parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
+    search = _special(brackets + closing + sep).search
+    while True:
+        # Only quotes, brackets and separators need a look: jump between them.
+        m = search(text, i)
+        if m is None:
+            break
+        i = m.start()
         c = text[i]
         if c == '"':
             i = end_of_string(text, i)
@@ -45,7 +69,7 @@ def split_top_level(text: str, sep: str = ",", brackets: str = "({[") -> list[st
             depth += 1
         elif c in closing:
             depth -= 1
-        elif c == sep and depth == 0:
+        elif depth == 0:
             parts.append(text[start:i])
             start = i + 1
         i += 1
