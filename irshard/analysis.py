@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from irshard import replica_groups as rg
@@ -88,11 +89,12 @@ def _constant_value(inst: Instruction | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _through_copies(view: HloModuleView, name: str) -> Instruction | None:
-    inst = view.instructions.get(name)
+def _through_copies(view: HloModuleView, name: str,
+                    computation: str) -> Instruction | None:
+    inst = view.get(name, computation)
     while inst is not None and inst.opcode in ("copy", "convert", "bitcast") \
             and inst.operands:
-        inst = view.instructions.get(inst.operands[0])
+        inst = view.get(inst.operands[0], computation)
     return inst
 
 
@@ -104,11 +106,7 @@ def _tuple_index(inst: Instruction | None) -> int | None:
 
 
 def _root(view: HloModuleView, computation: str) -> Instruction | None:
-    for inst in view.instructions_of(computation):
-        if inst.is_root:
-            return inst
-    body = view.instructions_of(computation)
-    return body[-1] if body else None
+    return view.root(computation)
 
 
 _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
@@ -126,24 +124,28 @@ def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
         return None
     direction = re.search(r"[A-Z]+", cond.attrs.get("direction", ""))
     direction = direction.group(0) if direction else ""
-    lhs, rhs = (_through_copies(view, o) for o in cond.operands)
+    lhs, rhs = (_through_copies(view, o, cond.computation) for o in cond.operands)
     if _tuple_index(lhs) is None:
         lhs, rhs, direction = rhs, lhs, _FLIP.get(direction, "")
     index, limit = _tuple_index(lhs), _constant_value(rhs)
     if index is None or limit is None:
         return None
-    init_tuple = view.instructions.get(loop.operands[0]) if loop.operands else None
+    init_tuple = view.get(loop.operands[0], loop.computation) \
+        if loop.operands else None
     if init_tuple is None or init_tuple.opcode != "tuple" \
             or index >= len(init_tuple.operands):
         return None
-    start = _constant_value(_through_copies(view, init_tuple.operands[index]))
+    start = _constant_value(_through_copies(view, init_tuple.operands[index],
+                                            loop.computation))
     body_root = _root(view, called.get("body", ""))
     if start is None or body_root is None or body_root.opcode != "tuple":
         return None
-    update = _through_copies(view, body_root.operands[index])
+    update = _through_copies(view, body_root.operands[index],
+                             body_root.computation)
     if update is None or update.opcode not in ("add", "subtract"):
         return None
-    values = [_through_copies(view, o) for o in update.operands]
+    values = [_through_copies(view, o, body_root.computation)
+              for o in update.operands]
     step = next((_constant_value(v) for v in values
                  if _constant_value(v) is not None), None)
     if step is None or not any(_tuple_index(v) == index for v in values):
@@ -165,12 +167,12 @@ def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
 # Sources
 
 
-def _frames(view: HloModuleView, inst: Instruction) -> list[Frame]:
+def _frames(view: HloModuleView, inst: Instruction) -> Sequence[Frame]:
     """The instruction's stack, innermost first: its stack frame chain, or
     the single `source_file:source_line` older modules carry."""
     metadata = inst.metadata
     if metadata.get("stack_frame_id", "").isdigit():
-        chain = view.stack_frames.chain(int(metadata["stack_frame_id"]))
+        chain = view.stack_frames.chain_of(int(metadata["stack_frame_id"]))
         if chain:
             return chain
     if "source_file" in metadata and metadata.get("source_line", "").isdigit():
@@ -178,10 +180,15 @@ def _frames(view: HloModuleView, inst: Instruction) -> list[Frame]:
     return []
 
 
+def _own_source(view: HloModuleView, inst: Instruction,
+                resolver: UserCode) -> SourceLocation | None:
+    return resolver.choose(_frames(view, inst))
+
+
 def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
               max_depth: int = 4) -> tuple[SourceLocation | None, str, str | None]:
     """(source, attribution, op_name) of `inst`."""
-    own = resolver.choose(_frames(view, inst))
+    own = _own_source(view, inst, resolver)
     if own is not None:
         return own, "metadata", inst.metadata.get("op_name")
     # Breadth-first over producers, then consumers.
@@ -190,14 +197,14 @@ def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
     for _ in range(max_depth):
         nxt = []
         for current in frontier:
-            for name in current.operands + current.users:
-                if name in seen:
+            around = [view.get(name, current.computation)
+                      for name in current.operands]
+            around += view.users(current)
+            for neighbour in around:
+                if neighbour is None or neighbour.name in seen:
                     continue
-                seen.add(name)
-                neighbour = view.instructions.get(name)
-                if neighbour is None:
-                    continue
-                source = resolver.choose(_frames(view, neighbour))
+                seen.add(neighbour.name)
+                source = _own_source(view, neighbour, resolver)
                 if source is not None:
                     return source, "inferred", neighbour.metadata.get("op_name")
                 nxt.append(neighbour)
@@ -223,12 +230,12 @@ def _sites(view: HloModuleView) -> list[_Site]:
     def visit(computation, loops, is_async, depth):
         if depth > 64:
             return
-        for inst in view.instructions_of(computation):
+        for inst in view.visits(computation):
             if collective_kind(inst) is not None:
                 sites.append(_Site(inst, loops,
                                    is_async or inst.opcode.endswith("-start")
                                    or inst.opcode == "send"))
-            wrapped = view.instructions.get(inst.wrapped or "")
+            wrapped = view.get(inst.wrapped, "") if inst.wrapped else None
             if wrapped is not None and wrapped.opcode in COLLECTIVE_OPCODES:
                 sites.append(_Site(wrapped, loops, True, inst))
             for key, callee in inst.called_computations():
@@ -250,10 +257,9 @@ def _sites(view: HloModuleView) -> list[_Site]:
 def _result_shape(view: HloModuleView, inst: Instruction):
     """The collective's result: for an async `-start`, its `-done`'s."""
     if inst.opcode.endswith("-start"):
-        for user in inst.users:
-            done = view.instructions.get(user)
-            if done is not None and done.opcode.endswith("-done"):
-                return done.shape
+        done = view.async_done(inst)
+        if done is not None:
+            return done.shape
         shape = inst.shape
         if isinstance(shape, tuple) and len(shape) >= 2:
             return shape[1]
@@ -353,6 +359,9 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
         if source is None and site.start is not None:
             source, attribution, op_name = attribute(view, site.start, resolver)
         first = leaves[0] if leaves else ArrayShape("f32", ())
+        release = getattr(view, "release", None)
+        if release is not None:
+            release(inst)
         result.append(Collective(
             name=inst.name, kind=kind, dtype=hlo_dtype(first.dtype),
             shape=first.dims, bytes=nbytes, wire_bytes=wire,

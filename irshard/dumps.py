@@ -131,8 +131,22 @@ def reports(path: str, stage: str, mesh: MeshSpec | None
     return result, skipped
 
 
-def load_view(found: FoundModule) -> HloModuleView:
-    """The module, parsed by XLA's own parser."""
+def load_view(found: FoundModule):
+    """The module: a text file scanned for what the report reads
+    (`hloscan`), or, for a serialized module or a printed form the scan
+    does not read, parsed by XLA's own parser."""
+    if not found.path.endswith(".pb"):
+        from irshard import hloscan
+        try:
+            return hloscan.ScannedModule.from_file(found.path)
+        except OSError as e:
+            raise InputError(f"cannot read '{found.path}': {e.strerror}") from None
+        except (hloscan.NeedsParser, ValueError):
+            pass                  # XLA's parser reads it, or says what is wrong
+    return _parsed_view(found)
+
+
+def _parsed_view(found: FoundModule) -> HloModuleView:
     try:
         if found.path.endswith(".pb"):
             with open(found.path, "rb") as f:
@@ -153,13 +167,13 @@ def load_view(found: FoundModule) -> HloModuleView:
 
 def module_mesh(view: HloModuleView, sibling_text: str = "") -> MeshSpec | None:
     """The mesh that names a module's axes: Shardy's, else XLA's printed one."""
-    for text in (view.text.split("\n", 1)[0], sibling_text):
+    for text in (view.header, sibling_text):
         m = _SDY_MESH.search(text)
         if m:
             axes = _SDY_AXIS.findall(m.group(1))
             if axes:
                 return MeshSpec(tuple(MeshAxis(n, int(s)) for n, s in axes))
-    m = _PRINTED_MESH.search(view.text)
+    m = _PRINTED_MESH.search(view.printed_mesh or "")
     if m:
         axes = _PRINTED_AXIS.findall(m.group(1))
         if axes:
@@ -169,16 +183,15 @@ def module_mesh(view: HloModuleView, sibling_text: str = "") -> MeshSpec | None:
 
 def _parameters(view: HloModuleView, mesh: MeshSpec | None) -> tuple[TensorInfo, ...]:
     infos = []
-    for inst in view.instructions_of(view.entry):
-        if inst.opcode != "parameter" or not isinstance(inst.shape, ArrayShape):
+    for inst in view.parameters():
+        if not isinstance(inst.shape, ArrayShape):
             continue
         local = inst.shape.dims
         text = inst.attrs.get("sharding")
         tiling = None
         if text:
             try:
-                tiling = Tiling.from_hlo_sharding(
-                    backend.hlo_sharding_from_text(text), len(local))
+                tiling = Tiling.from_text(text, len(local))
             except RuntimeError:
                 tiling = Tiling.unread(len(local), text)
         # A parameter's shape is its shard's: the whole is shards x that.

@@ -101,16 +101,19 @@ def parse_shape(text: str) -> Shape:
     return ArrayShape(m.group(1), dims)
 
 
+_METADATA_ITEM = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
 def parse_metadata(text: str) -> dict[str, str]:
     """`{op_name="jit(f)/dot" stack_frame_id=2}` -> {"op_name": ..., ...}."""
     body = text.strip()
     if body.startswith("{"):
         body = body[1:-1]
     result: dict[str, str] = {}
-    for m in re.finditer(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|\S+)', body):
+    for m in _METADATA_ITEM.finditer(body):
         value = m.group(2)
         if value.startswith('"'):
-            value = json.loads(value)
+            value = value[1:-1] if "\\" not in value else json.loads(value)
         result[m.group(1)] = value
     return result
 
@@ -127,7 +130,7 @@ class Instruction:
     """
 
     __slots__ = ("name", "opcode", "computation", "operands", "users", "text",
-                 "wrapped", "root", "_parsed")
+                 "wrapped", "root", "_parsed", "_metadata")
 
     def __init__(self, name: str, opcode: str, computation: str,
                  operands: list[str], users: list[str], text: str,
@@ -145,12 +148,18 @@ class Instruction:
         # say, and an instruction printed alone drops the `ROOT`).
         self.root = root
         self._parsed: tuple[Shape, dict[str, str]] | None = None
+        self._metadata: dict[str, str] | None = None
 
     def _parse(self) -> tuple[Shape, dict[str, str]]:
         if self._parsed is None:
             _, shape, _, attrs = parse_instruction_text(self.text)
             self._parsed = (shape, attrs)
         return self._parsed
+
+    def forget(self) -> None:
+        """Drops the parsed attributes (they are parsed again on use)."""
+        self._parsed = None
+        self._metadata = None
 
     @property
     def shape(self) -> Shape:
@@ -168,8 +177,13 @@ class Instruction:
 
     @property
     def metadata(self) -> dict[str, str]:
-        raw = self.attrs.get("metadata")
-        return parse_metadata(raw) if raw else {}
+        if self._metadata is None:
+            if "metadata=" not in self.text:
+                self._metadata = {}
+            else:
+                raw = self.attrs.get("metadata")
+                self._metadata = parse_metadata(raw) if raw else {}
+        return self._metadata
 
     @property
     def backend_config(self) -> dict[str, Any]:
@@ -259,6 +273,7 @@ class StackFrameTable:
         # Some XLA releases print each parent id one higher than it is, so the
         # first (root) frame shows itself as its parent; a frame cannot really
         # be its own parent, so that pattern identifies the convention.
+        self._chains: dict[int, tuple[Frame, ...]] = {}
         first = frames.get(1)
         self._parent_offset = 1 if first and first.get("parent_frame_id") == 1 else 0
 
@@ -293,6 +308,16 @@ class StackFrameTable:
                    records("FileLocations"), records("StackFrames"))
 
     def chain(self, frame_id: int) -> list[Frame]:
+        return list(self.chain_of(frame_id))
+
+    def chain_of(self, frame_id: int) -> tuple[Frame, ...]:
+        """`chain`, as one tuple per frame id (the same object each time)."""
+        cached = self._chains.get(frame_id)
+        if cached is None:
+            cached = self._chains[frame_id] = tuple(self._chain(frame_id))
+        return cached
+
+    def _chain(self, frame_id: int) -> list[Frame]:
         result: list[Frame] = []
         seen: set[int] = set()
         while frame_id and frame_id in self.frames and frame_id not in seen:
@@ -357,3 +382,41 @@ class HloModuleView:
 
     def instructions_of(self, computation: str) -> list[Instruction]:
         return self.computations.get(computation, [])
+
+    # The questions `irshard.analysis` asks, as `hloscan.ScannedModule`
+    # answers them too.
+
+    def visits(self, computation: str) -> list[Instruction]:
+        return self.instructions_of(computation)
+
+    def get(self, name: str, computation: str) -> Instruction | None:
+        return self.instructions.get(name)
+
+    def users(self, inst: Instruction) -> list[Instruction]:
+        return [self.instructions[u] for u in inst.users if u in self.instructions]
+
+    def async_done(self, inst: Instruction) -> Instruction | None:
+        for user in self.users(inst):
+            if user.opcode.endswith("-done"):
+                return user
+        return None
+
+    def root(self, computation: str) -> Instruction | None:
+        body = self.instructions_of(computation)
+        for inst in body:
+            if inst.is_root:
+                return inst
+        return body[-1] if body else None
+
+    def parameters(self) -> list[Instruction]:
+        return [inst for inst in self.instructions_of(self.entry)
+                if inst.opcode == "parameter"]
+
+    @property
+    def header(self) -> str:
+        return self.text.split("\n", 1)[0]
+
+    @property
+    def printed_mesh(self) -> str | None:
+        m = re.search(r"mesh\[[^\]]*\]", self.text)
+        return m.group(0) if m else None

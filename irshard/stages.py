@@ -182,6 +182,16 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             findings.locator(module, info.user_dir, view.stack_frames))))
 
 
+def _scan(text: str, parsed):
+    """The module as the report reads it: scanned from its text, or, for a
+    form the scan does not read, `parsed()` (XLA's objects)."""
+    from irshard import hloscan
+    try:
+        return hloscan.ScannedModule.from_text(text)
+    except (hloscan.NeedsParser, ValueError):
+        return parsed()
+
+
 @dataclass(frozen=True, eq=False)
 class Partitioned(Stage):
     """XLA's HLO right after the SPMD partitioner."""
@@ -201,8 +211,12 @@ class Partitioned(Stage):
         except ValueError as e:
             raise BackendError(f"cannot read XLA's partitioned HLO: {e}") from None
 
+    def scan(self):
+        """What the report reads of the partitioned module (`hloscan`)."""
+        return _scan(self.text, self.view)
+
     def report(self) -> CollectiveReport:
-        return _report(self.info, self.name, self.view(), self.compiled,
+        return _report(self.info, self.name, self.scan(), self.compiled,
                        module=self.module)
 
 
@@ -241,10 +255,10 @@ class Optimized(Stage):
             # Compiled for stand-in devices: the partitioner's output is the
             # program as any backend gets it.
             return self.partitioned().report()
-        view = self._view
+        view = _scan(self.as_text(), lambda: self._view)
         programs = None
         if self.info.platform == "cpu" and self.compiled.partitioned_text:
-            programs = analysis.program_shapes(self.partitioned().view())
+            programs = analysis.program_shapes(self.partitioned().scan())
         return _report(self.info, self.name, view, self.compiled, programs,
                        self.module)
 

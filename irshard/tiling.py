@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -50,6 +51,18 @@ class Tiling:
                    tuple(sharding.tile_assignment_devices()), rank, text=text)
 
     @classmethod
+    def from_text(cls, text: str, rank: int) -> "Tiling":
+        """A sharding as HLO prints it (`{devices=[2,1,2]<=[4]
+        last_tile_dim_replicate}`). The plain forms a parameter carries are
+        read here; any other is given to XLA's parser (which also says
+        what is wrong with a malformed one: `RuntimeError`)."""
+        plain = _plain_sharding(text, rank)
+        if plain is not None:
+            return plain
+        from irshard import backend
+        return cls.from_hlo_sharding(backend.hlo_sharding_from_text(text), rank)
+
+    @classmethod
     def unread(cls, rank: int, text: str) -> "Tiling":
         """A sharding known only by its text."""
         return cls((), (), rank, text=text, opaque=True)
@@ -62,6 +75,72 @@ class Tiling:
     def local_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
         """Per-device shape; XLA pads uneven tiles, so dims round up."""
         return tuple(-(-n // t) for n, t in zip(shape, self.shards()))
+
+
+_IOTA_SHARDING = re.compile(
+    r"\{devices=\[(\d+(?:,\d+)*)\]<=\[(\d+(?:,\d+)*)\](?:T\((\d+(?:,\d+)*)\))?"
+    r"( last_tile_dim_replicate)?\}")
+_LISTED_SHARDING = re.compile(
+    r"\{devices=\[(\d+(?:,\d+)*)\](\d+(?:,\d+)*)( last_tile_dim_replicate)?\}")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(","))
+
+
+def _plain_sharding(text: str, rank: int) -> Tiling | None:
+    """The forms XLA prints for a replicated, maximal, manual or tiled
+    (iota or listed devices) array; None for any other, and for tilings XLA
+    reads as another form (one tile: replicated)."""
+    if text == "{replicated}":
+        return Tiling((), (), rank, replicated=True, text=text)
+    if text == "{manual}":
+        return Tiling((), (), rank, manual=True, text=text)
+    m = re.fullmatch(r"\{maximal device=(\d+)\}", text)
+    if m:
+        return Tiling((), (int(m.group(1)),), rank, maximal=True, text=text)
+    m = _IOTA_SHARDING.fullmatch(text) or _LISTED_SHARDING.fullmatch(text)
+    if m:
+        dims = _ints(m.group(1))
+        tiled = dims[:-1] if m.group(m.re.groups) else dims
+        if math.prod(tiled) == 1 or m.group(m.re.groups) and dims[-1] == 1:
+            return None
+    m = _IOTA_SHARDING.fullmatch(text)
+    if m:
+        dims, reshape = _ints(m.group(1)), _ints(m.group(2))
+        perm = _ints(m.group(3)) if m.group(3) else tuple(range(len(reshape)))
+        if math.prod(dims) != math.prod(reshape) or \
+                sorted(perm) != list(range(len(reshape))) or len(dims) < rank:
+            return None
+        # Only XLA's canonical form (which `text` must be): no identity
+        # transpose, no size-1 dimension, no two dimensions it would merge.
+        if m.group(3) is None and len(reshape) != 1 or m.group(3) is not None and (
+                1 in reshape or any(b == a + 1 for a, b in zip(perm, perm[1:]))):
+            return None
+        # iota over `reshape`, transposed by `perm`, read row-major.
+        strides = [math.prod(reshape[i + 1:]) for i in range(len(reshape))]
+        devices = tuple(sum(i * strides[p] for i, p in zip(index, perm))
+                        for index in itertools.product(
+                            *(range(reshape[p]) for p in perm)))
+        return _canonical(Tiling(dims, devices, rank, text=text), m.group(4))
+    m = _LISTED_SHARDING.fullmatch(text)
+    if m:
+        dims, devices = _ints(m.group(1)), _ints(m.group(2))
+        if math.prod(dims) != len(devices) or len(dims) < rank:
+            return None
+        return _canonical(Tiling(dims, devices, rank, text=text), m.group(3))
+    return None
+
+
+def _canonical(tiling: Tiling, replicate: str | None) -> Tiling | None:
+    """`tiling`, if XLA keeps it as printed: it sorts the devices that
+    share a tile."""
+    if replicate:
+        n = tiling.tile_dims[-1]
+        groups = [tiling.devices[i:i + n] for i in range(0, len(tiling.devices), n)]
+        if any(list(g) != sorted(g) for g in groups):
+            return None
+    return tiling
 
 
 def _tile_indices(tiling: Tiling) -> dict[int, tuple[int, ...]]:

@@ -1,0 +1,316 @@
+"""The streaming scan of printed HLO against XLA's own parser.
+
+Modules are generated from blocks of every form a collective report reads
+(sync and async collectives, every replica-group form, tuple results long
+enough for `/*index=N*/` comments, loops with and without a known trip
+count, nested loops, calls, fusions, metadata in both forms and none,
+scheduled and unscheduled modules), and each is read three ways: XLA's
+parser (`HloModuleView`), the scan of the generated text, and the scan of
+the text XLA prints back. The collectives, loops, sources and parameters
+must be the same.
+"""
+
+import dataclasses
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from irshard import analysis, dumps, hloscan
+from irshard.hlo import HloModuleView
+from irshard.specs import MeshAxis, MeshSpec
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+_GROUPS = ["{{0,1},{2,3}}", "[2,2]<=[4]", "[2,2]<=[2,2]T(1,0)",
+           "mesh['a'=2,'b'=2] {'b'}", "{{0,2},{1,3}}"]
+_V = "f32[8,16]{1,0}"
+
+
+class _Module:
+    """A module under construction: computations and the entry's lines."""
+
+    def __init__(self, scheduled: bool):
+        self.scheduled = scheduled
+        self.computations: list[str] = []
+        self.entry: list[str] = []
+        self.n = 0
+        self.channel = 0
+        self.value = "p0"
+
+    def fresh(self, stem: str) -> str:
+        self.n += 1
+        return f"{stem}.{self.n}"
+
+    def chan(self) -> int:
+        self.channel += 1
+        return self.channel
+
+    def text(self) -> str:
+        head = ("HloModule generated, "
+                + ("is_scheduled=true, " if self.scheduled else "")
+                + "entry_computation_layout={(f32[8,16]{1,0}, f32[8,16]{1,0})"
+                "->f32[8,16]{1,0}}, num_partitions=4\n\n"
+                "FileNames\n1 \"/home/user/model.py\"\n2 \"/site-packages/jax/x.py\"\n\n"
+                "FunctionNames\n1 \"layer\"\n2 \"helper\"\n3 \"step\"\n\n"
+                "FileLocations\n"
+                "1 {file_name_id=1 function_name_id=1 line=12 end_line=12 column=4 end_column=9}\n"
+                "2 {file_name_id=2 function_name_id=2 line=90 end_line=90 column=1 end_column=2}\n"
+                "3 {file_name_id=1 function_name_id=3 line=40 end_line=40 column=2 end_column=7}\n\n"
+                "StackFrames\n"
+                "1 {file_location_id=3 parent_frame_id=1}\n"
+                "2 {file_location_id=1 parent_frame_id=2}\n"
+                "3 {file_location_id=2 parent_frame_id=3}\n\n")
+        add = ("%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+               "  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\n")
+        entry = ("ENTRY %main (p0: f32[8,16], p1: f32[8,16]) -> f32[8,16] {\n"
+                 "  %p0 = f32[8,16]{1,0} parameter(0), sharding={devices=[2,1,2]<=[4] "
+                 "last_tile_dim_replicate}, metadata={op_name=\"params/w\"}\n"
+                 "  %p1 = f32[8,16]{1,0} parameter(1), sharding={replicated}\n"
+                 + "".join(f"  {line}\n" for line in self.entry)
+                 + f"  ROOT %result = {_V} add(%{self.value}, %p1)\n}}\n")
+        return head + add + "".join(self.computations) + entry
+
+
+def _meta(kind: int, op: str) -> str:
+    if kind == 0:
+        return ""
+    if kind == 1:
+        return f', metadata={{op_name="jit(step)/{op}" stack_frame_id=2}}'
+    if kind == 2:
+        return (f', metadata={{op_name="jit(step)/{op}" '
+                f'source_file="/home/user/model.py" source_line=77}}')
+    return f', metadata={{op_name="jit(step)/{op}" stack_frame_id=3}}'   # library
+
+
+def _collective(m: _Module, lines: list, x: str, form: int, group: str,
+                meta: int) -> str:
+    """Lines computing a collective of `x` (f32[8,16]); returns the name of
+    an f32[8,16] result."""
+    md = _meta(meta, "collective")
+    if form == 0:
+        ar = m.fresh("all-reduce")
+        lines.append(f"%{ar} = {_V} all-reduce(%{x}), channel_id={m.chan()}, "
+                     f"replica_groups={group}, use_global_device_ids=true, "
+                     f"to_apply=%add{md}")
+        return ar
+    if form == 1:
+        start, done = m.fresh("ar-start"), m.fresh("ar-done")
+        lines.append(f"%{start} = {_V} all-reduce-start(%{x}), channel_id={m.chan()}, "
+                     f"replica_groups={group}, use_global_device_ids=true, "
+                     f"to_apply=%add{md}")
+        lines.append(f"%{done} = {_V} all-reduce-done(%{start})")
+        return done
+    if form == 2:
+        ag, sl = m.fresh("all-gather"), m.fresh("slice")
+        lines.append(f"%{ag} = f32[16,16]{{1,0}} all-gather(%{x}), channel_id={m.chan()}, "
+                     f"replica_groups={group}, dimensions={{0}}, "
+                     f"use_global_device_ids=true{md}")
+        lines.append(f"%{sl} = {_V} slice(%{ag}), slice={{[0:8], [0:16]}}")
+        return sl
+    if form == 3:
+        start, done, sl = m.fresh("ag-start"), m.fresh("ag-done"), m.fresh("slice")
+        lines.append(f"%{start} = ({_V}, f32[16,16]{{1,0}}) all-gather-start(%{x}), "
+                     f"channel_id={m.chan()}, replica_groups={group}, dimensions={{0}}, "
+                     f"use_global_device_ids=true{md}")
+        lines.append(f"%{done} = f32[16,16]{{1,0}} all-gather-done(%{start})")
+        lines.append(f"%{sl} = {_V} slice(%{done}), slice={{[0:8], [0:16]}}")
+        return sl
+    if form == 4:
+        rs, cat = m.fresh("reduce-scatter"), m.fresh("concatenate")
+        lines.append(f"%{rs} = f32[4,16]{{1,0}} reduce-scatter(%{x}), channel_id={m.chan()}, "
+                     f"replica_groups={group}, use_global_device_ids=true, "
+                     f"dimensions={{0}}, to_apply=%add{md}")
+        lines.append(f"%{cat} = {_V} concatenate(%{rs}, %{rs}), dimensions={{0}}")
+        return cat
+    if form == 5:
+        a2a = m.fresh("all-to-all")
+        lines.append(f"%{a2a} = {_V} all-to-all(%{x}), channel_id={m.chan()}, "
+                     f"replica_groups={group}, dimensions={{0}}{md}")
+        return a2a
+    if form == 6:
+        cp = m.fresh("collective-permute")
+        lines.append(f"%{cp} = {_V} collective-permute(%{x}), channel_id={m.chan()}, "
+                     f"source_target_pairs={{{{0,1}},{{1,2}},{{2,3}},{{3,0}}}}{md}")
+        return cp
+    if form == 7:
+        start, done = m.fresh("cp-start"), m.fresh("cp-done")
+        lines.append(f"%{start} = ({_V}, {_V}, u32[], u32[]) collective-permute-start(%{x}), "
+                     f"channel_id={m.chan()}, source_target_pairs={{{{0,2}},{{2,0}}}}{md}")
+        lines.append(f"%{done} = {_V} collective-permute-done(%{start})")
+        return done
+    # form 8: a combined all-reduce of seven operands (a long tuple).
+    ar, gte = m.fresh("all-reduce"), m.fresh("get-tuple-element")
+    shape = "(" + ", ".join([_V] * 7) + ")"
+    lines.append(f"%{ar} = {shape} all-reduce({', '.join(['%' + x] * 7)}), "
+                 f"channel_id={m.chan()}, replica_groups={group}, "
+                 f"use_global_device_ids=true, to_apply=%add{md}")
+    lines.append(f"%{gte} = {_V} get-tuple-element(%{ar}), index=3")
+    return gte
+
+
+def _block(m: _Module, block) -> None:
+    kind, form, group, meta, known = block
+    x = m.value
+    if kind == "plain":
+        m.value = _collective(m, m.entry, x, form, group, meta)
+    elif kind == "fusion":
+        comp = m.fresh("fused_computation")
+        m.computations.append(
+            f"%{comp} (param_0.{comp}: f32[8,16]) -> f32[8,16] {{\n"
+            f"  %param_0.{comp} = {_V} parameter(0)\n"
+            f"  ROOT %neg.{comp} = {_V} negate(%param_0.{comp}){_meta(meta, 'neg')}"
+            f"\n}}\n\n")
+        fusion = m.fresh("fusion")
+        m.entry.append(f"%{fusion} = {_V} fusion(%{x}), kind=kLoop, calls=%{comp}"
+                       f"{_meta(meta, 'fusion')}")
+        m.value = _collective(m, m.entry, fusion, form, group, 0)
+    elif kind == "call":
+        comp = m.fresh("callee")
+        body: list[str] = []
+        _collective(m, body, "cp0", form, group, meta)   # its last line: the result
+        body = [line.replace("%cp0", f"%cp0.{comp}") for line in body]
+        m.computations.append(
+            f"%{comp} (cp0.{comp}: f32[8,16]) -> f32[8,16] {{\n"
+            f"  %cp0.{comp} = {_V} parameter(0)\n"
+            + "".join(f"  {line}\n" for line in body[:-1])
+            + f"  ROOT {body[-1]}\n}}\n\n")
+        call = m.fresh("call")
+        m.entry.append(f"%{call} = {_V} call(%{x}), to_apply=%{comp}")
+        m.value = call
+    else:                                   # a loop, perhaps nested
+        nested = kind == "nested"
+        cond, body_name = m.fresh("cond"), m.fresh("body")
+        tup = f"(s32[], {_V})"
+        m.computations.append(
+            f"%{cond} (c: {tup}) -> pred[] {{\n  %c.{cond} = {tup} parameter(0)\n"
+            f"  %i.{cond} = s32[] get-tuple-element(%c.{cond}), index=0\n"
+            f"  %n.{cond} = s32[] constant({3 + form % 3})\n"
+            f"  ROOT %lt.{cond} = pred[] compare(%i.{cond}, %n.{cond}), direction=LT\n}}\n\n")
+        inner: list[str] = [
+            f"%b.{body_name} = {tup} parameter(0)",
+            f"%i.{body_name} = s32[] get-tuple-element(%b.{body_name}), index=0",
+            f"%one.{body_name} = s32[] constant(1)",
+            f"%next.{body_name} = s32[] add(%i.{body_name}, %one.{body_name})",
+            f"%v.{body_name} = {_V} get-tuple-element(%b.{body_name}), index=1"]
+        value = f"v.{body_name}"
+        if nested:
+            saved_entry, saved_value = m.entry, m.value
+            m.entry, m.value = inner, value
+            _block(m, ("loop", form, group, meta, known))
+            value = m.value
+            m.entry, m.value = saved_entry, saved_value
+        else:
+            value = _collective(m, inner, value, form, group, meta)
+        inner.append(f"ROOT %t.{body_name} = {tup} tuple(%next.{body_name}, %{value})")
+        m.computations.append(
+            f"%{body_name} (b.{body_name}: {tup}) -> {tup} {{\n"
+            + "".join(f"  {line}\n" for line in inner) + "}\n\n")
+        zero, init, loop, out = (m.fresh("zero"), m.fresh("init"), m.fresh("while"),
+                                 m.fresh("gte"))
+        config = (f', backend_config={{"known_trip_count":{{"n":"{3 + form % 3}"}}}}'
+                  if known else "")
+        m.entry += [f"%{zero} = s32[] constant(0)",
+                    f"%{init} = {tup} tuple(%{zero}, %{x})",
+                    f"%{loop} = {tup} while(%{init}), condition=%{cond}, "
+                    f"body=%{body_name}{config}",
+                    f"%{out} = {_V} get-tuple-element(%{loop}), index=1"]
+        m.value = out
+
+
+_BLOCKS = st.tuples(st.sampled_from(["plain", "plain", "fusion", "call", "loop",
+                                     "nested"]),
+                    st.integers(0, 8), st.sampled_from(_GROUPS),
+                    st.integers(0, 3), st.booleans())
+
+
+def _generate(blocks, scheduled: bool) -> str:
+    m = _Module(scheduled)
+    for block in blocks:
+        _block(m, block)
+    return m.text()
+
+
+def _report(view, mesh):
+    return [dataclasses.asdict(c) for c in analysis.collectives(view, mesh, None)]
+
+
+def _same(text: str) -> None:
+    parsed = HloModuleView.from_text(text)
+    scanned = hloscan.ScannedModule.from_text(text)
+    reprinted = hloscan.ScannedModule.from_text(parsed.module.to_string())
+    mesh = MeshSpec((MeshAxis("a", 2), MeshAxis("b", 2)))
+    for m in (None, mesh):
+        expected = _report(parsed, m)
+        assert _report(scanned, m) == expected
+        assert _report(reprinted, m) == expected
+    assert [(p.name, p.shape, p.attrs.get("sharding"), p.metadata)
+            for p in scanned.parameters()] == \
+        [(p.name, p.shape, p.attrs.get("sharding"), p.metadata)
+         for p in parsed.parameters()]
+    assert (scanned.entry, scanned.num_partitions, scanned.num_replicas) == \
+        (parsed.entry, parsed.num_partitions, parsed.num_replicas)
+    assert dumps._PRINTED_MESH.search(scanned.printed_mesh or "") is None or \
+        dumps._PRINTED_MESH.search(scanned.printed_mesh).group(0) == \
+        dumps._PRINTED_MESH.search(parsed.text).group(0)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_BLOCKS, min_size=1, max_size=6), st.booleans())
+def test_the_scan_reads_what_xla_parses(blocks, scheduled):
+    _same(_generate(blocks, scheduled))
+
+
+def test_every_form_at_once():
+    """One module with each block kind and collective form."""
+    blocks = [(kind, form, _GROUPS[form % len(_GROUPS)], form % 4, form % 2 == 0)
+              for kind in ("plain", "fusion", "call", "loop", "nested")
+              for form in range(9)]
+    _same(_generate(blocks, False))
+    _same(_generate(blocks, True))
+
+
+def test_files_of_the_suite(tmp_path):
+    """The scan on the module files the suite reads (where it reads them)."""
+    with open(os.path.join(DATA, "known_trip_count.hlo")) as f:
+        _same(f.read())
+
+
+def test_generic_async_needs_the_parser():
+    """XLA names the instruction an `async-start` wraps as it parses; the
+    scan leaves such modules to XLA's parser, and `load_view` falls back."""
+    path = os.path.join(DATA, "async_collectives.hlo")
+    with pytest.raises(hloscan.NeedsParser, match="async"):
+        hloscan.ScannedModule.from_file(path)
+    view = dumps.load_view(dumps.FoundModule("m", path, "file"))
+    assert isinstance(view, HloModuleView)
+    names = [c.name for c in analysis.collectives(view, None, None)]
+    assert "reduce-scatter.1" in names
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not a module\n", "no HloModule header"),
+    ("HloModule m\n\n%c (a: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n",
+     "is not closed"),
+    ("HloModule m\n\n%c (a: f32[]) -> f32[] {\n  ROOT %a = f32[] parameter(0)\n}\n",
+     "no ENTRY"),
+    ("HloModule m\n\nENTRY %main {\n  ROOT %a = f32[] parameter(0)\n}\n",
+     "not a computation"),
+    ("HloModule m\n\nENTRY %main (a: f32[]) -> f32[] {\n  this is not one\n"
+     "  ROOT %a = f32[] parameter(0)\n}\n", "not an instruction"),
+])
+def test_what_the_scan_cannot_read_is_left_to_xla(text, message):
+    with pytest.raises(hloscan.NeedsParser, match=message):
+        hloscan.ScannedModule.from_text(text)
+
+
+def test_blocks_split_anywhere(monkeypatch):
+    """Lines and computations cut by the scan's blocks read the same."""
+    text = _generate([(k, f, _GROUPS[f % 5], f % 4, True)
+                      for k in ("plain", "loop", "fusion") for f in range(9)], True)
+    whole = _report(hloscan.ScannedModule.from_text(text), None)
+    for size in (64, 97, 1000):
+        monkeypatch.setattr(hloscan, "_BLOCK", size)
+        assert _report(hloscan.ScannedModule.from_text(text), None) == whole
