@@ -157,7 +157,7 @@ def check_output_path(path: str | None, option: str = "-o") -> None:
     files.check_writable(path, option)
 
 
-def write_output(path: str | None, text: str) -> None:
+def write_output(path: str | None, text) -> None:
     """Writes to stdout, or whole to `path` (never a half-written file)."""
     from irshard import files
     files.emit(path, text)
@@ -556,7 +556,9 @@ def cmd_collectives(args) -> int:
     if args.format == "json":
         from irshard.report import SCHEMA, dumps_json
         if len(reports) == 1 and not os.path.isdir(args.path):
-            text = reports[0].render_json()
+            # Written as it is made: a large module's report is never
+            # held whole.
+            text = reports[0].render_json_pieces()
         else:
             body = {"schema": SCHEMA, "source": args.path,
                     "modules": [r.to_json() for r in reports]}

@@ -20,7 +20,7 @@ import os
 import stat
 import sys
 import tempfile
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 from irshard.errors import InputError, OutputError
 
@@ -111,10 +111,15 @@ def output(path: str, binary: bool = False, option: str = "-o") -> Iterator[IO]:
         raise OutputError(f"{option} {path}: cannot write: {_describe(e)}") from None
 
 
-def write(path: str, data: str | bytes, option: str = "-o") -> None:
-    """Writes `data` to `path` whole (see `output`)."""
+def write(path: str, data: str | bytes | Iterable[str], option: str = "-o") -> None:
+    """Writes `data` (or its pieces, in order) to `path` whole (see
+    `output`)."""
     with output(path, isinstance(data, bytes), option) as f:
-        f.write(data)
+        if isinstance(data, (str, bytes)):
+            f.write(data)
+        else:
+            for piece in data:
+                f.write(piece)
 
 
 # ---------------------------------------------------------------------------
@@ -208,12 +213,32 @@ def release_stdout() -> None:
     STDOUT.release()
 
 
-def emit(path: str | None, data: str | bytes, option: str = "-o") -> None:
-    """The command's output: to stdout, or whole to `path`."""
+def emit(path: str | None, data: str | bytes | Iterable[str],
+         option: str = "-o") -> None:
+    """The command's output (whole, or pieces made as they are written):
+    to stdout, or whole to `path`."""
     if path is None:
-        STDOUT.write(data if isinstance(data, str) else data.decode())
+        if isinstance(data, (str, bytes)):
+            STDOUT.write(data if isinstance(data, str) else data.decode())
+        else:
+            for piece in _batched(data):
+                STDOUT.write(piece)
     else:
         write(path, data, option)
+
+
+def _batched(pieces: Iterable[str], size: int = 1 << 20) -> Iterator[str]:
+    """Small pieces joined into writes of about `size` characters."""
+    batch: list[str] = []
+    length = 0
+    for piece in pieces:
+        batch.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield "".join(batch)
+            batch, length = [], 0
+    if batch:
+        yield "".join(batch)
 
 
 # ---------------------------------------------------------------------------

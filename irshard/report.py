@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _encode_string
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from irshard.frames import SourceLocation
 from irshard.specs import MeshSpec, ShardingSpec, format_shape
@@ -234,11 +234,27 @@ class CollectiveReport:
         return d
 
     def render_json(self) -> str:
-        # Each collective's object is made as it is written: a module's
-        # thousands are never all held at once.
-        cache: dict = {}
-        return dumps_json(self._json(_Each(
-            self.collectives, lambda c: _collective_json(c, cache)))) + "\n"
+        return "".join(self.render_json_pieces())
+
+    def render_json_pieces(self) -> Iterator[str]:
+        """`render_json` in pieces, for writing as they come: each
+        collective's object is made as it is written, so a module's
+        thousands are never all held at once, nor their text."""
+        text = dumps_json(self._json(_Marker()))
+        before, after = text.split(_Marker.TOKEN)
+        indent = before[before.rfind("\n") + 1:]
+        indent = indent[:len(indent) - len(indent.lstrip())]
+        inner = indent + "  "
+        yield before
+        if not self.collectives:
+            yield "[]"
+        else:
+            cache: dict = {}
+            for i, c in enumerate(self.collectives):
+                yield ("[\n" if i == 0 else ",\n") + inner + dumps_json(
+                    _collective_json(c, cache), inner)
+            yield "\n" + indent + "]"
+        yield after + "\n"
 
     def render_text(self) -> str:
         return "\n".join(render_text_lines(self)) + "\n"
@@ -272,15 +288,10 @@ def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
             "devices": mesh.num_devices, "platform": platform}
 
 
-class _Each:
-    """A list of JSON objects made one at a time as `dumps_json` writes them."""
+class _Marker:
+    """Where the collectives go in a report's JSON, written separately."""
 
-    def __init__(self, items: Sequence[Any], make):
-        self.items = items
-        self.make = make
-
-    def __len__(self) -> int:
-        return len(self.items)
+    TOKEN = "\x00collectives\x00"
 
 
 class _Shared:
@@ -342,15 +353,13 @@ def dumps_json(value: Any, indent: str = "") -> str:
         if text is None:       # the value lives as long as the report
             text = value.cache[key] = dumps_json(value.value.to_json(), indent)
         return text
-    if isinstance(value, _Each):
-        if not len(value):
-            return "[]"
-        items = [inner + dumps_json(value.make(v), inner) for v in value.items]
-        return "[\n" + ",\n".join(items) + "\n" + indent + "]"
+    if isinstance(value, _Marker):
+        return _Marker.TOKEN
     if isinstance(value, dict):
         if not value:
             return "{}"
-        if all(not isinstance(v, (dict, list, _Shared)) for v in value.values()):
+        if all(not isinstance(v, (dict, list, _Shared, _Marker))
+               for v in value.values()):
             flat = _flat(value)
             if len(flat) <= 100:
                 return flat

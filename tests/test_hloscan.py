@@ -314,3 +314,18 @@ def test_blocks_split_anywhere(monkeypatch):
     for size in (64, 97, 1000):
         monkeypatch.setattr(hloscan, "_BLOCK", size)
         assert _report(hloscan.ScannedModule.from_text(text), None) == whole
+
+
+@pytest.mark.parametrize("blocks", [[], [("plain", f, _GROUPS[f % 5], 1 + f % 3, True)
+                                        for f in range(9)]])
+def test_the_json_written_in_pieces_is_the_whole(tmp_path, blocks):
+    """A report's JSON is written collective by collective; it must be the
+    JSON of the whole report, byte for byte."""
+    from irshard.report import dumps_json
+    path = tmp_path / "m.hlo"
+    path.write_text(_generate(blocks, True))
+    report = dumps.report(dumps.FoundModule("m", str(path), "file"), str(path), None)
+    assert len(report.collectives) == (9 if blocks else 0)
+    pieces = list(report.render_json_pieces())
+    assert len(pieces) > (9 if blocks else 2)
+    assert "".join(pieces) == dumps_json(report.to_json()) + "\n"
