@@ -1,0 +1,215 @@
+"""The collective report of large HLO modules against XLA's parse of them.
+
+Generates optimized-HLO modules of about 100k, 300k and 1M lines (an
+unrolled stack of layers, each with fused elementwise work, an all-gather, a
+reduce-scatter and an all-reduce, plus a loop of collective-permutes; every
+instruction with metadata and a stack frame, as JAX's modules have), or
+reads the dumps given on the command line, and times as whole processes:
+
+  - `irshard collectives FILE` (the whole report, as text and as JSON), and
+  - XLA's own parser reading the same text (`hlo_module_from_text`),
+
+printing for each size the seconds, their ratios, seconds per million lines
+and each process's peak memory, beside the file's size.
+
+    python benchmarks/large_modules.py
+    python benchmarks/large_modules.py --lines 100000,1000000 --runs 3
+    python benchmarks/large_modules.py path/to/module.after_optimizations.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_FRAMES = 24          # stack frames in the tables, cycled through
+
+
+def _tables() -> list[str]:
+    lines = ["FileNames"]
+    lines += [f'{i} "/home/user/model/layers_{i}.py"' for i in range(1, 5)]
+    lines += ['5 "/site-packages/jax/_src/numpy/lax_numpy.py"', "",
+              "FunctionNames"]
+    lines += [f'{i} "block_{i}"' for i in range(1, _FRAMES + 1)]
+    lines += ["", "FileLocations"]
+    lines += [f"{i} {{file_name_id={1 + i % 4} function_name_id={i} "
+              f"line={10 + 3 * i} end_line={10 + 3 * i} column=4 end_column=40}}"
+              for i in range(1, _FRAMES + 1)]
+    lines += ["", "StackFrames"]
+    lines += [f"{i} {{file_location_id={i} parent_frame_id={i}}}"
+              for i in range(1, _FRAMES + 1)]
+    return lines + [""]
+
+
+def _meta(op: str, i: int) -> str:
+    return (f'metadata={{op_name="jit(train_step)/jit(main)/transformer/'
+            f'layer_{i}/{op}" stack_frame_id={1 + i % _FRAMES}}}')
+
+
+_ELEMENTWISE = ("add", "multiply", "subtract", "maximum", "minimum")
+
+
+def generate(lines: int, path: str) -> int:
+    """Writes a module of about `lines` lines to `path`; returns the count."""
+    layer_lines = 2 * 24 + 16        # a fused computation and the entry's part
+    layers = max(1, lines // layer_lines)
+    shape, full = "f32[64,1024]{1,0}", "f32[512,1024]{1,0}"
+    out: list[str] = [
+        "HloModule jit_train_step, is_scheduled=true, entry_computation_layout="
+        "{(f32[64,1024]{1,0})->f32[64,1024]{1,0}}, num_partitions=8", ""]
+    out += _tables()
+    out += ["%add_f32 (x: f32[], y: f32[]) -> f32[] {",
+            "  %x = f32[] parameter(0)", "  %y = f32[] parameter(1)",
+            "  ROOT %sum = f32[] add(%x, %y)", "}", ""]
+    # A loop of collective-permutes (the ring of a pipelined layer).
+    out += ["%ring_cond (c: (s32[], f32[64,1024])) -> pred[] {",
+            "  %c = (s32[], f32[64,1024]{1,0}) parameter(0)",
+            "  %ci = s32[] get-tuple-element(%c), index=0",
+            "  %climit = s32[] constant(7)",
+            "  ROOT %clt = pred[] compare(%ci, %climit), direction=LT", "}", "",
+            "%ring_body (b: (s32[], f32[64,1024])) -> (s32[], f32[64,1024]) {",
+            "  %b = (s32[], f32[64,1024]{1,0}) parameter(0)",
+            "  %bi = s32[] get-tuple-element(%b), index=0",
+            "  %bone = s32[] constant(1)",
+            "  %bnext = s32[] add(%bi, %bone)",
+            "  %bv = f32[64,1024]{1,0} get-tuple-element(%b), index=1",
+            f"  %perm = {shape} collective-permute(%bv), channel_id=1, "
+            "source_target_pairs={{0,1},{1,2},{2,3},{3,4},{4,5},{5,6},{6,7},{7,0}}, "
+            + _meta("ppermute", 0),
+            "  ROOT %bt = (s32[], f32[64,1024]{1,0}) tuple(%bnext, %perm)", "}", ""]
+    for i in range(layers):
+        out.append(f"%fused_computation.{i} (param_0.{i}: f32[512,1024], "
+                   f"param_1.{i}: f32[512,1024]) -> f32[512,1024] {{")
+        out.append(f"  %param_0.{i} = {full} parameter(0)")
+        out.append(f"  %param_1.{i} = {full} parameter(1)")
+        previous = f"param_0.{i}"
+        for k in range(44):
+            op = _ELEMENTWISE[k % len(_ELEMENTWISE)]
+            out.append(f"  %{op}.{i}.{k} = {full} {op}(%{previous}, %param_1.{i}), "
+                       + _meta(f"{op}_{k}", i))
+            previous = f"{op}.{i}.{k}"
+        out.append(f"  ROOT %tanh.{i} = {full} tanh(%{previous}), " + _meta("tanh", i))
+        out.append("}")
+        out.append("")
+    out.append("ENTRY %main (p: f32[64,1024]) -> f32[64,1024] {")
+    out.append(f"  %p = {shape} parameter(0), sharding={{devices=[8,1]<=[8]}}, "
+               'metadata={op_name="params/w"}')
+    x = "p"
+    channel = 2
+    for i in range(layers):
+        out.append(f"  %all-gather.{i} = {full} all-gather(%{x}), channel_id={channel}, "
+                   "replica_groups=[1,8]<=[8], dimensions={0}, "
+                   "use_global_device_ids=true, " + _meta("all_gather", i))
+        out.append(f"  %copy.{i} = {full} copy(%all-gather.{i}), " + _meta("copy", i))
+        out.append(f"  %fusion.{i} = {full} fusion(%all-gather.{i}, %copy.{i}), "
+                   f"kind=kLoop, calls=%fused_computation.{i}, " + _meta("mlp", i))
+        out.append(f"  %reduce-scatter.{i} = {shape} reduce-scatter(%fusion.{i}), "
+                   f"channel_id={channel + 1}, replica_groups=[1,8]<=[8], "
+                   "dimensions={0}, use_global_device_ids=true, to_apply=%add_f32, "
+                   + _meta("reduce_scatter", i))
+        out.append(f"  %all-reduce.{i} = {shape} all-reduce(%reduce-scatter.{i}), "
+                   f"channel_id={channel + 2}, replica_groups=[2,4]<=[8], "
+                   "use_global_device_ids=true, to_apply=%add_f32, "
+                   + _meta("psum", i))
+        for k in range(11):
+            out.append(f"  %bitcast.{i}.{k} = {shape} bitcast(%all-reduce.{i}), "
+                       + _meta(f"reshape_{k}", i))
+        x = f"bitcast.{i}.10"
+        channel += 3
+    out += ["  %zero = s32[] constant(0)",
+            f"  %init = (s32[], f32[64,1024]{{1,0}}) tuple(%zero, %{x})",
+            "  %ring = (s32[], f32[64,1024]{1,0}) while(%init), condition=%ring_cond, "
+            'body=%ring_body, backend_config={"known_trip_count":{"n":"7"}}',
+            f"  ROOT %out = {shape} get-tuple-element(%ring), index=1", "}", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+    return len(out)
+
+
+def _generate_quietly(lines: int, path: str) -> None:
+    """`generate` in a process of its own: a child's peak memory starts at
+    its parent's, and the module's lines must not count in the parent."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import large_modules; "
+            "large_modules.generate(int(sys.argv[2]), sys.argv[3])")
+    subprocess.run([sys.executable, "-c", code, os.path.dirname(
+        os.path.abspath(__file__)), str(lines), path], check=True)
+
+
+def _xla_parse_command(path: str) -> list[str]:
+    code = ("import sys\n"
+            "from irshard import backend\n"
+            "with open(sys.argv[1]) as f:\n"
+            "    backend.hlo_module_from_text(f.read())\n")
+    return [sys.executable, "-c", code, path]
+
+
+def _measure(command: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak resident memory (bytes) of one process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, cwd=ROOT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    proc.stderr.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}\n{err}")
+    return seconds, usage.ru_maxrss * 1024
+
+
+def _row(label: str, path: str, runs: int) -> None:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        lines = sum(1 for _ in f)
+    base = [sys.executable, "-m", "irshard", "collectives", path]
+    commands = {"text": base, "json": base + ["--format", "json"],
+                "xla": _xla_parse_command(path)}
+    for command in commands.values():
+        _measure(command)                         # warm the page cache
+    measured: dict[str, list[tuple[float, int]]] = {k: [] for k in commands}
+    for _ in range(runs):
+        for key, command in commands.items():
+            measured[key].append(_measure(command))
+    t = {k: statistics.median(s for s, _ in v) for k, v in measured.items()}
+    m = {k: max(b for _, b in v) for k, v in measured.items()}
+    mib = 1024 * 1024
+    print(f"{label:>10} {lines:>9} {size / mib:>7.1f} {t['text']:>7.2f} "
+          f"{t['json']:>7.2f} {t['xla']:>7.2f} {t['text'] / t['xla']:>6.2f} "
+          f"{t['json'] / t['xla']:>6.2f} {t['text'] / lines * 1e6:>8.2f} "
+          f"{m['text'] / mib:>7.0f} {m['json'] / mib:>7.0f} {m['xla'] / mib:>7.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dumps", nargs="*", help="HLO text files to time as well")
+    parser.add_argument("--lines", default="100000,300000,1000000",
+                        help="sizes of the generated modules (default %(default)s)")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    print(f"runs: {args.runs} of each, in turn, whole processes; seconds are "
+          "medians, memory the peak resident set (MiB)")
+    print("text, json: irshard collectives FILE [--format json]; xla: XLA's "
+          "parser reading FILE; ratios against xla")
+    print(f"{'module':>10} {'lines':>9} {'MiB':>7} {'text':>7} {'json':>7} "
+          f"{'xla':>7} {'ratio':>6} {'json':>6} {'s/Mline':>8} {'mem':>7} "
+          f"{'json':>7} {'xla':>7}")
+    with tempfile.TemporaryDirectory(prefix="irshard-bench-") as tmp:
+        for n in (int(x) for x in args.lines.split(",") if x):
+            path = os.path.join(tmp, f"gen_{n}.hlo")
+            _generate_quietly(n, path)
+            _row(f"{n // 1000}k", path, args.runs)
+            os.remove(path)
+    for path in args.dumps:
+        _row(os.path.basename(path)[:10], path, args.runs)
+
+
+if __name__ == "__main__":
+    main()
