@@ -47,6 +47,10 @@ class Tiling:
                        maximal=True, text=text)
         if sharding.is_manual():
             return cls((), (), rank, manual=True, text=text)
+        if text.startswith("{{") or not sharding.is_tiled():
+            # A tuple's shardings, or one XLA does not know: asking for its
+            # tile assignment would abort inside XLA.
+            return cls.unread(rank, text)
         return cls(tuple(sharding.tile_assignment_dimensions()),
                    tuple(sharding.tile_assignment_devices()), rank, text=text)
 

@@ -88,3 +88,12 @@ def test_sharding_text_read_as_xla_reads_it(text, rank):
     if plain is not None:
         assert plain == Tiling.from_hlo_sharding(parsed, rank)
     assert Tiling.from_text(text, rank) == Tiling.from_hlo_sharding(parsed, rank)
+
+
+@pytest.mark.parametrize("text", ["{{replicated}, {maximal device=0}}", "{unknown}"])
+def test_shardings_without_one_tile_assignment_are_unread(text):
+    """Asking XLA for these tile assignments aborts the process: they are
+    kept as text."""
+    tiling = Tiling.from_text(text, 1)
+    assert tiling.opaque and tiling.text == text
+    assert tiling.shards() == (1,)
