@@ -35,7 +35,7 @@ from irshard.errors import UsageError
 _POLL = 0.1
 # Stopping the processes and shutting a local Ray instance down take this
 # much of --timeout.
-_STOP_BUDGET = 2.5
+_STOP_BUDGET = 3.5
 
 
 def _local_environment() -> None:
