@@ -180,15 +180,10 @@ def _frames(view: HloModuleView, inst: Instruction) -> Sequence[Frame]:
     return []
 
 
-def _own_source(view: HloModuleView, inst: Instruction,
-                resolver: UserCode) -> SourceLocation | None:
-    return resolver.choose(_frames(view, inst))
-
-
 def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
               max_depth: int = 4) -> tuple[SourceLocation | None, str, str | None]:
     """(source, attribution, op_name) of `inst`."""
-    own = _own_source(view, inst, resolver)
+    own = resolver.choose(_frames(view, inst))
     if own is not None:
         return own, "metadata", inst.metadata.get("op_name")
     # Breadth-first over producers, then consumers.
@@ -204,7 +199,7 @@ def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
                 if neighbour is None or neighbour.name in seen:
                     continue
                 seen.add(neighbour.name)
-                source = _own_source(view, neighbour, resolver)
+                source = resolver.choose(_frames(view, neighbour))
                 if source is not None:
                     return source, "inferred", neighbour.metadata.get("op_name")
                 nxt.append(neighbour)

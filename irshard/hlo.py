@@ -333,6 +333,14 @@ class StackFrameTable:
         return result
 
 
+def root_of(body: list[Instruction]) -> Instruction | None:
+    """A computation's root: the one marked ROOT, else its last."""
+    for inst in body:
+        if inst.is_root:
+            return inst
+    return body[-1] if body else None
+
+
 class HloModuleView:
     """Computations and instructions of one HLO module, with the call graph."""
 
@@ -402,11 +410,7 @@ class HloModuleView:
         return None
 
     def root(self, computation: str) -> Instruction | None:
-        body = self.instructions_of(computation)
-        for inst in body:
-            if inst.is_root:
-                return inst
-        return body[-1] if body else None
+        return root_of(self.instructions_of(computation))
 
     def parameters(self) -> list[Instruction]:
         return [inst for inst in self.instructions_of(self.entry)

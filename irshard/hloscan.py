@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
-from irshard.hlo import Instruction, StackFrameTable
+from irshard.hlo import Instruction, StackFrameTable, root_of
+from irshard.syntax import matching_bracket
 
 # Lines the report reads, found by the literals they hold (a search for one
 # literal runs at memory speed; one pattern of many alternatives does not):
@@ -149,7 +150,6 @@ def _head(line: str) -> tuple[bool, str, str, int]:
         raise NeedsParser(f"not an instruction: {line[:80]!r}")
     pos = m.end()
     if line.startswith("(", pos):        # a deeply nested tuple shape
-        from irshard.syntax import matching_bracket
         pos = matching_bracket(line, pos) + 1
     else:
         space = line.find(" ", pos)
@@ -169,7 +169,6 @@ def _operands_end(line: str, pos: int) -> int:
     m = _FLAT_OPERANDS.match(line, pos)
     if m:
         return m.end() - 1
-    from irshard.syntax import matching_bracket
     return matching_bracket(line, pos)
 
 
@@ -380,11 +379,7 @@ class ScannedModule:
         return self._done.get(inst.name)
 
     def root(self, computation: str) -> Instruction | None:
-        body = self.instructions_of(computation)
-        for inst in body:
-            if inst.root:
-                return inst
-        return body[-1] if body else None
+        return root_of(self.instructions_of(computation))
 
     def _load(self, computation: str) -> dict[str, Instruction]:
         table = self._loaded.get(computation)

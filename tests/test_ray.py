@@ -4,9 +4,11 @@ Every Ray instance here is local, on 127.0.0.1 only, with usage statistics
 and the dashboard off.
 """
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ import pytest
 
 from irshard import distributed
 from tests.conftest import EXAMPLES, ROOT
+from tests.test_distributed import _checksums, _survivors
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="the ray extra is not installed")
@@ -71,40 +74,35 @@ def _ray_processes() -> set[str]:
     return found
 
 
+def _with_descendants(pids: set[int]) -> set[int]:
+    """`pids` and every process below them."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found = set(pids)
+    while True:
+        more = {p for p, pp in parent.items() if pp in found} - found
+        if not more:
+            return found
+        found |= more
+
+
 def _left_behind(before: set[str], marker: str | None = None) -> list[str]:
     """Ray processes that were not running before, and processes whose
     command line names `marker`; given a moment to finish exiting."""
     for _ in range(20):
         left = sorted(_ray_processes() - before)
         if marker:
-            left += [p for p in _processes_naming(marker)]
+            left += _survivors(marker)
         if not left:
             return []
         time.sleep(0.25)
     return left
-
-
-def _processes_naming(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(f"{pid}: {cmdline[:120]}")
-    return found
-
-
-def _checksums(report):
-    run = report["run"]
-    return ([t["checksum"] for t in run["inputs"]],
-            [t["checksum"] for t in run["outputs"]],
-            [c["passed"] for c in run["check"]["outputs"]],
-            [c["max_abs_error"] for c in run["check"]["outputs"]])
 
 
 @pytest.mark.parametrize("args", [
@@ -298,8 +296,13 @@ def test_joining_an_existing_cluster_leaves_it_running(tmp_path, short_tmp):
             text=True, timeout=120)
         assert again.stdout.strip().endswith("7"), again.stderr
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env,
-                       capture_output=True, timeout=120)
+        # This cluster's processes only (`ray stop --force` would stop every
+        # Ray cluster on the machine): its GCS and raylet name its
+        # directory; its agents and workers are their children.
+        for pid in _with_descendants({int(p.split(":")[0])
+                                      for p in _survivors(str(cluster))}):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert _left_behind(before) == []
 
 
