@@ -112,8 +112,9 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
                         "value it reads and where it was made, the sharding "
                         "its reader needs, and where propagation got each "
                         "mesh axis from")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="report format (default: text)")
+    p.add_argument("--format", choices=("text", "json", "html"), default="text",
+                   help="report format (default: text); html: one "
+                        "self-contained page (implies --explain)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the output to PATH instead of stdout")
     p.add_argument("--debug-info", action="store_true",
@@ -202,8 +203,11 @@ def join_stage_texts(texts: list[tuple[str, str]]) -> str:
     return "".join(parts)
 
 
-def render_report(report, fmt: str) -> str:
-    return report.render_json() if fmt == "json" else report.render_text()
+def render_report(report, fmt: str, compiled=None):
+    if fmt == "html":
+        from irshard import htmlreport
+        return htmlreport.render_report(report, compiled)
+    return report.render_json_pieces() if fmt == "json" else report.render_text()
 
 
 # ---------------------------------------------------------------------------
@@ -236,6 +240,7 @@ def cmd_compile(args) -> int:
     source.mesh_spec()
     check_output_path(args.output)
     lowered = _load(source)
+    args.explain = args.explain or args.format == "html"
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
                                   explain=args.explain)
     if emits and not budgets:
@@ -248,7 +253,7 @@ def cmd_compile(args) -> int:
         report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
     write_output(args.output, join_stage_texts(texts) if emits
-                 else render_report(report, args.format))
+                 else render_report(report, args.format, compiled))
     if breach is not None:
         raise breach
     return 0
@@ -384,6 +389,10 @@ def _launch(args, total_devices: int) -> int:
 
 def cmd_run(args) -> int:
     emits = _stages(args)
+    if emits and args.format == "html":
+        raise UsageError("--emit prints IR before the report, which an HTML "
+                         "page cannot hold; drop --emit, or use --format text "
+                         "or json")
     budgets = _budgets(args)
     source = _source(args)
     source.mesh_spec()
@@ -396,6 +405,7 @@ def cmd_run(args) -> int:
         return _launch(args, source.total_devices())
     lowered = _load(source, cluster, args.timeout)
     _stage("compiling")
+    args.explain = args.explain or args.format == "html"
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
                                   compile_anyway=True, explain=args.explain)
     from irshard import execution
@@ -408,7 +418,7 @@ def cmd_run(args) -> int:
         from irshard import explain
         report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
-    text = execution.render(report, result, args.format)
+    text = execution.render(report, result, args.format, compiled)
     if texts:
         text = join_stage_texts(texts) + text
     if _is_reporting_process():
@@ -657,8 +667,12 @@ def cmd_diff(args) -> int:
     a = diff.load(args.a, args.module, args.stage)
     b = diff.load(args.b, args.module, args.stage)
     result = diff.compare(a, b)
-    write_output(args.output, result.render_json() if args.format == "json"
-                 else result.render_text())
+    if args.format == "html":
+        from irshard import htmlreport
+        text = htmlreport.render_diff(result)
+    else:
+        text = result.render_json() if args.format == "json" else result.render_text()
+    write_output(args.output, text)
     regressions = result.regressions()
     if args.fail_on_regression and regressions:
         from irshard.errors import Regression
@@ -756,7 +770,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", default="optimized", choices=REPORT_STAGES,
                    help="in a dump directory, read the optimized (default) or "
                         "partitioned HLO")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json", "html"), default="text")
     p.add_argument("-o", "--output", metavar="PATH")
     p.set_defaults(handler=cmd_diff)
 

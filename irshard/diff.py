@@ -196,6 +196,8 @@ class Diff:
     a: Side
     b: Side
     changes: tuple[Change, ...]
+    # B's files taken for A's (the same program in another directory).
+    renamed: dict[str, str] = field(default_factory=dict)
 
     def totals(self) -> dict[str, Any]:
         ta, tb = self.a.totals(), self.b.totals()
@@ -330,4 +332,4 @@ def compare(a: Side, b: Side) -> Diff:
                               ga.get(key, Group()), gb.get(key, Group())))
     changes.sort(key=lambda c: (-abs(c.b.bytes_per_run - c.a.bytes_per_run),
                                 c.file, c.line, c.kind))
-    return Diff(a, b, tuple(changes))
+    return Diff(a, b, tuple(changes), renamed)

@@ -375,9 +375,13 @@ def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
         np.savez(f, **{d.name: v for d, v in zip(decls, values)})
 
 
-def render(report, result: RunResult, fmt: str) -> str:
+def render(report, result: RunResult, fmt: str, compiled=None) -> str:
     """The compile report with the run's section: JSON (the report's object
-    plus `run`) or text (the collectives, then the run's tables)."""
+    plus `run`), text (the collectives, then the run's tables) or the HTML
+    page (`compiled`: the executable, for its mesh)."""
+    if fmt == "html":
+        from irshard import htmlreport
+        return htmlreport.render_report(report, compiled, result)
     if fmt == "json":
         body = report.to_json()
         body["run"] = result.to_json()

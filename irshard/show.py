@@ -59,6 +59,19 @@ def placed(compiled: Optimized) -> tuple[list[Placed], list[Placed]]:
             place(info.outputs, exe.output_shardings(len(info.outputs)), True))
 
 
+def mesh_device_ids(compiled: Optimized) -> list[Any]:
+    """The ids of the executable's devices laid out as its mesh (nested
+    lists, one level per mesh axis, major to minor)."""
+    info = compiled.info
+    mesh = backend.make_mesh(info.mesh.names, info.mesh.shape,
+                             compiled.compiled.devices)
+    return _ids(mesh.devices.tolist())
+
+
+def _ids(value: Any) -> Any:
+    return [_ids(v) for v in value] if isinstance(value, list) else value.id
+
+
 def layout_lines(tensors: Sequence[Any]) -> list[str]:
     """The layout of each tensor (a `Placed`, or anything holding one as
     `placed`): a grid of blocks, or a table of ranges per device."""

@@ -1,0 +1,396 @@
+"""The HTML report (`--format html`), rendered in a real headless browser.
+
+Pages are opened from file:// in Chromium (Debian's package; `make test`
+installs it) through Playwright. Every page is checked for console errors,
+script errors and any request other than the page itself. Without a
+browser these tests are skipped, unless IRSHARD_REQUIRE_BROWSER is set (CI
+sets it), where that is a failure.
+"""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from tests.conftest import EXAMPLES, ROOT, run_irshard
+
+GPT = os.path.join(EXAMPLES, "gpt.py")
+GPT_TP = ["--fn", "train_step", "--args", "example_args", "--mesh", "fsdp=4,tp=2",
+          "--shard", "**/embed=fsdp,tp", "--shard", "**/attn/w[qkv]=fsdp,tp",
+          "--shard", "**/attn/wo=tp,fsdp", "--shard", "**/mlp/w_in=fsdp,tp",
+          "--shard", "**/mlp/w_out=tp,fsdp", "--shard", "batch/*=fsdp,_"]
+CUBE = os.path.join(ROOT, "tests", "programs", "cube.py")
+REMAT = os.path.join(EXAMPLES, "remat.py")
+HEAT = os.path.join(EXAMPLES, "heat1d.py")
+
+
+def _chromium() -> str | None:
+    for name in (os.environ.get("IRSHARD_CHROMIUM"), "chromium", "chromium-browser",
+                 "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = _chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if executable is None or sync_playwright is None:
+        what = "chromium" if executable is None else "playwright"
+        if os.environ.get("IRSHARD_REQUIRE_BROWSER"):
+            pytest.fail(f"no {what}: the HTML report cannot be tested")
+        pytest.skip(f"no {what} (make test installs Debian's chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Page:
+    """A report opened from file://, recording what the page did."""
+
+    def __init__(self, browser, path: str):
+        self.url = "file://" + os.path.abspath(path)
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.errors, self.requests = [], []
+        self.page.on("console", lambda m: m.type in ("error", "warning")
+                     and self.errors.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.set_default_timeout(5000)
+        self.page.goto(self.url)
+        self.page.wait_for_selector("html[data-ready]")
+
+    def check_clean(self) -> None:
+        assert self.errors == []
+        assert self.requests == [self.url]
+
+    def texts(self, selector: str) -> list[str]:
+        return self.page.locator(selector).all_inner_texts()
+
+    def close(self) -> None:
+        self.check_clean()
+        self.page.close()
+
+
+@pytest.fixture
+def open_page(browser):
+    pages = []
+
+    def open_page(path):
+        pages.append(Page(browser, path))
+        return pages[-1]
+
+    yield open_page
+    for p in pages:
+        p.close()
+
+
+def _compile(*args, out):
+    result = run_irshard("compile", *args, "-o", out)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory):
+    """The transformer step with tensor parallelism: its HTML page and the
+    JSON report of the same command."""
+    d = tmp_path_factory.mktemp("gpt")
+    html = _compile(GPT, *GPT_TP, "--format", "html", out=str(d / "gpt.html"))
+    js = _compile(GPT, *GPT_TP, "--explain", "--format", "json", out=str(d / "gpt.json"))
+    with open(js) as f:
+        return html, json.load(f)
+
+
+def _rows(page) -> list[str]:
+    return page.page.locator("#collective-table tbody tr[data-name]").evaluate_all(
+        "rows => rows.map(r => r.dataset.name)")
+
+
+def _column(page, key) -> list[str]:
+    return page.texts(f"#collective-table tbody tr[data-name] td[data-key={key}]")
+
+
+def test_every_collective_of_the_transformer_appears(gpt, open_page):
+    html, report = gpt
+    page = open_page(html)
+    names = [c["name"] for c in report["collectives"]]
+    assert len(names) > 40
+    assert _rows(page) == names              # program order, none missing
+    assert page.page.inner_text("#c-count").startswith(
+        f"Showing {len(names)} of {len(names)} collectives")
+    assert page.page.inner_text("#s-count") .endswith(str(len(names)))
+    # Every source line of the report is in the line filter.
+    lines = {f"{c['source']['file']}:{c['source']['line']}" for c in report["collectives"]}
+    options = page.page.locator("#f-line option").all_inner_texts()
+    assert set(options) == lines | {"all"}
+
+
+def _sizes(texts: list[str]) -> list[float]:
+    units = {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
+    return [float(t.split()[0]) * units[t.split()[1]] for t in texts]
+
+
+def test_sorting_by_a_column_and_back(gpt, open_page):
+    html, report = gpt
+    page = open_page(html)
+    header = page.page.locator("#collective-table th[data-key=total]")
+    header.locator("button").click()
+    assert header.get_attribute("aria-sort") == "descending"
+    totals = _sizes(_column(page, "total"))
+    assert totals == sorted(totals, reverse=True) and totals[0] > totals[-1]
+    header.locator("button").click()
+    assert header.get_attribute("aria-sort") == "ascending"
+    assert _sizes(_column(page, "total")) == sorted(totals)
+    # By the keyboard: the kind column, focused and sorted with Enter.
+    kind = page.page.locator("#collective-table th[data-key=kind] button")
+    kind.focus()
+    page.page.keyboard.press("Enter")
+    kinds = _column(page, "kind")
+    assert kinds == sorted(kinds) and len(set(kinds)) == 2
+    assert header.get_attribute("aria-sort") == "none"
+    # Sorting keeps every row.
+    assert sorted(_rows(page)) == sorted(c["name"] for c in report["collectives"])
+
+
+def test_filtering_by_kind_axis_line_and_text(gpt, open_page):
+    html, report = gpt
+    cs = report["collectives"]
+    page = open_page(html)
+    p = page.page
+    p.get_by_label("kind", exact=True).select_option("all-reduce")
+    expected = [c["name"] for c in cs if c["kind"] == "all-reduce"]
+    assert _rows(page) == expected and 0 < len(expected) < len(cs)
+    assert p.inner_text("#c-count").startswith(f"Showing {len(expected)} of {len(cs)}")
+    p.get_by_label("mesh axis", exact=True).select_option("tp")
+    expected = [c["name"] for c in cs if c["kind"] == "all-reduce"
+                and "tp" in c["mesh_axes"]]
+    assert _rows(page) == expected
+    p.click("#f-clear")
+    assert len(_rows(page)) == len(cs)
+    line = "gpt.py:56"
+    p.get_by_label("source line", exact=True).select_option(line)
+    expected = [c["name"] for c in cs
+                if f"{c['source']['file']}:{c['source']['line']}" == line]
+    assert _rows(page) == expected and expected
+    p.click("#f-clear")
+    p.get_by_label("search (name, op, shape)", exact=True).fill("all-gather.1")
+    assert all("all-gather.1" in n for n in _rows(page)) and _rows(page)
+
+
+def test_a_row_expands_to_its_why_op_and_ir(gpt, open_page):
+    html, report = gpt
+    page = open_page(html)
+    p = page.page
+    first = report["collectives"][0]
+    button = p.locator(f"#collective-table tr[data-name='{first['name']}'] button.expand")
+    assert button.get_attribute("aria-expanded") == "false"
+    button.focus()
+    p.keyboard.press("Enter")
+    assert button.get_attribute("aria-expanded") == "true"
+    detail = p.locator("#detail-0")
+    text = detail.inner_text()
+    operand = first["why"]["operand"]
+    assert operand["value"] in text              # input params/embed
+    assert first["why"]["needed"]["op"] in text
+    assert first["op_name"] in text
+    # The IR excerpt: the collective's own line of the optimized HLO, marked.
+    marked = detail.locator("pre .at").inner_text()
+    assert re.search(rf"%?{re.escape(first['name'])} = ", marked)
+    assert "optimized stage" in text
+    p.keyboard.press("Enter")
+    assert p.locator("#detail-0").count() == 0
+
+
+def test_the_source_view_marks_each_line_and_the_hottest(gpt, open_page):
+    html, report = gpt
+    page = open_page(html)
+    p = page.page
+    per_line = {}
+    for c in report["collectives"]:
+        key = c["source"]["line"]
+        per_line[key] = per_line.get(key, 0) + (c["time_s"] * c["executions"])
+    hottest = max(per_line, key=per_line.get)
+    with open(GPT) as f:
+        source = f.read().splitlines()
+    rows = p.locator("#source table.source tbody tr[data-line]")
+    assert rows.count() == len(source)
+    shown = set(rows.evaluate_all(
+        "rows => rows.filter(r => !r.hidden).map(r => +r.dataset.line)"))
+    assert set(per_line) <= shown and len(shown) < len(source)
+    fold = p.locator("#source tr.fold button").first
+    fold.click()          # unfolds the first run of lines without collectives
+    assert 1 in set(rows.evaluate_all(
+        "rows => rows.filter(r => !r.hidden).map(r => +r.dataset.line)"))
+    marked = p.locator("#source tr.has").evaluate_all(
+        "rows => rows.map(r => +r.dataset.line)")
+    assert set(marked) == set(per_line)
+    row = p.locator(f"#source tr[data-line='{hottest}']")
+    assert "hot" in row.get_attribute("class")
+    assert row.locator("td.code").inner_text() == source[hottest - 1]
+    count = sum(c["source"]["line"] == hottest for c in report["collectives"])
+    row.locator("button").click()       # the count filters the table
+    assert len(_rows(page)) == count
+    assert p.locator("#f-line").input_value() == f"gpt.py:{hottest}"
+
+
+def _placements(args) -> dict:
+    result = run_irshard("show", *args, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _holders(tensor, index) -> str:
+    """The devices holding element `index` of `tensor` (show's JSON)."""
+    ids = [p["device"] for p in tensor["layout"]
+           if all(a <= i < b for i, (a, b) in zip(index, p["index"]))]
+    return ",".join(map(str, sorted(ids)))
+
+
+def test_the_layout_viewer_draws_a_3d_input_on_a_3d_mesh(tmp_path, open_page):
+    args = [CUBE, "--mesh", "x=2,y=2,z=2", "--shard", "a=x,z,y"]
+    html = _compile(*args, "--format", "html", out=str(tmp_path / "cube.html"))
+    shown = _placements(args)["inputs"][0]
+    page = open_page(html)
+    p = page.page
+    p.get_by_label("array", exact=True).select_option(label="input a  f32[8,6,4]")
+    cells = p.locator("#layout-blocks .cell")
+    assert cells.count() == 4                       # dims 0 x 1 at dim 2 = 0
+    labels = cells.evaluate_all("cs => cs.map(c => c.dataset.devices)")
+    assert labels == [_holders(shown, (i, j, 0)) for i in (0, 4) for j in (0, 3)]
+    assert p.locator("#layout-mesh-svg .dev").count() == 8
+    assert p.locator("#layout-mesh-svg .dev.out").count() == 4
+    # Another slice of dim 2: the other half of the devices.
+    p.get_by_label("dim 2 index (0-3)", exact=True).fill("3")
+    labels = cells.evaluate_all("cs => cs.map(c => c.dataset.devices)")
+    assert labels == [_holders(shown, (i, j, 3)) for i in (0, 4) for j in (0, 3)]
+    # Draw dims 2 (rows) x 0 (columns), sliced at dim 1 = 5.
+    p.get_by_label("rows", exact=True).select_option(label="dim 2 (4)")
+    p.get_by_label("columns", exact=True).select_option(label="dim 0 (8)")
+    p.get_by_label("dim 1 index (0-5)", exact=True).fill("5")
+    labels = cells.evaluate_all("cs => cs.map(c => c.dataset.devices)")
+    assert labels == [_holders(shown, (j, 5, i)) for i in (0, 2) for j in (0, 4)]
+    # Focusing a block rings the devices that hold it.
+    cells.first.focus()
+    held = p.locator("#layout-mesh-svg .dev.hl").evaluate_all(
+        "ds => ds.map(d => d.dataset.device).join(',')")
+    assert held == _holders(shown, (0, 5, 0))
+    # The output (reduced over dim 0, so replicated over x) in the table view.
+    p.get_by_label("array", exact=True).select_option(index=1)
+    out = _placements(args)["outputs"][0]
+    assert cells.count() == 4
+    p.locator("#layout details summary").click()
+    table = p.locator("#layout-table tbody tr td:nth-child(2)").all_inner_texts()
+    assert table == \
+        [_holders(out, (i, j)) for i in (0, 3) for j in (0, 2)]
+
+
+def test_findings_memory_and_a_3d_input(tmp_path, open_page):
+    args = [REMAT, "--mesh", "x=4,y=2"]
+    html = _compile(*args, "--format", "html", out=str(tmp_path / "remat.html"))
+    page = open_page(html)
+    p = page.page
+    finding = p.locator("#findings .finding")
+    assert finding.count() == 1
+    assert "remat.py:19" in finding.inner_text()
+    assert "from y,_,x to _,x+y,_" in finding.inner_text()
+    assert "finding-line" in p.locator("#source tr[data-line='19']").get_attribute("class")
+    assert p.locator("#collective-table .badge").count() == 2   # both at line 19
+    assert "no capacity is known" in p.inner_text("#memory-verdict")
+    assert p.locator("#memory-bar span").count() == 3
+    # a: f32[8@y,16,8@x] on the 4x2 mesh, drawn dims 0 x 1 at dim 2 = 0.
+    p.get_by_label("array", exact=True).select_option(index=0)
+    shown = _placements(args)["inputs"][0]
+    cells = p.locator("#layout-blocks .cell")
+    assert cells.evaluate_all("cs => cs.map(c => c.dataset.devices)") == \
+        [_holders(shown, (0, 0, 0)), _holders(shown, (4, 0, 0))]
+    assert p.locator("#layout-mesh-svg .dev").count() == 8
+    assert p.locator("#layout-mesh-svg .dev.out").count() == 6    # x = 1..3
+
+
+def test_memory_against_capacity_on_a_tpu_target(tmp_path, open_page):
+    html = _compile(REMAT, "--mesh", "x=4,y=2", "--target", "tpu-v5e:2x4",
+                    "--format", "html", out=str(tmp_path / "tpu.html"))
+    page = open_page(html)
+    p = page.page
+    verdict = p.inner_text("#memory-verdict")
+    assert "of 16.0 GiB" in verdict and "fits" in verdict
+    assert "tpu-v5e:2x4" in p.inner_text("#s-target")
+    assert "communication-bound" in p.inner_text("#roofline-verdict")
+    assert p.locator("#chart-roofline svg g").count() == 3
+    assert p.locator("#layout-mesh-svg .dev").count() == 8
+
+
+def test_run_page_shows_the_check_and_timing(tmp_path, open_page):
+    out = str(tmp_path / "run.html")
+    result = run_irshard("run", HEAT, "--fn", "simulate_roll", "--mesh", "x=4",
+                         "--check", "--repeat", "2", "--format", "html", "-o", out)
+    assert result.returncode == 0, result.stderr
+    page = open_page(out)
+    p = page.page
+    assert "passed" in p.inner_text("#run-check")
+    assert "median" in p.inner_text("#run-timing")
+    assert p.locator("#run-tensors tbody tr").count() == 2     # d, and the result
+    assert p.locator("#layout-blocks .cell").count() == 4
+
+
+def test_diff_shows_both_reports_side_by_side(tmp_path, open_page):
+    a = _compile(HEAT, "--fn", "simulate_set", "--mesh", "x=4", "--format", "json",
+                 out=str(tmp_path / "set.json"))
+    b = _compile(HEAT, "--fn", "simulate_roll", "--mesh", "x=4", "--format", "json",
+                 out=str(tmp_path / "roll.json"))
+    out = str(tmp_path / "diff.html")
+    result = run_irshard("diff", a, b, "--format", "html", "-o", out)
+    assert result.returncode == 0, result.stderr
+    changes = json.loads(run_irshard("diff", a, b, "--format", "json").stdout)["changes"]
+    page = open_page(out)
+    p = page.page
+    statuses = p.locator("#change-table tbody tr").evaluate_all(
+        "rows => rows.map(r => r.className)")
+    assert sorted(statuses) == sorted(f"st-{c['status']}" for c in changes)
+    assert "st-removed" in statuses and "st-added" in statuses
+    for side, path in (("A", a), ("B", b)):
+        with open(path) as f:
+            count = len(json.load(f)["collectives"])
+        assert p.locator(f"#side-{side} tbody tr").count() == count
+    assert p.locator("#side-A tbody tr.st-removed").count() > 0
+    assert p.locator("#side-B tbody tr.st-added").count() > 0
+    assert "No regression" in p.inner_text("#diff-verdict")
+    # Source lines of both, marked where they differ.
+    assert p.locator("#source tr.st-removed, #source tr.st-changed").count() > 0
+
+
+def test_the_page_is_self_contained_and_deterministic(tmp_path, write, open_page):
+    # A source line that would end a <script> element if copied raw.
+    src = write("tricky.py", "import jax.numpy as jnp\n\n\ndef f(a: 'f32[16@x]'):\n"
+                "    return jnp.roll(a, 1)  # </script><script>document.title='x'\n")
+    one = _compile(src, "--mesh", "x=4", "--format", "html", out=str(tmp_path / "1.html"))
+    two = _compile(src, "--mesh", "x=4", "--format", "html", out=str(tmp_path / "2.html"))
+    with open(one, "rb") as f1, open(two, "rb") as f2:
+        first = f1.read()
+        assert first == f2.read()
+    text = first.decode()
+    assert "Content-Security-Policy" in text
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text)
+    page = open_page(one)
+    assert page.page.title().startswith("irshard: tricky.py")
+    code = page.page.locator("#source tr[data-line='5'] td.code").inner_text()
+    assert code.endswith("# </script><script>document.title='x'")
+    assert page.page.locator("#collective-table tbody tr[data-name]").count() > 0
+
+
+def test_html_with_emit_on_run_is_a_usage_error(tmp_path):
+    result = run_irshard("run", HEAT, "--fn", "simulate_roll", "--mesh", "x=4",
+                         "--emit", "stablehlo", "--format", "html",
+                         "-o", str(tmp_path / "r.html"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("irshard: error: --emit")
+    assert len(result.stderr.splitlines()) == 1
+    assert not os.path.exists(tmp_path / "r.html")
