@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test unit lit bench clean
+.PHONY: run test unit lit bench clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,21 @@ run: $(STAMP)
 
 test: unit lit
 
-unit: $(STAMP)
+unit: $(STAMP) browser
 	$(BIN)/python -m pytest
+
+# The HTML report's tests drive a real Chromium (Debian's package): installed
+# here when missing and this user may install packages; otherwise those
+# tests are skipped (CI requires them: IRSHARD_REQUIRE_BROWSER=1).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the HTML report's tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else \
+	  echo "note: no chromium; the HTML report's browser tests will be skipped"; \
+	fi
 
 lit: $(STAMP)
 	$(BIN)/lit -s tests/lit

@@ -262,6 +262,12 @@ class CollectiveReport:
     def to_text(self) -> str:
         return self.render_text()
 
+    def to_html(self) -> str:
+        """The HTML report (`--format html`): one self-contained page."""
+        from irshard import htmlreport
+        compiled = getattr(self.stages, "compiled", None)
+        return htmlreport.render_report(self, compiled, self.run)
+
     def stage(self, name: str) -> str:
         """The IR of pipeline stage `name` (stablehlo, propagated,
         partitioned, optimized), as `--emit` prints it."""

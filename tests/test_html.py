@@ -394,3 +394,34 @@ def test_html_with_emit_on_run_is_a_usage_error(tmp_path):
     assert result.stderr.startswith("irshard: error: --emit")
     assert len(result.stderr.splitlines()) == 1
     assert not os.path.exists(tmp_path / "r.html")
+
+
+def _data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="irshard-data">(.*?)</script>',
+                  html, re.S)
+    return json.loads(m.group(1))
+
+
+def test_the_python_api_writes_the_same_page():
+    import jax
+    import jax.numpy as jnp
+
+    import irshard
+
+    def f(a, b):
+        return jnp.tanh(a @ b)
+
+    args = (jax.ShapeDtypeStruct((16, 8), jnp.float32),
+            jax.ShapeDtypeStruct((8, 4), jnp.float32))
+    report = irshard.compile(f, *args, mesh="x=2,y=2",
+                             shardings=("x,y", "y,_"), explain=True)
+    data = _data(report.to_html())
+    assert data["kind"] == "report"
+    assert data["report"] == json.loads(json.dumps(report.to_json()))
+    names = [c.name for c in report.collectives]
+    assert names and sorted(data["ir"]) == sorted(names)
+    # Where a: f32[16,8] sharded x,y lives, and the 2x2 mesh's devices.
+    assert data["layout"]["devices"] == [[0, 1], [2, 3]]
+    blocks = data["layout"]["inputs"][0]
+    assert sorted(map(tuple, (tuple(map(tuple, r)) for _, r in blocks))) == sorted(
+        ((i * 8, i * 8 + 8), (j * 4, j * 4 + 4)) for i in (0, 1) for j in (0, 1))
