@@ -167,11 +167,11 @@ def layout_of(compiled: Any = None, run: Any = None) -> dict[str, Any] | None:
     else:
         try:
             inputs, outputs = show.placed(compiled)
-        except Exception:          # a stand-in executable has no devices
+        except (AttributeError, RuntimeError, TypeError, ValueError):
             return None
     try:
         devices = show.mesh_device_ids(compiled)
-    except Exception:
+    except (AttributeError, RuntimeError, TypeError, ValueError):
         devices = None
     return {"devices": devices, "inputs": _placements(inputs),
             "outputs": _placements(outputs)}

@@ -363,6 +363,9 @@ def test_diff_shows_both_reports_side_by_side(tmp_path, open_page):
     assert p.locator("#side-A tbody tr.st-removed").count() > 0
     assert p.locator("#side-B tbody tr.st-added").count() > 0
     assert "No regression" in p.inner_text("#diff-verdict")
+    # Every total went down: each row is marked better, none worse.
+    assert p.locator("#diff-totals tbody tr.better").count() == 5
+    assert p.locator("#diff-totals tbody tr.worse").count() == 0
     # Source lines of both, marked where they differ.
     assert p.locator("#source tr.st-removed, #source tr.st-changed").count() > 0
 
