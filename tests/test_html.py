@@ -428,3 +428,31 @@ def test_the_python_api_writes_the_same_page():
     blocks = data["layout"]["inputs"][0]
     assert sorted(map(tuple, (tuple(map(tuple, r)) for _, r in blocks))) == sorted(
         ((i * 8, i * 8 + 8), (j * 4, j * 4 + 4)) for i in (0, 1) for j in (0, 1))
+
+
+def test_a_long_table_is_drawn_a_page_at_a_time(gpt, tmp_path, open_page):
+    from irshard import htmlreport
+    html, report = gpt
+    with open(html) as f:
+        data = _data(f.read())
+    kind = data.pop("kind")
+    one = data["report"]["collectives"]
+    many = [dict(c, name=f"{c['name']}.copy{i}", bytes=c["bytes"] + i)
+            for i, c in enumerate(one * (1200 // len(one) + 1))][:1200]
+    data["report"]["collectives"] = many
+    path = tmp_path / "long.html"
+    path.write_text(htmlreport.page(kind, data, "long"))
+    page = open_page(str(path))
+    p = page.page
+    assert _rows(page) == [c["name"] for c in many[:500]]
+    p.click("#collective-table-more")
+    assert _rows(page) == [c["name"] for c in many[:1000]]
+    # Sorting starts again from the first page, over every row.
+    p.locator("#collective-table th[data-key=bytes] button").click()
+    rows = _rows(page)
+    assert len(rows) == 500
+    assert rows[0] == max(many, key=lambda c: c["bytes"])["name"]
+    p.get_by_label("kind", exact=True).select_option("all-reduce")
+    reduces = [c for c in many if c["kind"] == "all-reduce"]
+    assert len(_rows(page)) == min(500, len(reduces))
+    assert p.inner_text("#c-count").startswith(f"Showing {len(reduces)} of 1200")
