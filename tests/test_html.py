@@ -456,3 +456,33 @@ def test_a_long_table_is_drawn_a_page_at_a_time(gpt, tmp_path, open_page):
     reduces = [c for c in many if c["kind"] == "all-reduce"]
     assert len(_rows(page)) == min(500, len(reduces))
     assert p.inner_text("#c-count").startswith(f"Showing {len(reduces)} of 1200")
+
+
+def test_keyboard_and_screen_reader_basics(tmp_path, open_page):
+    args = [CUBE, "--mesh", "x=2,y=2,z=2", "--shard", "a=x,z,y"]
+    html = _compile(*args, "--format", "html", out=str(tmp_path / "cube.html"))
+    page = open_page(html)
+    p = page.page
+    # The first Tab reaches the skip link, which moves focus to the report.
+    p.keyboard.press("Tab")
+    assert p.evaluate("document.activeElement.textContent") == "Skip to the report"
+    p.keyboard.press("Enter")
+    assert p.evaluate("document.activeElement.id") == "main"
+    # What a screen reader is given: named regions, controls, table, drawings.
+    tree = p.locator("#collectives").aria_snapshot()
+    for line in ('region "Collectives"', 'search "Filter collectives"',
+                 'combobox "kind"', 'combobox "mesh axis"', 'combobox "source line"',
+                 'table "Collectives"', 'button "kind: sort"', 'button "why all-reduce'):
+        assert line in tree, line
+    tree = p.locator("#layout").aria_snapshot()
+    assert 'img "[0:4, 0:3, 0] on device 0"' in tree
+    assert 'img "device 2 at x=0,y=1,z=0, holds none of the drawn slice"' in tree
+    assert "dim 1 \u2192" not in tree          # ticks are hidden from it
+    # Blocks are reached with Tab, and focus rings their devices.
+    p.locator("#layout-tensor").focus()
+    for _ in range(12):
+        p.keyboard.press("Tab")
+        if p.evaluate("document.activeElement.classList.contains('cell')"):
+            break
+    assert p.evaluate("document.activeElement.dataset.devices") == "0"
+    assert p.locator("#layout-mesh-svg .dev.hl").count() == 1
