@@ -563,7 +563,21 @@ def cmd_collectives(args) -> int:
     backend.configure(1, "cpu")
     from irshard import dumps
     reports, skipped = dumps.reports(args.path, args.stage, mesh)
-    if args.format == "json":
+    if args.format == "html":
+        from irshard import htmlreport
+        # One module: the only one, or the only one that is sharded.
+        sharded = [r for r in reports if r.collectives
+                   or (r.mesh is not None and r.mesh.num_devices > 1)]
+        chosen = reports if len(reports) == 1 else sharded
+        if len(chosen) != 1:
+            names = ", ".join(r.module or "?" for r in reports) or "none"
+            raise UsageError(f"--format html shows one module; '{args.path}' "
+                             f"holds {len(chosen) or len(reports)} ({names}): "
+                             f"give one module's HLO file")
+        files = {m.label: m.path for m in dumps.find_modules(args.path, args.stage)}
+        text = htmlreport.render_report(
+            chosen[0], ir_text=htmlreport.read_ir(files.get(chosen[0].module, "")))
+    elif args.format == "json":
         from irshard.report import SCHEMA, dumps_json
         if len(reports) == 1 and not os.path.isdir(args.path):
             # Written as it is made: a large module's report is never
@@ -734,7 +748,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", default="optimized", metavar="STAGE",
                    help="in a dump directory, read each module's optimized "
                         "(default) or partitioned HLO")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json", "html"), default="text",
+                   help="report format (default: text); html shows one "
+                        "module: a file's, or a dump's only sharded one")
     p.add_argument("-o", "--output", metavar="PATH")
     p.set_defaults(handler=cmd_collectives)
 

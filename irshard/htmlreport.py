@@ -23,6 +23,8 @@ MAX_SOURCE_BYTES = 2 << 20
 # computation; longer lines are cut.
 IR_CONTEXT = 3
 IR_LINE_CHARS = 1200
+# An HLO file larger than this gives no excerpts (it is not read whole).
+MAX_IR_BYTES = 64 << 20
 
 _TEMPLATE = os.path.join(os.path.dirname(__file__), "report.html")
 _DATA_MARK = "/*IRSHARD-DATA*/"
@@ -188,7 +190,20 @@ def _stage_text(report, compiled: Any) -> str | None:
     return compiled.as_text()
 
 
-def report_data(report, compiled: Any = None, run: Any = None) -> dict[str, Any]:
+def read_ir(path: str) -> str | None:
+    """The text of an HLO file for the page's IR excerpts: None for a
+    directory, a file too large to hold whole, or one that is not text."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_IR_BYTES:
+            return None
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def report_data(report, compiled: Any = None, run: Any = None,
+                ir_text: str | None = None) -> dict[str, Any]:
     """Everything the report page shows."""
     body = report.to_json()
     if run is not None:
@@ -197,7 +212,7 @@ def report_data(report, compiled: Any = None, run: Any = None) -> dict[str, Any]
             for t in body["run"][section]:
                 t.pop("layout", None)
     ir: dict[str, Any] = {}
-    text = _stage_text(report, compiled)
+    text = ir_text if ir_text is not None else _stage_text(report, compiled)
     if text:
         ir = ir_excerpts(text, (c.name for c in report.collectives))
     user_dir = getattr(getattr(compiled, "info", None), "user_dir", None)
@@ -206,11 +221,14 @@ def report_data(report, compiled: Any = None, run: Any = None) -> dict[str, Any]
             "layout": layout_of(compiled, run) if compiled is not None else None}
 
 
-def render_report(report, compiled: Any = None, run: Any = None) -> str:
+def render_report(report, compiled: Any = None, run: Any = None,
+                  ir_text: str | None = None) -> str:
+    """The report's page; `compiled` (the executable) gives the layout,
+    `run` the run's section, `ir_text` the HLO when there is no pipeline."""
     where = report.function or report.module or ""
     title = f"irshard: {os.path.basename(report.source)}" + \
         (f" {where}" if where else "")
-    return page("report", report_data(report, compiled, run), title)
+    return page("report", report_data(report, compiled, run, ir_text), title)
 
 
 def render_diff(diff) -> str:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -486,3 +487,79 @@ def test_keyboard_and_screen_reader_basics(tmp_path, open_page):
             break
     assert p.evaluate("document.activeElement.dataset.devices") == "0"
     assert p.locator("#layout-mesh-svg .dev.hl").count() == 1
+
+
+DUMPED = """\
+import sys
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+jax.config.update("jax_num_cpu_devices", 4)
+mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+a = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh, P("x", None)))
+
+
+def step(a):
+    return (a @ a.T).sum(0)
+
+
+def other(a):
+    return jnp.roll(a, 1, axis=0)
+
+
+jax.jit(step)(a).block_until_ready()
+if len(sys.argv) > 1:
+    jax.jit(other)(a).block_until_ready()
+"""
+
+
+def _dump(tmp_path, write, name, *argv):
+    import subprocess
+    import sys
+    script = write(f"{name}/dumped.py", DUMPED)
+    dump = str(tmp_path / f"{name}.dump")
+    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, script, *argv], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return dump, script
+
+
+def test_collectives_of_an_hlo_file_and_a_dump(tmp_path, write, open_page):
+    hlo = os.path.join(ROOT, "tests", "data", "async_collectives.hlo")
+    out = str(tmp_path / "hlo.html")
+    assert run_irshard("collectives", hlo, "--format", "html", "-o", out).returncode == 0
+    report = json.loads(run_irshard("collectives", hlo, "--format", "json").stdout)
+    page = open_page(out)
+    p = page.page
+    assert _rows(page) == [c["name"] for c in report["collectives"]]
+    p.locator("#collective-table button.expand").first.click()
+    assert re.search(r"ag-start = ", p.locator("#detail-0 pre .at").inner_text())
+    # Its sources live on another machine: the lines are listed, not shown.
+    assert "could not be read" in p.inner_text("#source")
+    assert "only for a compiled executable" in p.inner_text("#layout")
+    # A dump directory: its one sharded module, with excerpts of its file.
+    dump, script = _dump(tmp_path, write, "one")
+    out = str(tmp_path / "dump.html")
+    result = run_irshard("collectives", dump, "--format", "html", "-o", out)
+    assert result.returncode == 0, result.stderr
+    page = open_page(out)
+    data = _data(Path(out).read_text())
+    names = [c["name"] for c in data["report"]["collectives"]]
+    assert "jit_step" in data["report"]["module"] and names
+    assert sorted(data["ir"]) == sorted(names)
+    assert list(data["sources"]) == [os.path.relpath(script)] or \
+        list(data["sources"]) == [script]
+    assert page.page.locator("#source tr.has").count() > 0
+
+
+def test_collectives_html_of_a_dump_with_several_sharded_modules(tmp_path, write):
+    dump, _ = _dump(tmp_path, write, "two", "both")
+    out = tmp_path / "r.html"
+    result = run_irshard("collectives", dump, "--format", "html", "-o", str(out))
+    assert result.returncode == 2
+    line, = result.stderr.splitlines()
+    assert line.startswith("irshard: error: --format html shows one module;")
+    assert "jit_step" in line and "jit_other" in line
+    assert not out.exists()
