@@ -236,6 +236,11 @@ def test_the_source_view_marks_each_line_and_the_hottest(gpt, open_page):
     row = p.locator(f"#source tr[data-line='{hottest}']")
     assert "hot" in row.get_attribute("class")
     assert row.locator("td.code").inner_text() == source[hottest - 1]
+    # A collective's source line in the table leads to its line here.
+    name = next(c["name"] for c in report["collectives"]
+                if c["source"]["line"] == hottest)
+    p.locator(f"#collective-table tr[data-name='{name}'] td[data-key=line] a").click()
+    assert p.evaluate("document.activeElement.dataset.line") == str(hottest)
     count = sum(c["source"]["line"] == hottest for c in report["collectives"])
     row.locator("button").click()       # the count filters the table
     assert len(_rows(page)) == count
