@@ -175,8 +175,12 @@ def layout_of(compiled: Any = None, run: Any = None) -> dict[str, Any] | None:
         devices = show.mesh_device_ids(compiled)
     except (AttributeError, RuntimeError, TypeError, ValueError):
         devices = None
+    processes = {p.device: p.process for t in (*inputs, *outputs)
+                 for p in t.placements}
     return {"devices": devices, "inputs": _placements(inputs),
-            "outputs": _placements(outputs)}
+            "outputs": _placements(outputs),
+            "processes": {str(d): processes[d] for d in sorted(processes)}
+            if len(set(processes.values())) > 1 else None}
 
 
 def _stage_text(report, compiled: Any) -> str | None:

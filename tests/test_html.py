@@ -308,6 +308,8 @@ def test_findings_memory_and_a_3d_input(tmp_path, open_page):
     assert "remat.py:19" in finding.inner_text()
     assert "from y,_,x to _,x+y,_" in finding.inner_text()
     assert "finding-line" in p.locator("#source tr[data-line='19']").get_attribute("class")
+    finding.locator("a").click()                 # to its line in the source
+    assert p.evaluate("document.activeElement.dataset.line") == "19"
     assert p.locator("#collective-table .badge").count() == 2   # both at line 19
     assert "no capacity is known" in p.inner_text("#memory-verdict")
     assert p.locator("#memory-bar span").count() == 3
@@ -345,6 +347,19 @@ def test_run_page_shows_the_check_and_timing(tmp_path, open_page):
     assert "median" in p.inner_text("#run-timing")
     assert p.locator("#run-tensors tbody tr").count() == 2     # d, and the result
     assert p.locator("#layout-blocks .cell").count() == 4
+
+
+def test_a_run_of_two_processes_names_each_device_s_process(tmp_path, open_page):
+    out = str(tmp_path / "two.html")
+    result = run_irshard("run", HEAT, "--fn", "simulate_roll", "--mesh", "x=4",
+                         "--processes", "2", "--format", "html", "-o", out)
+    assert result.returncode == 0, result.stderr
+    page = open_page(out)
+    labels = page.page.locator("#layout-mesh-svg .dev").evaluate_all(
+        "ds => ds.map(d => d.getAttribute('aria-label'))")
+    assert [label.split(" at ")[1] for label in labels] == \
+        [f"x={i}, process {i // 2}" for i in range(4)]
+    assert "2 processes" in page.page.inner_text("#run")
 
 
 def test_diff_shows_both_reports_side_by_side(tmp_path, open_page):
