@@ -13,6 +13,7 @@ from that data; nothing is fetched. The same report gives the same bytes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from typing import Any, Iterable, Sequence
@@ -36,19 +37,24 @@ def _escape_text(text: str) -> str:
 
 
 def _script_json(value: Any) -> str:
-    """JSON safe inside a <script> element: no `</script` or `<!--`."""
-    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"),
-                      allow_nan=False, default=_plain)
+    """JSON safe inside a <script> element: no `</script` or `<!--`, and no
+    NaN or Infinity, which JSON.parse refuses (written as strings)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"),
+                          allow_nan=False)
+    except ValueError:
+        return _script_json(_finite(value))
     return text.replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _plain(value: Any) -> Any:
-    """JSON for values the report holds that json does not know."""
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if isinstance(value, (set, frozenset, tuple)):
-        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
-    return str(value)
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def page(kind: str, data: dict[str, Any], title: str) -> str:

@@ -583,3 +583,12 @@ def test_collectives_html_of_a_dump_with_several_sharded_modules(tmp_path, write
     assert line.startswith("irshard: error: --format html shows one module;")
     assert "jit_step" in line and "jit_other" in line
     assert not out.exists()
+
+
+def test_non_finite_numbers_reach_the_page_as_strings():
+    from irshard import htmlreport
+    html = htmlreport.page("report", {"report": {"x": [1.0, float("inf"), float("nan")],
+                                                 "s": "</script><!--"}}, "t")
+    data = _data(html)
+    assert data["report"] == {"x": [1.0, "inf", "nan"], "s": "</script><!--"}
+    assert "</script><!--" not in html
