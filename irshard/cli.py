@@ -564,19 +564,18 @@ def cmd_collectives(args) -> int:
     from irshard import dumps
     reports, skipped = dumps.reports(args.path, args.stage, mesh)
     if args.format == "html":
-        from irshard import htmlreport
-        # One module: the only one, or the only one that is sharded.
-        sharded = [r for r in reports if r.collectives
-                   or (r.mesh is not None and r.mesh.num_devices > 1)]
-        chosen = reports if len(reports) == 1 else sharded
-        if len(chosen) != 1:
+        from irshard import diff, htmlreport
+        def sharded(r):
+            return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)
+        chosen = diff.main_module(reports, sharded)
+        if chosen is None:
             names = ", ".join(r.module or "?" for r in reports) or "none"
+            count = sum(map(sharded, reports)) or len(reports)
             raise UsageError(f"--format html shows one module; '{args.path}' "
-                             f"holds {len(chosen) or len(reports)} ({names}): "
-                             f"give one module's HLO file")
+                             f"holds {count} ({names}): give one module's HLO file")
         files = {m.label: m.path for m in dumps.find_modules(args.path, args.stage)}
         text = htmlreport.render_report(
-            chosen[0], ir_text=htmlreport.read_ir(files.get(chosen[0].module, "")))
+            chosen, ir_text=htmlreport.read_ir(files.get(chosen.module, "")))
     elif args.format == "json":
         from irshard.report import SCHEMA, dumps_json
         if len(reports) == 1 and not os.path.isdir(args.path):

@@ -102,6 +102,15 @@ def _is_report(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("collectives"), list)
 
 
+def main_module(modules: list, is_sharded) -> Any:
+    """The module a dump is about: the only sharded one (a dump also holds
+    one-device helpers), else its only module; None when neither is one."""
+    sharded = [m for m in modules if is_sharded(m)]
+    if len(sharded) == 1:
+        return sharded[0]
+    return modules[0] if len(modules) == 1 else None
+
+
 def _pick(modules: list[dict[str, Any]], path: str, module: str | None
           ) -> dict[str, Any]:
     """One module's report among several: the one `--module` names, else
@@ -113,12 +122,10 @@ def _pick(modules: list[dict[str, Any]], path: str, module: str | None
         what = "no module" if not named else f"{len(named)} modules"
         raise UsageError(f"{path}: {what} named like '{module}'; modules: "
                          + ", ".join(m.get("module") or "?" for m in modules))
-    sharded = [m for m in modules if (m.get("mesh") or {}).get("devices", 1) > 1
-               or m.get("collectives")]
-    if len(sharded) == 1:
-        return sharded[0]
-    if len(modules) == 1:
-        return modules[0]
+    found = main_module(modules, lambda m: (m.get("mesh") or {}).get("devices", 1) > 1
+                        or bool(m.get("collectives")))
+    if found is not None:
+        return found
     raise UsageError(f"{path} holds {len(modules)} modules; name one with "
                      f"--module: " + ", ".join(m.get("module") or "?" for m in modules))
 
