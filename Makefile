@@ -2,18 +2,36 @@
 #   make run    the heat example's collective report on 4 simulated CPU devices
 #   make test   unit tests (pytest) and regression tests (lit + FileCheck)
 # Both create .venv and install irshard into it on first use.
+#
+#   make test-latest   the same suite on the newest JAX (JAX_LATEST) in
+#                      .venv-latest, on CPython 3.13 (built once from Debian's
+#                      source package by tools/build-python.sh when missing)
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+PIP    := -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test unit lit bench clean browser
+# The newest JAX the suite runs on (Python >= 3.12).
+JAX_LATEST    ?= 0.12.0.1
+VENV_LATEST   := .venv-latest
+BIN_LATEST    := $(VENV_LATEST)/bin
+STAMP_LATEST  := $(VENV_LATEST)/.installed-$(JAX_LATEST)
+
+.PHONY: run test unit lit test-latest unit-latest lit-latest bench clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,tpu,ray]'
+	$(BIN)/python $(PIP) -e '.[test,tpu,ray]'
 	touch $(STAMP)
+
+$(STAMP_LATEST): pyproject.toml tools/build-python.sh
+	rm -rf $(VENV_LATEST)
+	"$$(tools/build-python.sh)" -m venv $(VENV_LATEST)
+	$(BIN_LATEST)/python $(PIP) -e '.[test,tpu,ray]' \
+	  'jax[tpu]==$(JAX_LATEST)' 'jaxlib==$(JAX_LATEST)'
+	touch $(STAMP_LATEST)
 
 run: $(STAMP)
 	$(BIN)/irshard compile examples/heat1d.py --fn simulate_set --mesh x=4
@@ -42,10 +60,19 @@ lit: $(STAMP)
 	$(BIN)/lit -s tests/lit
 	@test -c /dev/null || { echo "error: a test replaced /dev/null" >&2; exit 1; }
 
+test-latest: unit-latest lit-latest
+
+unit-latest: $(STAMP_LATEST) browser
+	$(BIN_LATEST)/python -m pytest
+
+lit-latest: $(STAMP_LATEST)
+	$(BIN_LATEST)/lit -s tests/lit
+	@test -c /dev/null || { echo "error: a test replaced /dev/null" >&2; exit 1; }
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV_LATEST) build *.egg-info .pytest_cache
 	find . -name __pycache__ -prune -exec rm -rf {} +
 	find tests/lit -name Output -prune -exec rm -rf {} +
