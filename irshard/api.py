@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from irshard.errors import CheckFailed, UsageError
-from irshard.specs import MeshSpec, MeshAxis, parse_mesh
+from irshard.specs import MeshSpec, MeshAxis, parse_axis_types, parse_mesh
 
 
 def configure(devices: int = 8, platform: str = "cpu") -> None:
@@ -41,28 +41,39 @@ def configure(devices: int = 8, platform: str = "cpu") -> None:
     backend.configure(devices, platform)
 
 
-def _mesh(mesh: Any) -> tuple[MeshSpec, Sequence[Any] | None]:
-    """A mesh spec (`"dp=2,tp=4"`) or a `jax.sharding.Mesh` (whose devices,
-    in its order, are used)."""
-    if isinstance(mesh, str):
-        return parse_mesh(mesh), None
-    if isinstance(mesh, MeshSpec):
-        return mesh, None
+def _mesh(mesh: Any, axis_types: str | Sequence[str] | None
+          ) -> tuple[MeshSpec, Sequence[Any] | None]:
+    """A mesh spec (`"dp=2,tp=4"`) with `axis_types` (as `--axis-types`, or
+    one per axis), or a `jax.sharding.Mesh` (whose devices, in its order,
+    and axis types are used)."""
+    if isinstance(mesh, (str, MeshSpec)):
+        spec = parse_mesh(mesh) if isinstance(mesh, str) else mesh
+        if axis_types is not None:
+            if not isinstance(axis_types, str):
+                axis_types = ",".join(str(t) for t in axis_types)
+            spec = parse_axis_types(axis_types, spec)
+        return spec, None
     shape = getattr(mesh, "shape", None)
     devices = getattr(mesh, "devices", None)
     if not hasattr(shape, "items") or devices is None:
         raise UsageError(f"mesh: expected a spec such as 'dp=2,tp=4' or a "
                          f"jax.sharding.Mesh, not {type(mesh).__name__}")
-    spec = MeshSpec(tuple(MeshAxis(str(n), int(s)) for n, s in shape.items()))
+    if axis_types is not None:
+        raise UsageError("axis_types: a jax.sharding.Mesh brings its own axis "
+                         "types; give them to jax.make_mesh(axis_types=...)")
+    from irshard import backend
+    types = backend.axis_types_of(mesh)
+    spec = MeshSpec(tuple(MeshAxis(str(n), int(s), t)
+                          for (n, s), t in zip(shape.items(), types)))
     return spec, list(devices.flat)
 
 
 def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               rules, shardings, static_argnums, grad, out_shardings,
               platform: str, reference=None, target=None, profile=None,
-              runnable=False, constraints=()):
+              runnable=False, constraints=(), axis_types=None):
     from irshard import frontend, program, stages
-    mesh_spec, devices = _mesh(mesh)
+    mesh_spec, devices = _mesh(mesh, axis_types)
     place = frontend.Placement(target, platform, profile)
     if runnable:
         place.check_runnable()
@@ -91,7 +102,8 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             target: str | None = None, profile: str | None = None,
             explain: bool = False, stage: str = "optimized",
             constraints: Sequence[tuple[str, str]] = (),
-            platform: str = "cpu"):
+            platform: str = "cpu",
+            axis_types: str | Sequence[str] | None = None):
     """Partitions `fn(*args)` on `mesh` and returns its collective report.
 
     `rules` are `(pattern, spec)` pairs over leaf paths, the first match
@@ -103,9 +115,11 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     to the named arguments (or all with `True`). `constraints` are
     `(match, spec)` pairs, as `--constrain MATCH=SPEC`: the results of the
     ops `match` picks (`dot_general@model.py:12`) get that sharding. With
-    `explain`, each
-    collective's `why` says why it exists. The report's `stage(name)`
-    prints any stage's IR."""
+    `explain`, each collective's `why` says why it exists. The report's
+    `stage(name)` prints any stage's IR. `axis_types` makes a spec's mesh
+    axes explicit (`"explicit"`, per axis `"dp=explicit"` or
+    `("explicit", "auto")`): the function is traced with its inputs'
+    shardings in their types; a `jax.sharding.Mesh` brings its own."""
     import dataclasses
 
     from irshard import explain as explaining
@@ -113,7 +127,8 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                      static_argnums, grad, out_shardings, platform,
                                      target=target, profile=profile,
-                                     constraints=constraints)
+                                     constraints=constraints,
+                                     axis_types=axis_types)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
@@ -132,7 +147,8 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         check: bool = False, rtol: float | None = None, atol: float | None = None,
         reference: Callable[..., Any] | None = None, seed: int = 0,
         ranges: Mapping[str, tuple[float, float]] | None = None,
-        repeat: int | None = None, platform: str = "cpu"):
+        repeat: int | None = None, platform: str = "cpu",
+        axis_types: str | Sequence[str] | None = None):
     """Compiles as `compile` does and runs the program on the mesh: on the
     values given for concrete arguments, seeded random values for abstract
     ones (`ranges` by path pattern). The report's `run` holds checksums,
@@ -145,7 +161,8 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     from irshard import stages
     prog, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                         static_argnums, grad, out_shardings,
-                                        platform, reference, runnable=True)
+                                        platform, reference, runnable=True,
+                                        axis_types=axis_types)
     given = {leaf.path: leaf.value for leaf in prog.inputs if leaf.value is not None}
     options = running.RunOptions(
         seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,

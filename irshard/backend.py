@@ -209,14 +209,40 @@ def cost_analysis(executable) -> dict[str, float]:
 
 
 def make_mesh(axis_names: Sequence[str], axis_sizes: Sequence[int],
-              mesh_devices: Sequence[Any]):
-    """A `jax.sharding.Mesh` whose logical device i is `mesh_devices[i]`, with
-    every axis left to the compiler's propagation (`AxisType.Auto`)."""
+              mesh_devices: Sequence[Any],
+              axis_types: Sequence[str] | None = None):
+    """A `jax.sharding.Mesh` whose logical device i is `mesh_devices[i]`.
+    Each axis is left to the compiler's propagation (`AxisType.Auto`) unless
+    `axis_types` says `explicit` for it."""
     import numpy as np
-    from jax.sharding import AxisType, Mesh
+    from jax.sharding import Mesh
     array = np.array(list(mesh_devices), dtype=object).reshape(tuple(axis_sizes))
     return Mesh(array, tuple(axis_names),
-                axis_types=(AxisType.Auto,) * len(axis_names))
+                axis_types=jax_axis_types(axis_types or ["auto"] * len(axis_names)))
+
+
+def jax_axis_types(types: Sequence[str]) -> tuple[Any, ...]:
+    """JAX's `AxisType` of each of irshard's axis types (`auto`, `explicit`)."""
+    from jax.sharding import AxisType
+    return tuple(AxisType.Explicit if t == "explicit" else AxisType.Auto
+                 for t in types)
+
+
+def axis_types_of(mesh) -> tuple[str, ...]:
+    """irshard's name of each axis type of a `jax.sharding.Mesh`; a
+    `Manual` axis (inside `shard_map`) counts as explicit."""
+    from jax.sharding import AxisType
+    types = getattr(mesh, "axis_types", None) or ()
+    return tuple("auto" if t == AxisType.Auto else "explicit" for t in types) \
+        or ("auto",) * len(mesh.axis_names)
+
+
+def partition_spec(entries: Sequence[Sequence[str]]):
+    """A `PartitionSpec` with one entry per dimension: the dimension's mesh
+    axes, major to minor (none: not sharded)."""
+    from jax.sharding import PartitionSpec
+    return PartitionSpec(*(None if not axes else axes[0] if len(axes) == 1
+                           else tuple(axes) for axes in entries))
 
 
 # ---------------------------------------------------------------------------
@@ -274,19 +300,27 @@ def checked_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
           dtypes: Sequence[str], mesh,
-          weak: Sequence[bool] | None = None) -> LoweredFunction:
-    """Traces `fn` on unsharded abstract inputs and lowers it to StableHLO.
+          weak: Sequence[bool] | None = None,
+          shardings: Sequence[Sequence[Sequence[str]]] | None = None,
+          ) -> LoweredFunction:
+    """Traces `fn` on abstract inputs and lowers it to StableHLO.
 
     The mesh is set as JAX's context mesh while tracing, so the function may
     use `with_sharding_constraint(x, P(...))` or `shard_map` without naming a
-    mesh; the inputs themselves carry no sharding. Unused inputs are kept
-    (`jax.jit` drops them by default), so argument i of the module is always
-    input i.
+    mesh. On a mesh of Auto axes the inputs carry no sharding (the annotate
+    pass attaches it); with Explicit axes each input is traced with its
+    sharding (`shardings[i]`: each dimension's axes) in its type, as
+    `jax.jit` sees a sharded array, so `reshard` and sharding-in-types rules
+    apply. Unused inputs are kept (`jax.jit` drops them by default), so
+    argument i of the module is always input i.
     """
     jax = _jax()
     weak = weak or [False] * len(shapes)
-    avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w)
-             for s, d, w in zip(shapes, dtypes, weak)]
+    explicit = shardings is not None and "explicit" in axis_types_of(mesh)
+    placed = [jax.sharding.NamedSharding(mesh, partition_spec(entries))
+              for entries in shardings] if explicit else [None] * len(shapes)
+    avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
+             for s, d, w, p in zip(shapes, dtypes, weak, placed)]
     with jax.set_mesh(mesh):
         lowered = jax.jit(fn, keep_unused=True).lower(*avals)
         module = lowered.compiler_ir("stablehlo")

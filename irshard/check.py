@@ -131,19 +131,28 @@ def _whole_inputs(info, sources) -> list[np.ndarray]:
 
 
 def _run_on_one_device(fn: Callable, arrays: Sequence[np.ndarray], device,
-                       mesh_names: Sequence[str], x64: bool) -> list[np.ndarray]:
-    """`fn` jitted on `device` under a mesh of the same axis names, all of
-    size 1 (with 64-bit types on where asked)."""
+                       info, x64: bool) -> list[np.ndarray]:
+    """`fn` jitted on `device` under a mesh of the same axis names and
+    types, all of size 1 (with 64-bit types on where asked). On explicit
+    axes each input carries its sharding over that mesh, so the program
+    sees the same sharded types."""
     import jax
-    from jax.sharding import Mesh
 
     from irshard import interrupts
+    mesh_spec = info.mesh
 
     def work():
         with jax.enable_x64(x64 or jax.config.jax_enable_x64):
-            args = [jax.device_put(a, device) for a in arrays]
-            mesh = Mesh(np.array([device]).reshape((1,) * len(mesh_names)),
-                        tuple(mesh_names))
+            mesh = backend.make_mesh(mesh_spec.names, (1,) * len(mesh_spec.axes),
+                                     [device], [a.type for a in mesh_spec.axes])
+            if mesh_spec.explicit:
+                args = [jax.device_put(a, jax.sharding.NamedSharding(
+                            mesh, backend.partition_spec(
+                                [d.axes for d in decl.sharding.dims])))
+                        if decl.sharding is not None else jax.device_put(a, device)
+                        for a, decl in zip(arrays, info.inputs)]
+            else:
+                args = [jax.device_put(a, device) for a in arrays]
             with jax.set_mesh(mesh):
                 results = jax.jit(fn)(*args)
             return [np.asarray(r) for r in jax.tree_util.tree_leaves(results)]
@@ -162,7 +171,7 @@ def reference(lowered: StableHLO, info, sources,
         return _module_reference(lowered, arrays, device)
     fn = reference_fn or lowered.function
     try:
-        return _run_on_one_device(fn, arrays, device, info.mesh.names, False)
+        return _run_on_one_device(fn, arrays, device, info, False)
     except (Exception, SystemExit) as e:
         raise _reference_error(e, info, reference_fn is not None) from None
 
@@ -197,8 +206,7 @@ def _float64_reference(fn: Callable, lowered: StableHLO, info,
             a = a.astype(np.float64)
         arrays.append(a)
     try:
-        return _run_on_one_device(fn, arrays, lowered.devices[0],
-                                  info.mesh.names, True)
+        return _run_on_one_device(fn, arrays, lowered.devices[0], info, True)
     except (Exception, SystemExit):
         return None
 

@@ -48,6 +48,13 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                         "public function)")
     p.add_argument("--mesh", metavar="SPEC",
                    help="the device mesh, major to minor: x=4 or dp=2,tp=4")
+    p.add_argument("--axis-types", metavar="TYPES",
+                   help="how the function is traced over the mesh axes: "
+                        "'auto' (default: the compiler propagates shardings) "
+                        "or 'explicit' (shardings in the types, as "
+                        "jax.make_mesh's default; reshard, auto_axes and "
+                        "sharded types work), for every axis or per axis: "
+                        "'explicit,auto' or 'dp=explicit'")
     p.add_argument("--args", metavar="NAME", dest="args_fn",
                    help="a function in FILE that returns the positional "
                         "arguments (pytrees of arrays or ShapeDtypeStructs, "
@@ -142,7 +149,8 @@ def _source(args):
     if isinstance(grad, str):
         grad = parse_names(grad, "--grad")
     return frontend.Source(
-        path=args.file, mesh=args.mesh, fn=args.fn, args_fn=args.args_fn,
+        path=args.file, mesh=args.mesh, axis_types=args.axis_types,
+        fn=args.fn, args_fn=args.args_fn,
         arg_types=tuple(args.arg), shards=tuple(args.shard),
         overrides=tuple(args.override_shard),
         out_shards=tuple(args.out_shard), constraints=tuple(args.constrain),
@@ -606,6 +614,7 @@ def _program_argv(args) -> list[str]:
     """The program options of a command, as `irshard compile` takes them."""
     argv = [args.file]
     for option, value in (("--fn", args.fn), ("--mesh", args.mesh),
+                          ("--axis-types", args.axis_types),
                           ("--args", args.args_fn), ("--static", args.static),
                           ("--target", args.target), ("--profile", args.profile)):
         if value is not None:

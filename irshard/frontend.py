@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from irshard.errors import UsageError
-from irshard.specs import MeshSpec, parse_mesh
+from irshard.specs import MeshSpec, parse_axis_types, parse_mesh
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Source:
 
     path: str
     mesh: str | None = None               # --mesh; a module may bring its own
+    axis_types: str | None = None         # --axis-types: auto, explicit, per axis
     fn: str | None = None                 # --fn
     args_fn: str | None = None            # --args: a function returning them
     arg_types: tuple[str, ...] = ()       # --arg NAME=TYPE
@@ -45,11 +46,19 @@ class Source:
         return irfile.is_mlir(self.path)
 
     def mesh_spec(self) -> MeshSpec | None:
-        """The --mesh; a .mlir module may bring its own instead (None)."""
+        """The --mesh (with --axis-types); a .mlir module may bring its own
+        instead (None)."""
         if self.mesh is not None:
-            return parse_mesh(self.mesh)
+            mesh = parse_mesh(self.mesh)
+            if self.axis_types is not None and not self.is_module:
+                mesh = parse_axis_types(self.axis_types, mesh)
+            return mesh
         if self.is_module:
             return None
+        if self.axis_types is not None:
+            raise UsageError("--axis-types names the types of --mesh's axes; "
+                             "give --mesh too, e.g. --mesh dp=2,tp=4 "
+                             "--axis-types explicit")
         raise UsageError("--mesh is required, e.g. --mesh x=4 or --mesh dp=2,tp=4")
 
     def total_devices(self) -> int:
@@ -72,6 +81,10 @@ class Source:
             if given:
                 raise UsageError(f"{option} does not apply to a .mlir module: its "
                                  f"entry is @main and its types are in the module")
+        if self.axis_types is not None:
+            raise UsageError("--axis-types does not apply to a .mlir module: "
+                             "axis types say how JAX traces a Python function, "
+                             "and the module is already traced")
 
 
 class Placement:

@@ -20,7 +20,7 @@ from typing import Any
 
 from irshard.frames import Frame
 from irshard.specs import lookup_dtype
-from irshard.syntax import matching_bracket, split_top_level
+from irshard.syntax import matching_bracket, split_top_level, unquote
 
 # Sizes of HLO element types the tensor grammar has no name for.
 _EXTRA_ITEMSIZES = {"token": 0, "opaque": 0}
@@ -113,7 +113,7 @@ def parse_metadata(text: str) -> dict[str, str]:
     for m in _METADATA_ITEM.finditer(body):
         value = m.group(2)
         if value.startswith('"'):
-            value = value[1:-1] if "\\" not in value else json.loads(value)
+            value = unquote(value)
         result[m.group(1)] = value
     return result
 
@@ -298,7 +298,7 @@ class StackFrameTable:
                 current = None
 
         def strings(name):
-            return {k: json.loads(v) for k, v in tables.get(name, {}).items()}
+            return {k: unquote(v) for k, v in tables.get(name, {}).items()}
 
         def records(name):
             return {k: {a: int(b) for a, b in re.findall(r"(\w+)=(-?\d+)", v)}

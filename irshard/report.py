@@ -290,7 +290,11 @@ class CollectiveReport:
 
 
 def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
-    return {"axes": [{"name": a.name, "size": a.size} for a in mesh.axes],
+    """The mesh's axes; an explicit axis also says `"type": "explicit"`
+    (axes the compiler propagates over, the default, say nothing)."""
+    return {"axes": [{"name": a.name, "size": a.size}
+                     | ({"type": a.type} if a.type != "auto" else {})
+                     for a in mesh.axes],
             "devices": mesh.num_devices, "platform": platform}
 
 
@@ -435,7 +439,8 @@ def render_text_lines(report: CollectiveReport,
     if report.mesh:
         devices = " ".join(filter(None, [str(report.mesh.num_devices),
                                          report.platform, "devices"]))
-        where = f"mesh {report.mesh} ({devices})"
+        types = report.mesh.types_text()
+        where = f"mesh {report.mesh}{f' {types}' if types else ''} ({devices})"
     else:
         where = "no mesh"
     lines = [f"{what}  {where}  stage {report.stage_name}"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from irshard.errors import SpecError
 
@@ -131,10 +131,20 @@ def dtype_from_mlir(name: str) -> DType | None:
 # Meshes
 
 
+# How JAX traces over a mesh axis: `auto` leaves the sharding to the
+# compiler's propagation (irshard's default); `explicit` puts it in the
+# program's types (`jax.sharding.AxisType.Explicit`, what `jax.make_mesh`
+# makes by default), so `reshard`, `auto_axes` and sharded types work.
+AXIS_TYPES = ("auto", "explicit")
+
+
 @dataclass(frozen=True)
 class MeshAxis:
     name: str
     size: int
+    # Not part of the mesh's identity: two meshes with the same axes and
+    # sizes partition a program for the same devices.
+    type: str = field(default="auto", compare=False)
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,11 @@ class MeshSpec:
     def num_devices(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def explicit(self) -> tuple[str, ...]:
+        """The names of the explicit axes."""
+        return tuple(a.name for a in self.axes if a.type == "explicit")
+
     def size_of(self, name: str) -> int:
         for axis in self.axes:
             if axis.name == name:
@@ -171,6 +186,16 @@ class MeshSpec:
 
     def __str__(self) -> str:
         return ",".join(f"{a.name}={a.size}" for a in self.axes)
+
+    def types_text(self) -> str:
+        """The axis types as `--axis-types` takes them: '' when every axis
+        is auto, `explicit` when all are explicit, else per axis."""
+        types = {a.type for a in self.axes}
+        if types == {"auto"}:
+            return ""
+        if len(types) == 1:
+            return types.pop()
+        return ",".join(f"{a.name}={a.type}" for a in self.axes)
 
 
 _MESH_HELP = "expected NAME=SIZE[,NAME=SIZE...], e.g. x=4 or dp=2,tp=4"
@@ -206,6 +231,46 @@ def parse_mesh(text: str) -> MeshSpec:
         seen.add(name)
         axes.append(MeshAxis(name, int(size)))
     return MeshSpec(tuple(axes))
+
+
+_TYPES_HELP = ("expected 'auto' or 'explicit' for every axis, or one per "
+               "axis: 'explicit,auto' or 'dp=explicit,tp=auto'")
+
+
+def parse_axis_types(text: str, mesh: MeshSpec) -> MeshSpec:
+    """`mesh` with the axis types of `--axis-types`: one type for every
+    axis (`explicit`), one per axis in order (`explicit,auto`), or by name
+    (`dp=explicit`; axes not named stay auto)."""
+    check_one_line(text, "--axis-types")
+    items = [item.strip() for item in text.split(",")]
+    types: dict[str, str] = {}
+    named = ["=" in item for item in items]
+    if any(named) and not all(named):
+        raise SpecError(f"--axis-types {shown(text)} mixes named and unnamed "
+                        f"entries; {_TYPES_HELP}")
+    if all(named):
+        for item in items:
+            name, _, kind = (s.strip() for s in item.partition("="))
+            if name not in mesh.names:
+                raise SpecError(f"--axis-types names axis '{name}', which "
+                                f"--mesh {mesh} does not have")
+            if name in types:
+                raise SpecError(f"--axis-types gives axis '{name}' twice")
+            types[name] = kind
+    elif len(items) == 1:
+        types = {name: items[0] for name in mesh.names}
+    elif len(items) == len(mesh.axes):
+        types = dict(zip(mesh.names, items))
+    else:
+        raise SpecError(f"--axis-types {shown(text)} has {len(items)} entries "
+                        f"but --mesh {mesh} has {len(mesh.axes)} axes; "
+                        f"{_TYPES_HELP}")
+    for name, kind in types.items():
+        if kind.lower() not in AXIS_TYPES:
+            raise SpecError(f"--axis-types: '{kind}' is not an axis type "
+                            f"(axis '{name}'); {_TYPES_HELP}")
+    return MeshSpec(tuple(replace(a, type=types.get(a.name, "auto").lower())
+                          for a in mesh.axes))
 
 
 # ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from irshard.hlo import HloModuleView
 from irshard.loader import describe_user_exception, raised_by_user_code
 from irshard.program import Program
 from irshard.report import CollectiveReport, TensorInfo, tensor_info
-from irshard.specs import DType, MeshSpec, lookup_dtype
+from irshard.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
 
 @dataclass(frozen=True)
 class TensorDecl:
@@ -42,6 +42,7 @@ class TensorDecl:
     dtype: DType
     shape: tuple[int, ...]
     key: str | None = None
+    sharding: ShardingSpec | None = None      # as given, for an input
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,29 @@ def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
             f"the function's own default types are then 64-bit too",)
 
 
+def _with_hints(text: str, error: BaseException, mesh: MeshSpec) -> str:
+    """A tracing error of the user's code with what irshard knows about it:
+    JAX's sharding-in-types errors keep their first sentence on the error
+    line and their advice under it; errors that come from the mesh's axis
+    types say which `--axis-types` would do."""
+    if type(error).__name__ == "ShardingTypeError" and "\n" not in text:
+        head, sep, rest = text.partition(". ")
+        if sep and rest:
+            text = f"{head}.\n{rest}"
+    types = mesh.types_text() or "auto"
+    if "should match the mesh passed to shard_map" in text:
+        text += (f"\nhint: irshard traces under the mesh --mesh {mesh} makes "
+                 f"(axis types: {types}); build the shard_map's mesh with the "
+                 f"same axis types, or take it from the context "
+                 f"(jax.sharding.get_abstract_mesh())")
+    elif "of type Auto" in text:
+        text += ("\nhint: the program shards in its types (reshard, "
+                 "auto_axes, sharded types), which needs explicit mesh axes: "
+                 "give --axis-types explicit (or per axis, e.g. "
+                 f"--axis-types {mesh.names[0]}=explicit)")
+    return text
+
+
 def trace(program: Program, platform: str = "cpu",
           devices: Sequence[Any] | None = None, target: Any = None,
           profile: str | None = None, estimated: bool = False) -> StableHLO:
@@ -322,7 +346,8 @@ def trace(program: Program, platform: str = "cpu",
     mesh = program.mesh
     devices = list(devices) if devices is not None else \
         backend.devices(platform, mesh.num_devices)
-    jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
+    jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices,
+                                 [a.type for a in mesh.axes])
     notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
     flat = program.flat_fn()
     fn = backend.checked_outputs(flat)
@@ -336,18 +361,15 @@ def trace(program: Program, platform: str = "cpu",
         lowered = backend.lower(
             fn, [leaf.type.shape for leaf in program.inputs],
             [leaf.type.dtype.numpy for leaf in program.inputs], jax_mesh,
-            [leaf.weak for leaf in program.inputs])
+            [leaf.weak for leaf in program.inputs],
+            [[d.axes for d in leaf.sharding.dims] for leaf in program.inputs]
+            if mesh.explicit else None)
     except backend.BadOutput as e:
         raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
     except (Exception, SystemExit) as e:
         if raised_by_user_code(e):
-            text = describe_user_exception(e, user_dir)
-            if "should match the mesh passed to shard_map" in text:
-                text += ("\nhint: irshard traces under a mesh of Auto axes "
-                         "made from --mesh; build the shard_map's mesh with "
-                         "axis_types=(AxisType.Auto, ...), or take it from the "
-                         "context (jax.sharding.get_abstract_mesh())")
-            raise UserCodeError(text) from None
+            raise UserCodeError(_with_hints(describe_user_exception(e, user_dir),
+                                            e, mesh)) from None
         if program.grad is not None and "scalar" in str(e):
             raise UserCodeError(
                 f"--grad needs '{program.function}' to return a scalar: "
@@ -361,7 +383,8 @@ def trace(program: Program, platform: str = "cpu",
         source=program.source, function=program.function, user_dir=user_dir,
         mesh=mesh, platform=platform,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
-                                leaf.key) for leaf in program.inputs),
+                                leaf.key, leaf.sharding)
+                     for leaf in program.inputs),
         outputs=_output_decls(lowered, program, flat.key_outputs), notes=notes,
         target=target, profile=profile, estimated=estimated)
     return StableHLO(info, lowered.module, tuple(devices), fn,

@@ -75,3 +75,35 @@ def split_top_level(text: str, sep: str = ",", brackets: str = "({[") -> list[st
         i += 1
     parts.append(text[start:])
     return [p.strip() for p in parts if p.strip()]
+
+
+# The escapes XLA's printer writes in quoted strings (absl::CEscape): the
+# named ones, three-digit octal for other bytes (UTF-8 included), and hex.
+_C_ESCAPE = re.compile(rb'\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))', re.S)
+_C_NAMED = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b"a": b"\a", b"b": b"\b",
+            b"f": b"\f", b"v": b"\v", b"0": b"\0"}
+
+
+def c_unescape(text: str) -> str:
+    """The string a quoted HLO string stands for, without its quotes:
+    `params[\\'embed\\']` -> `params['embed']`, `\\303\\251` -> `é`."""
+    if "\\" not in text:
+        return text
+
+    def one(m: re.Match) -> bytes:
+        octal, hexa, char = m.groups()
+        if octal is not None:
+            return bytes([int(octal, 8) & 0xFF])
+        if hexa is not None:
+            return bytes([int(hexa, 16)])
+        return _C_NAMED.get(char, char)
+
+    raw = _C_ESCAPE.sub(one, text.encode("utf-8"))
+    return raw.decode("utf-8", "replace")
+
+
+def unquote(text: str) -> str:
+    """A quoted HLO string (`"a\\"b"`) as the string it stands for."""
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    return c_unescape(text)
