@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from irshard import analysis, backend, files
 from irshard.errors import InputError, IRError, SpecError
-from irshard.hlo import ArrayShape, HloModuleView
+from irshard.hlo import ArrayShape, HloModuleView, parse_instruction_text
 from irshard.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.specs import MeshAxis, MeshSpec
 from irshard.tiling import Tiling
@@ -39,7 +39,11 @@ class FoundModule:
     label: str            # how the report names it
     path: str
     stage: str            # optimized, partitioned, before_optimizations, file
-    sibling_text: str = ""    # text that may name the mesh (before_optimizations)
+    # What the module XLA was handed (`before_optimizations`) says of its
+    # entry: its header line and its parameters' lines, which name the mesh
+    # and, where the final module prints none (jaxlib 0.11 on), the
+    # parameters' global shapes and shardings.
+    sibling_text: str = ""
 
 
 def _stage_of(rest: str) -> str | None:
@@ -92,10 +96,8 @@ def find_modules(path: str, stage: str = "optimized") -> list[FoundModule]:
         if choice is None:
             continue
         sibling = ""
-        if "before_optimizations" in by_stage:
-            with open(by_stage["before_optimizations"][0][1], encoding="utf-8",
-                      errors="replace") as f:
-                sibling = f.readline()
+        if "before_optimizations" in by_stage and choice[0] != "before_optimizations":
+            sibling = _entry_lines(by_stage["before_optimizations"][0][1])
         found.append(FoundModule(f"module_{number}.{module_name}", choice[1],
                                  choice[0] if choice[0] != "pass" else "last pass",
                                  sibling))
@@ -106,6 +108,25 @@ def find_modules(path: str, stage: str = "optimized") -> list[FoundModule]:
             f"module_0000.NAME.after_optimizations.txt (from XLA_FLAGS="
             f"--xla_dump_to={path}) or .hlo text files")
     return found
+
+
+def _entry_lines(path: str) -> str:
+    """The header line of an HLO text file and its entry's parameter lines."""
+    kept = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            kept.append(f.readline())
+            in_entry = False
+            for line in f:
+                if line.startswith("ENTRY "):
+                    in_entry = True
+                elif in_entry and line.startswith("}"):
+                    break
+                elif in_entry and " parameter(" in line:
+                    kept.append(line)
+    except OSError:
+        pass                      # the module itself is what is reported
+    return "".join(kept)
 
 
 def reports(path: str, stage: str, mesh: MeshSpec | None
@@ -173,30 +194,63 @@ def module_mesh(view: HloModuleView, sibling_text: str = "") -> MeshSpec | None:
             axes = _SDY_AXIS.findall(m.group(1))
             if axes:
                 return MeshSpec(tuple(MeshAxis(n, int(s)) for n, s in axes))
-    m = _PRINTED_MESH.search(view.printed_mesh or "")
-    if m:
-        axes = _PRINTED_AXIS.findall(m.group(1))
+    # XLA prints a mesh in replica groups (`mesh['x'=4] {'x'}`) and, from
+    # jaxlib 0.11 on, in the shardings of the module it was handed
+    # (`sharding={mesh['a'=2,'b'=2], [{'a'}, {}]}`).
+    for text in (view.printed_mesh or "", sibling_text):
+        m = _PRINTED_MESH.search(text)
+        axes = _PRINTED_AXIS.findall(m.group(1)) if m else None
         if axes:
             return MeshSpec(tuple(MeshAxis(n, int(s)) for n, s in axes))
     return None
 
 
-def _parameters(view: HloModuleView, mesh: MeshSpec | None) -> tuple[TensorInfo, ...]:
+def _tiling(text: str | None, rank: int) -> Tiling | None:
+    if not text:
+        return None
+    try:
+        return Tiling.from_text(text, rank)
+    except RuntimeError:
+        return Tiling.unread(rank, text)
+
+
+def _handed_parameters(sibling_text: str) -> dict[int, tuple[tuple[int, ...], str]]:
+    """(global shape, sharding text) of each parameter of the module XLA
+    was handed, by number."""
+    found = {}
+    for line in sibling_text.splitlines()[1:]:
+        try:
+            _, shape, opcode, attrs = parse_instruction_text(line)
+        except ValueError:
+            continue
+        m = re.search(r"parameter\((\d+)\)", line)
+        if m and opcode == "parameter" and isinstance(shape, ArrayShape) \
+                and attrs.get("sharding"):
+            found[int(m.group(1))] = (shape.dims, attrs["sharding"])
+    return found
+
+
+def _parameters(view: HloModuleView, mesh: MeshSpec | None,
+                sibling_text: str = "") -> tuple[TensorInfo, ...]:
+    handed = None
     infos = []
-    for inst in view.parameters():
+    for number, inst in enumerate(view.parameters()):
         if not isinstance(inst.shape, ArrayShape):
             continue
         local = inst.shape.dims
-        text = inst.attrs.get("sharding")
-        tiling = None
-        if text:
-            try:
-                tiling = Tiling.from_text(text, len(local))
-            except RuntimeError:
-                tiling = Tiling.unread(len(local), text)
+        tiling = _tiling(inst.attrs.get("sharding"), len(local))
         # A parameter's shape is its shard's: the whole is shards x that.
         shape = tuple(n * t for n, t in zip(local, tiling.shards())) \
             if tiling else local
+        if tiling is None and sibling_text:
+            # Printed without its sharding: the module XLA was handed has
+            # the parameter whole, with its sharding.
+            if handed is None:
+                handed = _handed_parameters(sibling_text)
+            whole, text = handed.get(number, ((), ""))
+            found = _tiling(text, len(local)) if len(whole) == len(local) else None
+            if found is not None and found.local_shape(whole) == tuple(local):
+                tiling, shape = found, whole
         infos.append(tensor_info(inst.metadata.get("op_name") or inst.name,
                                  analysis.hlo_dtype(inst.shape.dtype), shape,
                                  tiling, mesh))
@@ -223,6 +277,7 @@ def report(found: FoundModule, source: str, mesh: MeshSpec | None) -> Collective
             mesh = None
     return CollectiveReport(
         source=source, function=None, stage_name=found.stage, mesh=mesh,
-        platform=None, inputs=_parameters(view, mesh), outputs=(),
+        platform=None, inputs=_parameters(view, mesh, found.sibling_text),
+        outputs=(),
         collectives=tuple(analysis.collectives(view, mesh, None)),
         memory=None, module=found.label)

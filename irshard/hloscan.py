@@ -41,6 +41,10 @@ _LITERALS = [re.compile(re.escape(literal)) for literal in (
 # judge (and name what is wrong with).
 _NOT_INSTRUCTION = re.compile(rb"\n +(?! |(?:ROOT )?%?[\w.\-]+ = )")
 _COMPUTATION = re.compile(r"(ENTRY )?%?([\w.\-]+) \(.*\) -> .+ \{\s*$")
+# A tuple's element used as an operand (`compare(%param.1#0, ...)`), as XLA
+# prints a get-tuple-element it folds into its user (jaxlib 0.11 on): XLA's
+# parser turns it back into the instruction the analyses follow.
+_TUPLE_ELEMENT_OPERAND = re.compile(rb"%[\w.\-]+#\d")
 # The entry's parameters: looked for in the entry only.
 _PARAMETER = re.compile(re.escape(b" parameter("))
 _NAME = re.compile(r" *(ROOT )?%?([^\s=]+) = ")
@@ -246,6 +250,8 @@ class ScannedModule:
                 current = self._top_level(block[:stop].decode("utf-8", "replace"),
                                           offset, offset + stop, current)
                 done = stop
+            if _TUPLE_ELEMENT_OPERAND.search(block) is not None:
+                raise NeedsParser("tuple elements as operands (%x#i)")
             odd = _NOT_INSTRUCTION.search(block)
             if odd is not None:
                 end = block.find(b"\n", odd.start() + 1)

@@ -77,19 +77,22 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
          out_shards: Sequence[tuple[int, ShardingSpec]], place):
     """The module as stage `stablehlo`, annotated and with its devices;
     `place` (a `frontend.Placement`) gives them once the mesh is known."""
-    from irshard import opt, shardy, stages
+    from irshard import gspmd, opt, shardy, stages
     from irshard.annotation import annotate
     context = backend.ir_context()
     module = opt.parse_module(data, context, path)
-    shardy.name_locations(module)
+    shardy.name_locations(module, path)
     with context:
         main = shardy.entry_function(module)
+        gspmd.import_frontend_attributes(module)
+        mesh, arg_shardings, result_shardings, note = \
+            gspmd.entry_shardings(module, mesh, path)
         existing = shardy.meshes(module)
-        shardings = _argument_shardings(main, rules)
+        shardings = arg_shardings | _argument_shardings(main, rules)
     if mesh is None and not existing:
         raise UsageError(f"{path} declares no sdy.mesh; give one with --mesh, "
                          f"e.g. --mesh x=4")
-    mesh = annotate(module, mesh, shardings, dict(out_shards))
+    mesh = annotate(module, mesh, shardings, result_shardings | dict(out_shards))
     devices = place.devices(mesh)
     with context:
         names = shardy.argument_names(main)
@@ -98,6 +101,8 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
         outputs = [_decl(name, t, path) for name, t in
                    zip(shardy.result_names(main), main.type.results)]
     notes = stages.x64_notes([(d.name, d.dtype) for d in (*inputs, *outputs)])
+    if note:
+        notes = (note,) + notes
     info = stages.ProgramInfo(
         source=path, function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,

@@ -369,19 +369,27 @@ def find_mesh(module: ir.Module, name: str | None, who: str) -> tuple[str, MeshS
     return next(iter(found.items()))
 
 
-def name_locations(module: ir.Module) -> int:
+def name_locations(module: ir.Module, source: str | None = None) -> int:
     """Wraps each operation's unnamed source location in a name (the op's).
 
     XLA keeps a location's file and line in the HLO's metadata only under a
     name (JAX writes `loc("jit(f)/dot"(...))`); modules from other frontends
-    often carry bare `loc("model.jl":12:3)`. Returns how many were wrapped.
+    often carry bare `loc("model.jl":12:3)`. An operation written without a
+    location gets its line in the module's own text, which MLIR's parser
+    records under the name `-`: with `source`, that is the file's name.
+    Returns how many were wrapped.
     """
     count = 0
     with module.context:
         for fn in functions(module):
             for operation in walk(fn.operation):
-                if isinstance(typed_location(operation.location),
-                              (ir.FileLineColLoc, ir.CallSiteLoc, ir.FusedLoc)):
+                location = typed_location(operation.location)
+                if source and isinstance(location, ir.FileLineColLoc) \
+                        and location.filename == "-":
+                    operation.location = ir.Location.file(
+                        source, location.start_line, location.start_col)
+                if isinstance(location, (ir.FileLineColLoc, ir.CallSiteLoc,
+                                         ir.FusedLoc)):
                     # The inner, empty name stands where JAX puts the
                     # function's name: these frames have none.
                     frame = ir.Location.name("", childLoc=operation.location)

@@ -38,6 +38,14 @@ config.substitutions.append((r"(?<![\w/.-])filecheck(?![\w.-])",
 # `%exit N CMD` runs CMD and succeeds only if it exits with status N.
 config.substitutions.append(
     ("%exit", f"{sys.executable} {os.path.join(root, 'tools', 'expect_exit.py')}"))
+# What XLA prints differs between jaxlib releases (sharding and replica-group
+# forms, which instructions keep metadata); a test checks such a line with a
+# prefix naming the release, `--check-prefixes=CHECK,CHECK-%jax`, where %jax
+# is JAX010, JAX011 or JAX012 for the jaxlib that runs it.
+from importlib import metadata  # noqa: E402
+
+_jaxlib = metadata.version("jaxlib").split(".")
+config.substitutions.append(("%jax", f"JAX{int(_jaxlib[0])}{int(_jaxlib[1]):02d}"))
 # TPU targets compile through libtpu (the tpu extra); tests that need it say
 # `REQUIRES: libtpu`.
 try:
