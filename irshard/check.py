@@ -182,10 +182,10 @@ def _reference_error(e: BaseException, info, named: bool) -> Exception:
     if not named and "should match the mesh passed to shard_map" in text:
         return UsageError(
             f"--check: the single-device reference cannot run "
-            f"'{info.function}': its shard_map names a mesh of its own, which "
-            f"one device cannot stand in for; take the mesh from the context "
-            f"(jax.sharding.get_abstract_mesh()), or name a single-device "
-            f"reference with --reference NAME")
+            f"'{info.function}': its shard_map is bound to the {info.mesh} "
+            f"mesh (one it names, or the context mesh it was first called "
+            f"under: JAX keeps that one), and one device cannot stand in for "
+            f"it; name a single-device reference with --reference NAME")
     what = "the reference function" if named else "the single-device reference"
     if raised_by_user_code(e):
         return UserCodeError(f"{what} failed: "

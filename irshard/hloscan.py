@@ -41,15 +41,15 @@ _LITERALS = [re.compile(re.escape(literal)) for literal in (
 # judge (and name what is wrong with).
 _NOT_INSTRUCTION = re.compile(rb"\n +(?! |(?:ROOT )?%?[\w.\-]+ = )")
 _COMPUTATION = re.compile(r"(ENTRY )?%?([\w.\-]+) \(.*\) -> .+ \{\s*$")
-# A tuple's element used as an operand (`compare(%param.1#0, ...)`), as XLA
-# prints a get-tuple-element it folds into its user (jaxlib 0.11 on): XLA's
-# parser turns it back into the instruction the analyses follow.
-_TUPLE_ELEMENT_OPERAND = re.compile(rb"%[\w.\-]+#\d")
+
 # The entry's parameters: looked for in the entry only.
 _PARAMETER = re.compile(re.escape(b" parameter("))
 _NAME = re.compile(r" *(ROOT )?%?([^\s=]+) = ")
 _OPCODE = re.compile(r"[a-z][a-z0-9\-]*")
-_OPERAND = re.compile(r"%([\w.\-]+)")
+# An operand: an instruction, or one element of a tuple-shaped instruction
+# (`%param.1#0`: how jaxlib 0.11 on prints a get-tuple-element folded into
+# its user).
+_OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)?)")
 _CALLEE = re.compile(r"%?([\w.\-]+)")
 
 # `-start`/`-done` opcodes of their own (not generic async sugar).
@@ -195,6 +195,23 @@ def _instruction(line: str, computation: str) -> Instruction:
                        root=root)
 
 
+def _tuple_element(table: dict[str, Instruction], name: str) -> Instruction | None:
+    """The get-tuple-element that an operand `%t#i` stands for."""
+    base, _, index = name.rpartition("#")
+    tuple_inst = table.get(base)
+    if tuple_inst is None:
+        return None
+    shape = tuple_inst.shape
+    if not isinstance(shape, tuple) or int(index) >= len(shape):
+        return None
+    inst = Instruction(name=name, opcode="get-tuple-element",
+                       computation=tuple_inst.computation, operands=[base],
+                       users=[], text=f"%{name} = get-tuple-element(%{base}), "
+                                      f"index={index}")
+    inst._parsed = (shape[int(index)], {"index": index})
+    return inst
+
+
 class ScannedModule:
     """A module's header, source tables, computations and the instructions
     a report reads; anything else is read from the text when asked for."""
@@ -250,8 +267,6 @@ class ScannedModule:
                 current = self._top_level(block[:stop].decode("utf-8", "replace"),
                                           offset, offset + stop, current)
                 done = stop
-            if _TUPLE_ELEMENT_OPERAND.search(block) is not None:
-                raise NeedsParser("tuple elements as operands (%x#i)")
             odd = _NOT_INSTRUCTION.search(block)
             if odd is not None:
                 end = block.find(b"\n", odd.start() + 1)
@@ -402,6 +417,12 @@ class ScannedModule:
                 table[inst.name] = inst
                 order.append(inst)
             for inst in order:
+                for operand in inst.operands:
+                    if "#" in operand and operand not in table:
+                        element = _tuple_element(table, operand)
+                        if element is not None:
+                            table[operand] = element
+                            table[element.operands[0]].users.append(operand)
                 for operand in dict.fromkeys(inst.operands):
                     if operand in table:
                         table[operand].users.append(inst.name)

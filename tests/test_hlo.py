@@ -1,5 +1,6 @@
 """Reading HLO: instruction text, shapes, metadata, source tables, loops."""
 
+import json
 import os
 
 import pytest
@@ -9,6 +10,7 @@ from irshard.hlo import (ArrayShape, HloModuleView, StackFrameTable,
                          opcode_name, parse_instruction_text, parse_metadata,
                          parse_shape, shape_bytes)
 from irshard.specs import parse_mesh
+from tests.conftest import run_irshard
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -195,3 +197,101 @@ def test_collectives_without_a_mesh():
 ])
 def test_wire_bytes(kind, n, nbytes, wire):
     assert analysis.wire_bytes(kind, nbytes, n) == wire
+
+
+@pytest.mark.parametrize("printed,meant", [
+    # What XLA's printer escapes (absl::CEscape): quotes of both kinds, the
+    # backslash, control characters, and non-ASCII bytes as octal.
+    (r"params[\'embed\']", "params['embed']"),
+    (r'say \"hi\"', 'say "hi"'),
+    (r"a\\b", "a\\b"),
+    (r"line\nnext\ttab", "line\nnext\ttab"),
+    (r"caf\303\251.py", "café.py"),
+    (r"\x41\101", "AA"),
+    ("plain/path.py", "plain/path.py"),
+])
+def test_quoted_strings_as_xla_escapes_them(printed, meant):
+    from irshard.syntax import c_unescape, unquote
+    assert c_unescape(printed) == meant
+    assert unquote(f'"{printed}"') == meant
+
+
+def test_metadata_with_escaped_quotes():
+    # jax 0.12 prints a pytree path's keys with escaped quotes.
+    text = r'{op_name="jit(step)/params[\'embed\']/dot_general" stack_frame_id=3}'
+    assert parse_metadata(text) == {
+        "op_name": "jit(step)/params['embed']/dot_general", "stack_frame_id": "3"}
+
+
+ESCAPED = r'''HloModule jit_step, entry_computation_layout={(f32[4,8]{1,0})->f32[8,8]{1,0}}, num_partitions=2
+
+FileNames
+1 "/home/user/caf\303\251/train.py"
+
+FunctionNames
+1 "step"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=12 end_line=12 column=4 end_column=20}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=0}
+
+ENTRY %main (p: f32[4,8]) -> f32[8,8] {
+  %p = f32[4,8]{1,0} parameter(0), sharding={devices=[2,1]<=[2]}, metadata={op_name="params[\'embed\']"}
+  ROOT %all-gather = f32[8,8]{1,0} all-gather(%p), channel_id=1, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true, metadata={op_name="jit(step)/params[\'embed\']/all_gather" stack_frame_id=1}
+}
+'''
+
+
+def test_collectives_of_a_module_with_escaped_metadata(tmp_path):
+    path = tmp_path / "step.hlo"
+    path.write_text(ESCAPED)
+    result = run_irshard("collectives", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    module = json.loads(result.stdout)
+    collective = module["collectives"][0]
+    assert collective["op_name"] == "jit(step)/params['embed']/all_gather"
+    assert collective["source"]["file"].endswith("café/train.py")
+    assert module["inputs"][0]["name"] == "params['embed']"
+
+
+TUPLE_ELEMENTS = """HloModule m, entry_computation_layout={(f32[16]{0})->f32[16]{0}}, num_partitions=4
+
+%cond (param.1: (s32[], f32[16])) -> pred[] {
+  %param.1 = (s32[], f32[16]{0}) parameter(0)
+  %constant.1 = s32[] constant(5)
+  ROOT %lt = pred[] compare(%param.1#0, %constant.1), direction=LT
+}
+
+%body (param: (s32[], f32[16])) -> (s32[], f32[16]) {
+  %param = (s32[], f32[16]{0}) parameter(0)
+  %constant.2 = s32[] constant(1)
+  %add = s32[] add(%param#0, %constant.2)
+  %collective-permute = f32[16]{0} collective-permute(%param#1), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+  ROOT %tuple = (s32[], f32[16]{0}) tuple(%add, %collective-permute)
+}
+
+ENTRY %main (p: f32[16]) -> f32[16] {
+  %p = f32[16]{0} parameter(0)
+  %constant.0 = s32[] constant(0)
+  %tuple.1 = (s32[], f32[16]{0}) tuple(%constant.0, %p)
+  %while = (s32[], f32[16]{0}) while(%tuple.1), condition=%cond, body=%body
+  ROOT %out = f32[16]{0} get-tuple-element(%while), index=1
+}
+"""
+
+
+def test_tuple_elements_as_operands():
+    """jaxlib 0.11 on prints a tuple's element used by one instruction as
+    `%param#0`: the loop's counter is still followed to its trip count, by
+    any jaxlib (0.10's parser does not read the form)."""
+    from irshard import hloscan
+    view = hloscan.ScannedModule.from_text(TUPLE_ELEMENTS)
+    found = list(analysis.collectives(view, None, None))
+    assert [(c.kind, c.loop_trip_counts, c.executions) for c in found] == [
+        ("collective-permute", (5,), 5)]
+    element = view.get("param#1", "body")
+    assert (element.opcode, element.operands, element.attrs["index"]) == (
+        "get-tuple-element", ["param"], "1")
+    assert str(element.shape) == str(view.get("p", "main").shape)

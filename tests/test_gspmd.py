@@ -1,0 +1,102 @@
+"""Modules other exporters wrote: GSPMD `mhlo.sharding` strings, Shardy's
+attributes kept as frontend attributes (older `jax.export`), no locations."""
+
+import json
+
+import pytest
+
+from tests.conftest import run_irshard
+
+GSPMD = """\
+module @jit_f attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<16x8xf32> {mhlo.sharding = "{devices=[1,4,2]<=[8] last_tile_dim_replicate}"}, %arg1: tensor<8x4xf32> {mhlo.sharding = "{replicated}"}) -> (tensor<16x4xf32> {mhlo.sharding = "{devices=[4,2]<=[8]}"}) {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<16x8xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
+    return %0 : tensor<16x4xf32>
+  }
+}
+"""
+
+FRONTEND = r"""module @jit_f attributes {mhlo.frontend_attributes = {xla.sdy.meshes = "{mesh = #sdy.mesh<[\22x\22=2, \22y\22=2]>}"}, mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<8x16xf32> {mhlo.frontend_attributes = {xla.sdy.sharding = "#sdy.sharding<@mesh, [{\22x\22}, {\22y\22}]>"}, mhlo.sharding = "{devices=[2,2]<=[4]}"}, %arg1: tensor<16x8xf32> {mhlo.frontend_attributes = {xla.sdy.sharding = "#sdy.sharding<@mesh, [{\22y\22}, {}]>"}, mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}) -> (tensor<8x8xf32>) {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.tanh %0 : tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+"""
+
+
+def compile_json(path, *options):
+    result = run_irshard("compile", path, "--format", "json", *options)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_gspmd_shardings_are_read_over_the_given_mesh(write):
+    path = write("gspmd.mlir", GSPMD)
+    report = compile_json(path, "--mesh", "x=4,y=2")
+    # {replicated} stays replicated (the compiler may not move it); the
+    # tiling with a replicated last dimension is x over dimension 1.
+    assert [(t["name"], t["sharding"], t["local_shape"]) for t in report["inputs"]] == [
+        ("arg0", ["_", "x"], [16, 2]), ("arg1", ["_", "_"], [8, 4])]
+    assert report["outputs"][0]["sharding"] == ["x", "y"]
+    # arg1 is whole on every device and arg0 split along the contraction:
+    # arg0's blocks are exchanged to split its rows instead. The line is the
+    # module's own.
+    assert [(c["kind"], c["mesh_axes"]) for c in report["collectives"]] == [
+        ("all-to-all", ["x"])]
+    assert {c["source"]["file"] for c in report["collectives"]} == {"gspmd.mlir"}
+    assert report["collectives"][0]["source"]["line"] == 3
+    assert report["source"] == path
+
+
+def test_without_a_mesh_one_is_inferred_and_said(write):
+    path = write("gspmd.mlir", GSPMD)
+    report = compile_json(path)
+    assert report["mesh"]["axes"] == [{"name": "x", "size": 4}, {"name": "y", "size": 2}]
+    assert [t["sharding"] for t in report["inputs"]] == [["_", "x"], ["_", "_"]]
+    assert any("inferred from the module's mhlo.sharding" in n for n in report["notes"])
+
+
+def test_a_mesh_the_tiling_does_not_fit_is_one_error_line(write):
+    path = write("gspmd.mlir", GSPMD)
+    result = run_irshard("compile", path, "--mesh", "x=8")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"irshard: error: {path}: argument 0 has mhlo.sharding \"{{devices=[1,4,2]"
+        f"<=[8] last_tile_dim_replicate}}\", which is not a sharding over the mesh "
+        f"x=8 (8 devices); give a --mesh whose axes it tiles (its tile counts: "
+        f"1x4x2)"]
+
+
+@pytest.mark.parametrize("sharding,what", [
+    ("{maximal device=1}", "puts it on one device"),
+    ("{manual}", "is manual"),
+])
+def test_gspmd_shardings_that_are_no_mesh_sharding(write, sharding, what):
+    path = write("m.mlir", GSPMD.replace("{replicated}", sharding))
+    result = run_irshard("compile", path, "--mesh", "x=4,y=2")
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1
+    assert f"argument 1 has mhlo.sharding \"{sharding}\", which {what}" in result.stderr
+
+
+def test_frontend_attribute_shardings_of_older_exports(write):
+    path = write("front.mlir", FRONTEND)
+    report = compile_json(path)
+    assert report["mesh"]["axes"] == [{"name": "x", "size": 2}, {"name": "y", "size": 2}]
+    assert [t["sharding"] for t in report["inputs"]] == [["x", "y"], ["y", "_"]]
+    assert [(c["kind"], c["mesh_axes"]) for c in report["collectives"]] == [
+        ("all-reduce", ["y"])]
+    result = run_irshard("run", path, "--check", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["run"]["check"]["passed"]
+
+
+def test_shard_rules_override_gspmd_shardings(write):
+    path = write("gspmd.mlir", GSPMD)
+    report = compile_json(path, "--mesh", "x=4,y=2", "--shard", "arg1=x,_")
+    assert [t["sharding"] for t in report["inputs"]] == [["_", "x"], ["x", "_"]]
+    # Both operands now split the contraction the same way: one sum over x.
+    assert [(c["kind"], c["mesh_axes"]) for c in report["collectives"]] == [
+        ("all-reduce", ["x"])]
