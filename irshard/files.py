@@ -163,6 +163,11 @@ class _Stdout:
         if self._saved_fd is not None:
             with contextlib.suppress(Exception):
                 self.stream.flush()
+            # Closed here (not its descriptor): a write that failed leaves
+            # data in its buffer, which Python 3.13 would try to flush again
+            # when the object is collected, after the descriptor is gone.
+            with contextlib.suppress(Exception):
+                self.stream.close()
             with contextlib.suppress(OSError):
                 os.dup2(self._saved_fd, 1)
                 os.close(self._saved_fd)
