@@ -25,6 +25,18 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+def require(module: str, what: str) -> None:
+    """Skips the calling test when `module` is not installed, or fails it
+    where every test must run (IRSHARD_REQUIRE_ALL, set by CI on every JAX
+    version it tests)."""
+    import importlib.util
+    if importlib.util.find_spec(module) is not None:
+        return
+    if os.environ.get("IRSHARD_REQUIRE_ALL"):
+        pytest.fail(f"{module} is not installed: {what} cannot be tested")
+    pytest.skip(f"{module} is not installed ({what}; make test installs it)")
+
+
 def run_irshard(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
     """`irshard ARGS` as a separate process."""
     return subprocess.run([sys.executable, "-m", "irshard", *args],

@@ -5,7 +5,6 @@ and the dashboard off.
 """
 
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -17,11 +16,15 @@ from pathlib import Path
 import pytest
 
 from irshard import distributed
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, require
 from tests.test_distributed import _checksums, _survivors
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                                reason="the ray extra is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _ray_installed():
+    require("ray", "the Ray launcher")
+
 
 # A Ray instance these tests start themselves, and anything it spawns: the
 # same loopback-only settings irshard uses for its own local instance.

@@ -10,7 +10,7 @@ import pytest
 import irshard
 from irshard import cost, targets
 from irshard.errors import SpecError
-from tests.conftest import EXAMPLES, run_irshard
+from tests.conftest import EXAMPLES, require, run_irshard
 
 
 @pytest.mark.parametrize("text, kind, devices", [
@@ -133,7 +133,7 @@ def _mlp_args():
 
 def test_tpu_counts_and_bytes_equal_plain_jax():
     """The same step compiled by plain JAX for the same described slice."""
-    pytest.importorskip("libtpu")
+    require("libtpu", "TPU targets")
     import jax
     from jax.experimental import topologies
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P

@@ -48,9 +48,10 @@ _jaxlib = metadata.version("jaxlib").split(".")
 config.substitutions.append(("%jax", f"JAX{int(_jaxlib[0])}{int(_jaxlib[1]):02d}"))
 # TPU targets compile through libtpu (the tpu extra); tests that need it say
 # `REQUIRES: libtpu`.
-try:
-    import importlib.util
-    if importlib.util.find_spec("libtpu") is not None:
-        config.available_features.add("libtpu")
-except ImportError:
-    pass
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("libtpu") is not None:
+    config.available_features.add("libtpu")
+elif os.environ.get("IRSHARD_REQUIRE_ALL"):
+    lit_config.fatal("libtpu is not installed: the TPU targets' tests cannot "
+                     "run (IRSHARD_REQUIRE_ALL)")
