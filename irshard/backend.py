@@ -3,7 +3,8 @@
 Device set-up, the MLIR context with Shardy's passes, lowering, compile
 options and dump flags, the backend's compile/execute entry points and XLA's
 HLO objects all live here, so a JAX upgrade is one file to fix. Tested with
-jax/jaxlib 0.10.2 (the range is pinned in pyproject.toml).
+jax/jaxlib 0.10.2, 0.11.2 and 0.12.0.1 (the range is pinned in
+pyproject.toml); the calls used here exist in all three.
 
 Nothing here is imported by `irshard --help`: importing this module imports
 JAX. Call `configure` before that, so the host platform gets the devices the
