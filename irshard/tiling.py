@@ -88,6 +88,58 @@ _LISTED_SHARDING = re.compile(
     r"\{devices=\[(\d+(?:,\d+)*)\](\d+(?:,\d+)*)( last_tile_dim_replicate)?\}")
 
 
+# A named sharding (jaxlib 0.11 on): `{mesh['a'=2,'b'=2], [{'a'}, {}]}`,
+# optionally with the mesh's device order (`device_ids=[...]`).
+_NAMED_SHARDING = re.compile(
+    r"\{mesh\[((?:'[^']+'=\d+,?)*)\](?:, device_ids=\[(\d+(?:,\d+)*)\])?, "
+    r"\[((?:\{[^{}]*\}(?:, )?)*)\]\}")
+
+
+def _named_sharding(text: str, rank: int) -> Tiling | None:
+    """The tiling a named sharding stands for; None for forms not read here
+    (sub-axes, unreduced or replicated axis lists, a rank mismatch)."""
+    m = _NAMED_SHARDING.fullmatch(text)
+    if m is None:
+        return None
+    axes = [(name, int(size)) for name, size in re.findall(r"'([^']+)'=(\d+)", m.group(1))]
+    sizes = dict(axes)
+    dims = [re.findall(r"'([^']*)'", d) for d in re.findall(r"\{([^{}]*)\}", m.group(3))]
+    if len(dims) != rank or any(a not in sizes for d in dims for a in d):
+        return None
+    used = [a for d in dims for a in d]
+    if len(used) != len(set(used)):
+        return None
+    count = math.prod(sizes.values())
+    ids = _ints(m.group(2)) if m.group(2) else tuple(range(count))
+    if len(ids) != count:
+        return None
+    names = [n for n, _ in axes]
+    rest = [n for n in names if n not in used]
+    tile_dims = [math.prod(sizes[a] for a in d) for d in dims]
+    replicas = math.prod(sizes[a] for a in rest)
+    if math.prod(tile_dims) == 1:
+        return Tiling((), (), rank, replicated=True, text=text)
+    shape = tile_dims + ([replicas] if replicas > 1 else [])
+    slots = [0] * count
+    for position in range(count):
+        coord, rem = {}, position
+        for name in reversed(names):
+            coord[name] = rem % sizes[name]
+            rem //= sizes[name]
+        index = [_radix([coord[a] for a in d], [sizes[a] for a in d]) for d in dims]
+        if replicas > 1:
+            index.append(_radix([coord[a] for a in rest], [sizes[a] for a in rest]))
+        slots[_radix(index, shape)] = ids[position]
+    return Tiling(tuple(shape), tuple(slots), rank, text=text)
+
+
+def _radix(digits: Sequence[int], bases: Sequence[int]) -> int:
+    value = 0
+    for digit, base in zip(digits, bases):
+        value = value * base + digit
+    return value
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
@@ -98,6 +150,8 @@ def _plain_sharding(text: str, rank: int) -> Tiling | None:
     reads as another form (one tile: replicated)."""
     if text == "{replicated}":
         return Tiling((), (), rank, replicated=True, text=text)
+    if text.startswith("{mesh["):
+        return _named_sharding(text, rank)
     if text == "{manual}":
         return Tiling((), (), rank, manual=True, text=text)
     m = re.fullmatch(r"\{maximal device=(\d+)\}", text)

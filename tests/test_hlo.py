@@ -295,3 +295,40 @@ def test_tuple_elements_as_operands():
     assert (element.opcode, element.operands, element.attrs["index"]) == (
         "get-tuple-element", ["param"], "1")
     assert str(element.shape) == str(view.get("p", "main").shape)
+
+
+DUMP_OPTIMIZED = """HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[4,4]{1,0}, f32[4,8]{1,0})->f32[4,8]{1,0}}, num_partitions=4
+
+ENTRY %main (p0: f32[4,4], p1: f32[4,8]) -> f32[4,8] {
+  %param = f32[4,4]{1,0} parameter(0), metadata={op_name="x"}
+  %param.1 = f32[4,8]{1,0} parameter(1), metadata={op_name="y"}
+  %dot = f32[4,8]{1,0} dot(%param, %param.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %all-reduce = f32[4,8]{1,0} all-reduce(%dot), channel_id=1, replica_groups=[2,2]<=[4], use_global_device_ids=true, to_apply=%add
+}
+"""
+
+DUMP_HANDED = """HloModule jit_step, entry_computation_layout={(f32[8,8]{1,0}, f32[8,8]{1,0})->f32[8,8]{1,0}}, num_partitions=4
+
+ENTRY %main.4 (x.1: f32[8,8], y.1: f32[8,8]) -> f32[8,8] {
+  %x.1 = f32[8,8]{1,0} parameter(0), sharding={mesh['a'=2,'b'=2], [{'a'}, {'b'}]}, metadata={op_name="x"}
+  %y.1 = f32[8,8]{1,0} parameter(1), sharding={mesh['a'=2,'b'=2], [{'b'}, {}]}, metadata={op_name="y"}
+  ROOT %dot.1 = f32[8,8]{1,0} dot(%x.1, %y.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_a_dump_whose_final_module_prints_no_parameter_shardings(tmp_path):
+    """jaxlib 0.12's final module: parameters without shardings, replica
+    groups without a mesh. The module XLA was handed names the mesh and
+    the parameters' global shapes and shardings."""
+    (tmp_path / "module_0000.jit_step.cpu_after_optimizations.txt").write_text(
+        DUMP_OPTIMIZED)
+    (tmp_path / "module_0000.jit_step.before_optimizations.txt").write_text(DUMP_HANDED)
+    result = run_irshard("collectives", str(tmp_path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    [module] = json.loads(result.stdout)["modules"]
+    assert module["mesh"]["axes"] == [{"name": "a", "size": 2}, {"name": "b", "size": 2}]
+    assert [(t["name"], t["shape"], t["sharding"], t["local_shape"])
+            for t in module["inputs"]] == [
+        ("x", [8, 8], ["a", "b"], [4, 4]), ("y", [8, 8], ["b", "_"], [4, 8])]
+    assert [c["mesh_axes"] for c in module["collectives"]] == [["b"]]

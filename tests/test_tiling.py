@@ -97,3 +97,26 @@ def test_shardings_without_one_tile_assignment_are_unread(text):
     tiling = Tiling.from_text(text, 1)
     assert tiling.opaque and tiling.text == text
     assert tiling.shards() == (1,)
+
+
+@pytest.mark.parametrize("text,rank,mesh,dims,devices,axes", [
+    ("{mesh['a'=2,'b'=2], [{'a'}, {'b'}]}", 2, "a=2,b=2", (2, 2), (0, 1, 2, 3), ("a", "b")),
+    # An unused axis is the replicated last tile dimension.
+    ("{mesh['a'=2,'b'=2], [{'b'}, {}]}", 2, "a=2,b=2", (2, 1, 2), (0, 2, 1, 3), ("b", "_")),
+    ("{mesh['a'=2,'b'=2], [{'b', 'a'}, {}]}", 2, "a=2,b=2", (4, 1), (0, 2, 1, 3), ("b+a", "_")),
+    ("{mesh['x'=2,'y'=2,'z'=2], [{'z'}, {'x'}, {}]}", 3, "x=2,y=2,z=2",
+     (2, 2, 1, 2), (0, 2, 4, 6, 1, 3, 5, 7), ("z", "x", "_")),
+    # The mesh's own device order.
+    ("{mesh['x'=4], device_ids=[3,2,1,0], [{'x'}]}", 1, "x=4", (4,), (3, 2, 1, 0), None),
+])
+def test_named_shardings_as_jaxlib_0_11_prints_them(text, rank, mesh, dims, devices, axes):
+    """Read without XLA (whose 0.10 parser does not know the form), as the
+    same tile assignment XLA's own parser gives."""
+    tiling = Tiling.from_text(text, rank)
+    assert (tiling.tile_dims, tiling.devices) == (dims, devices)
+    assert mesh_axes_of(tiling, parse_mesh(mesh)) == axes
+
+
+def test_named_sharding_of_no_axis_is_replicated():
+    tiling = Tiling.from_text("{mesh['a'=2,'b'=2], [{}, {}]}", 2)
+    assert tiling.replicated and tiling.shards() == (1, 1)
