@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from irshard import analysis, backend, files
 from irshard.errors import InputError, IRError, SpecError
@@ -32,6 +33,7 @@ _SDY_MESH = re.compile(r'#sdy\.mesh<\[([^\]]*)\]')
 _SDY_AXIS = re.compile(r'\\?"([^"\\]+)\\?"\s*=\s*(\d+)')
 _PRINTED_MESH = re.compile(r"mesh\[([^\]]*)\]")
 _PRINTED_AXIS = re.compile(r"'?([\w.\-]+)'?=(\d+)")
+_PARAMETER_NUMBER = re.compile(r" parameter\((\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -194,10 +196,11 @@ def module_mesh(view: HloModuleView, sibling_text: str = "") -> MeshSpec | None:
             axes = _SDY_AXIS.findall(m.group(1))
             if axes:
                 return MeshSpec(tuple(MeshAxis(n, int(s)) for n, s in axes))
-    # XLA prints a mesh in replica groups (`mesh['x'=4] {'x'}`) and, from
-    # jaxlib 0.11 on, in the shardings of the module it was handed
-    # (`sharding={mesh['a'=2,'b'=2], [{'a'}, {}]}`).
-    for text in (view.printed_mesh or "", sibling_text):
+    # XLA prints a mesh in the shardings of the module it was handed (from
+    # jaxlib 0.11 on: `sharding={mesh['a'=2,'b'=2], [{'a'}, {}]}`, the
+    # user's axis names) and in replica groups (`mesh['x'=4] {'x'}`, where
+    # an explicit program's axes may be XLA's own `axis_0`, ...).
+    for text in (sibling_text, view.printed_mesh or ""):
         m = _PRINTED_MESH.search(text)
         axes = _PRINTED_AXIS.findall(m.group(1)) if m else None
         if axes:
@@ -223,18 +226,28 @@ def _handed_parameters(sibling_text: str) -> dict[int, tuple[tuple[int, ...], st
             _, shape, opcode, attrs = parse_instruction_text(line)
         except ValueError:
             continue
-        m = re.search(r"parameter\((\d+)\)", line)
+        m = _PARAMETER_NUMBER.search(line)
         if m and opcode == "parameter" and isinstance(shape, ArrayShape) \
                 and attrs.get("sharding"):
             found[int(m.group(1))] = (shape.dims, attrs["sharding"])
     return found
 
 
+def _numbered(parameters) -> list[tuple[int, Any]]:
+    """The entry's parameters with their numbers, in argument order (XLA
+    prints them in the order its schedule uses them)."""
+    found = []
+    for position, inst in enumerate(parameters):
+        m = _PARAMETER_NUMBER.search(inst.text)
+        found.append((int(m.group(1)) if m else position, inst))
+    return sorted(found, key=lambda pair: pair[0])
+
+
 def _parameters(view: HloModuleView, mesh: MeshSpec | None,
                 sibling_text: str = "") -> tuple[TensorInfo, ...]:
     handed = None
     infos = []
-    for number, inst in enumerate(view.parameters()):
+    for number, inst in _numbered(view.parameters()):
         if not isinstance(inst.shape, ArrayShape):
             continue
         local = inst.shape.dims

@@ -299,11 +299,11 @@ def test_tuple_elements_as_operands():
 
 DUMP_OPTIMIZED = """HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[4,4]{1,0}, f32[4,8]{1,0})->f32[4,8]{1,0}}, num_partitions=4
 
-ENTRY %main (p0: f32[4,4], p1: f32[4,8]) -> f32[4,8] {
-  %param = f32[4,4]{1,0} parameter(0), metadata={op_name="x"}
+ENTRY %main (p0: f32[4,8], p1: f32[4,4]) -> f32[4,8] {
   %param.1 = f32[4,8]{1,0} parameter(1), metadata={op_name="y"}
+  %param = f32[4,4]{1,0} parameter(0), metadata={op_name="x"}
   %dot = f32[4,8]{1,0} dot(%param, %param.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT %all-reduce = f32[4,8]{1,0} all-reduce(%dot), channel_id=1, replica_groups=[2,2]<=[4], use_global_device_ids=true, to_apply=%add
+  ROOT %all-reduce = f32[4,8]{1,0} all-reduce(%dot), channel_id=1, replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_1'}, use_global_device_ids=true, to_apply=%add
 }
 """
 
@@ -319,8 +319,9 @@ ENTRY %main.4 (x.1: f32[8,8], y.1: f32[8,8]) -> f32[8,8] {
 
 def test_a_dump_whose_final_module_prints_no_parameter_shardings(tmp_path):
     """jaxlib 0.12's final module: parameters without shardings, replica
-    groups without a mesh. The module XLA was handed names the mesh and
-    the parameters' global shapes and shardings."""
+    groups over XLA's own axis names, parameters printed out of order. The
+    module XLA was handed names the mesh and the parameters' global shapes
+    and shardings; the inputs are listed in argument order."""
     (tmp_path / "module_0000.jit_step.cpu_after_optimizations.txt").write_text(
         DUMP_OPTIMIZED)
     (tmp_path / "module_0000.jit_step.before_optimizations.txt").write_text(DUMP_HANDED)
