@@ -149,11 +149,14 @@ def test_an_interrupt_during_a_compile(write, tmp_path, sig):
     # As from a terminal: a run started in the background of a shell
     # without job control (as CI may start the suite) inherits SIGINT
     # ignored, and Python then keeps it ignored, as nohup'd programs should.
+    # A small launcher puts it back to the default before irshard starts.
+    launcher = ("import os, signal, sys; signal.signal(signal.SIGINT, "
+                "signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "
+                "'-m', 'irshard', *sys.argv[1:]])")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "irshard", "run", path, "--mesh", "x=2",
+        [sys.executable, "-c", launcher, "run", path, "--mesh", "x=2",
          "--emit", "partitioned"], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if stage.exists() and stage.read_text() == "compiling" and os.listdir(temp):
