@@ -123,7 +123,10 @@ def flat_function(fn: Callable[..., Any], name: str,
                          else v for v, leaf in zip(values[p.start:p.start + p.count],
                                                    leaves[p.start:p.start + p.count])]
                 value = jax.tree_util.tree_unflatten(p.treedef, parts)
-            if p.kind == "positional-only":
+            # Positionally wherever the signature allows: transformed
+            # functions (jax.grad's argnums, shard_map's in_specs, jit's
+            # donate_argnums) count their arguments by position.
+            if p.kind != "keyword-only":
                 positional.append(value)
             else:
                 keywords[p.name] = value
@@ -477,7 +480,7 @@ def _same_parameters(fn: Callable[..., Any], name: str,
 
         def by_name(*positional, **keywords):
             values = dict(zip([p.name for p in parameters
-                               if p.kind == "positional-only"], positional))
+                               if p.kind != "keyword-only"], positional))
             values.update(keywords)
             return fn(*[values[n] for n in names if kinds[n] == "positional-only"],
                       **{n: values[n] for n in names
@@ -488,7 +491,7 @@ def _same_parameters(fn: Callable[..., Any], name: str,
     if len(required) <= len(wanted) <= len(params):
         def by_position(*positional, **keywords):
             values = dict(zip([p.name for p in parameters
-                               if p.kind == "positional-only"], positional))
+                               if p.kind != "keyword-only"], positional))
             values.update(keywords)
             return fn(*[values[n] for n in wanted])
 

@@ -235,3 +235,43 @@ def test_partitioned_stage_of_one_device(capsys):
     assert cli.main(["compile", path, "--fn", "simulate_roll", "--mesh", "x=1",
                      "--emit", "partitioned"]) == 0
     assert capsys.readouterr().out.startswith("HloModule jit_simulate_roll")
+
+
+FUNCTION_OBJECTS = textwrap.dedent("""\
+    import functools
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+
+    def loss(w: "f32[32,16]", x: "f32[64@x,32]"):
+        return jnp.sum(jnp.tanh(x @ w))
+
+
+    gradfun = jax.jit(jax.grad(loss))
+    plain_grad = jax.grad(loss)
+
+
+    @jax.jit
+    @functools.partial(jax.shard_map, in_specs=(P(), P("x")), out_specs=P())
+    def sharded_loss(w: "f32[32,16]", x: "f32[64@x,32]"):
+        return jax.lax.psum(jnp.sum(jnp.tanh(x @ w)), "x")
+    """)
+
+
+@pytest.mark.parametrize("fn, check", [("gradfun", True), ("plain_grad", True),
+                                       ("sharded_loss", False)])
+def test_function_objects_get_their_arguments_by_position(write, fn, check):
+    """`jax.jit(jax.grad(loss))` (the JAX docs' idiom), `jax.grad(loss)` and
+    `@jax.jit @jax.shard_map` count their arguments by position."""
+    path = write("objects.py", FUNCTION_OBJECTS)
+    result = run_irshard("run", path, "--fn", fn, "--mesh", "x=4",
+                         *(["--check"] if check else []), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    # The gradient of w sums the batch's shards; shard_map's psum likewise.
+    assert [(c["kind"], c["mesh_axes"]) for c in report["collectives"]] == [
+        ("all-reduce", ["x"])]
+    assert [t["name"] for t in report["inputs"]] == ["w", "x"]
+    if check:
+        assert report["run"]["check"]["passed"]
