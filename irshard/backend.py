@@ -310,16 +310,17 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
     use `with_sharding_constraint(x, P(...))` or `shard_map` without naming a
     mesh. On a mesh of Auto axes the inputs carry no sharding (the annotate
     pass attaches it); with Explicit axes each input is traced with its
-    sharding (`shardings[i]`: each dimension's axes) in its type, as
+    sharding (`shardings[i]`: each dimension's axes; given only then) in its
+    type, as
     `jax.jit` sees a sharded array, so `reshard` and sharding-in-types rules
     apply. Unused inputs are kept (`jax.jit` drops them by default), so
     argument i of the module is always input i.
     """
     jax = _jax()
     weak = weak or [False] * len(shapes)
-    explicit = shardings is not None and "explicit" in axis_types_of(mesh)
     placed = [jax.sharding.NamedSharding(mesh, partition_spec(entries))
-              for entries in shardings] if explicit else [None] * len(shapes)
+              for entries in shardings] if shardings is not None \
+        else [None] * len(shapes)
     avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
              for s, d, w, p in zip(shapes, dtypes, weak, placed)]
     with jax.set_mesh(mesh):
@@ -731,15 +732,14 @@ def jax_sharding(hlo_sharding, mesh, rank: int):
     """The `jax.sharding.Sharding` of an executable's parameter or result:
     a NamedSharding over `mesh` when the tiling is a mesh sharding, else
     XLA's own sharding wrapped as JAX does internally."""
-    from jax.sharding import NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding
     from irshard.specs import MeshAxis, MeshSpec
     from irshard.tiling import Tiling, mesh_axes_of
     spec = MeshSpec(tuple(MeshAxis(n, s) for n, s in mesh.shape.items()))
     entries = mesh_axes_of(Tiling.from_hlo_sharding(hlo_sharding, rank), spec)
     if entries is not None:
-        parts = [None if e == "_" else tuple(e.split("+")) if "+" in e else e
-                 for e in entries]
-        return NamedSharding(mesh, PartitionSpec(*parts))
+        return NamedSharding(mesh, partition_spec(
+            [() if e == "_" else e.split("+") for e in entries]))
     from jax._src.sharding_impls import GSPMDSharding
     return GSPMDSharding(tuple(mesh.devices.flat), hlo_sharding)
 

@@ -145,14 +145,12 @@ def _run_on_one_device(fn: Callable, arrays: Sequence[np.ndarray], device,
         with jax.enable_x64(x64 or jax.config.jax_enable_x64):
             mesh = backend.make_mesh(mesh_spec.names, (1,) * len(mesh_spec.axes),
                                      [device], [a.type for a in mesh_spec.axes])
-            if mesh_spec.explicit:
-                args = [jax.device_put(a, jax.sharding.NamedSharding(
-                            mesh, backend.partition_spec(
-                                [d.axes for d in decl.sharding.dims])))
-                        if decl.sharding is not None else jax.device_put(a, device)
-                        for a, decl in zip(arrays, info.inputs)]
-            else:
-                args = [jax.device_put(a, device) for a in arrays]
+            args = [jax.device_put(a, jax.sharding.NamedSharding(
+                        mesh, backend.partition_spec(
+                            [d.axes for d in decl.sharding.dims]))
+                        if mesh_spec.explicit and decl.sharding is not None
+                        else device)
+                    for a, decl in zip(arrays, info.inputs)]
             with jax.set_mesh(mesh):
                 results = jax.jit(fn)(*args)
             return [np.asarray(r) for r in jax.tree_util.tree_leaves(results)]

@@ -27,7 +27,7 @@ from jaxlib.mlir import ir
 
 from irshard import shardy
 from irshard.errors import IRError, SpecError
-from irshard.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
+from irshard.specs import MeshAxis, MeshSpec, ShardingSpec, parse_sharding
 from irshard.tiling import Tiling, mesh_axes_of
 
 GSPMD_SHARDING = "mhlo.sharding"
@@ -154,11 +154,6 @@ def _inferred_mesh(tilings: Sequence[Tiling], devices: int | None) -> MeshSpec |
     return None
 
 
-def _spec(entries: Sequence[str]) -> ShardingSpec:
-    return ShardingSpec(tuple(DimSharding(() if e == "_" else tuple(e.split("+")))
-                              for e in entries))
-
-
 def entry_shardings(module: ir.Module, mesh: MeshSpec | None, path: str
                     ) -> tuple[MeshSpec | None, dict[int, ShardingSpec],
                                dict[int, ShardingSpec], str | None]:
@@ -210,7 +205,7 @@ def entry_shardings(module: ir.Module, mesh: MeshSpec | None, path: str
                 f"mesh {mesh} ({mesh.num_devices} devices); give a --mesh whose "
                 f"axes it tiles (its tile counts: "
                 f"{'x'.join(str(n) for n in tiling.tile_dims)})")
-        result[kind][index] = _spec(entries)
+        result[kind][index] = parse_sharding(",".join(entries))
     for key, kind, count in (("arg_attrs", "argument", len(main.type.inputs)),
                              ("res_attrs", "result", len(main.type.results))):
         if result[kind]:

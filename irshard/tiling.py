@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from irshard.specs import MeshSpec
+from irshard.specs import MeshAxis, MeshSpec
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ def _named_sharding(text: str, rank: int) -> Tiling | None:
     ids = _ints(m.group(2)) if m.group(2) else tuple(range(count))
     if len(ids) != count:
         return None
-    names = [n for n, _ in axes]
+    mesh = MeshSpec(tuple(MeshAxis(n, s) for n, s in axes))
+    names = list(mesh.names)
     rest = [n for n in names if n not in used]
     tile_dims = [math.prod(sizes[a] for a in d) for d in dims]
     replicas = math.prod(sizes[a] for a in rest)
@@ -122,10 +123,7 @@ def _named_sharding(text: str, rank: int) -> Tiling | None:
     shape = tile_dims + ([replicas] if replicas > 1 else [])
     slots = [0] * count
     for position in range(count):
-        coord, rem = {}, position
-        for name in reversed(names):
-            coord[name] = rem % sizes[name]
-            rem //= sizes[name]
+        coord = dict(zip(names, mesh.coords(position)))
         index = [_radix([coord[a] for a in d], [sizes[a] for a in d]) for d in dims]
         if replicas > 1:
             index.append(_radix([coord[a] for a in rest], [sizes[a] for a in rest]))
@@ -250,7 +248,4 @@ def _find_axes(dim, count, tiles, coords, mesh, used):
 
 
 def _mixed_radix(coord, axes, mesh) -> int:
-    value = 0
-    for a in axes:
-        value = value * mesh.axes[a].size + coord[a]
-    return value
+    return _radix([coord[a] for a in axes], [mesh.axes[a].size for a in axes])
