@@ -494,6 +494,81 @@ def run_registered_passes(module, pipeline: str) -> None:
             raise PassFailure(e) from None
 
 
+def run_registered_passes_isolated(module, pipeline: str) -> tuple[Any, str | None]:
+    """`run_registered_passes` in a forked child, so that a native crash in
+    a pass (a Shardy debug option on IR it does not expect) cannot take this
+    process down. Returns `(operation, None)` with the child's result, or
+    `(None, why)` when the child died of a signal (`why` names it). A pass
+    that fails with a diagnostic is run again here, so its `PassFailure`
+    is raised as usual. Where `fork` is missing, the passes run in-process."""
+    import faulthandler
+    import signal as signals
+    import warnings
+
+    from jaxlib.mlir import ir
+
+    from irshard import interrupts
+    operation = getattr(module, "operation", module)
+    if not hasattr(os, "fork"):
+        run_registered_passes(operation, pipeline)
+        return operation, None
+    where = interrupts.temp_dir("irshard-passes-")
+    result = os.path.join(where, "module.mlirbc")
+    try:
+        with warnings.catch_warnings():
+            # Python warns that a forked child of a threaded process may
+            # deadlock; the child only runs MLIR passes on a context with
+            # multithreading off, and writes one file.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)   # JAX's own
+            pid = os.fork()
+        if pid == 0:                            # the child
+            status = 1
+            try:
+                # A crash is reported by the parent, in its own words.
+                faulthandler.disable()
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                with operation.context:
+                    _run_pipeline(operation, pipeline)
+                    with open(result, "wb") as f:
+                        operation.write_bytecode(f)
+                status = 0
+            finally:
+                os._exit(status)
+        try:
+            _, status = interrupts.call(os.waitpid, pid, 0)
+        except BaseException:
+            os.kill(pid, signals.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            try:
+                name = signals.Signals(number).name
+            except ValueError:
+                name = f"signal {number}"
+            return None, name
+        if os.WEXITSTATUS(status) != 0:
+            run_registered_passes(operation, pipeline)   # raises its failure
+            return operation, None
+        with open(result, "rb") as f:
+            data = f.read()
+        with operation.context:
+            # A clone owns itself; the parsed module's operation would go
+            # with the module.
+            return ir.Module.parse(data).operation.clone(), None
+    finally:
+        interrupts.remove(where)
+
+
+def _run_pipeline(operation, pipeline: str) -> None:
+    """Runs a textual pipeline on `operation` in its (current) context."""
+    from jaxlib.mlir import passmanager
+    passmanager.PassManager.parse(pipeline).run(operation)
+
+
 def parse_pipeline(pipeline: str, context) -> Any:
     """Parses a textual pipeline with MLIR's own parser (raises ValueError)."""
     from jaxlib.mlir import passmanager

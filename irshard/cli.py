@@ -186,7 +186,10 @@ def _emit_texts(lowered, emits: list[str], stage: str, debug_info: bool,
     if "stablehlo" in emits:
         texts.append(("stablehlo", lowered.as_text(debug_info)))
     if "propagated" in emits:
-        texts.append(("propagated", lowered.propagate().as_text(debug_info)))
+        propagated = lowered.propagate()
+        for note in propagated.notes:
+            print(f"irshard: note: {note}", file=sys.stderr)
+        texts.append(("propagated", propagated.as_text(debug_info)))
     compiled = None
     if (compile_anyway or not emits
             or any(s in emits for s in ("partitioned", "optimized"))):

@@ -1019,11 +1019,13 @@ def explained(report, lowered, stage):
     inserted = analysis.collectives(view, report.mesh, lowered.info.user_dir)
     matches = _match(report.collectives, inserted,
                      None if stage.name == "partitioned" else stage.view())
-    prop = _Propagated(lowered.propagate().operation, lowered.info, users)
+    propagated = lowered.propagate()
+    prop = _Propagated(propagated.operation, lowered.info, users)
     collectives = []
     with prop.module.context:
         explainer = _Explainer(report, _Hlo(view, users), prop, inserted)
         for c in report.collectives:
             steps = [explainer.steps[p.name] for p in matches[c.name]]
             collectives.append(dataclasses.replace(c, why=explainer.why(c, steps)))
-    return dataclasses.replace(report, collectives=tuple(collectives))
+    return dataclasses.replace(report, collectives=tuple(collectives),
+                               notes=report.notes + propagated.notes)

@@ -47,6 +47,11 @@ PROPAGATION_PIPELINE = ",".join([
     "sdy-close-shardings",
 ])
 
+# The same passes without the debug options: where recording origins
+# crashes (Shardy does not expect some IR there), propagation still runs.
+PROPAGATION_PIPELINE_WITHOUT_ORIGINS = re.sub(
+    r"\{(sink-)?debug-sharding-origins=true\}", "", PROPAGATION_PIPELINE)
+
 
 def functions(module: ir.Module) -> Iterator[func.FuncOp]:
     for op in module.body.operations:

@@ -100,16 +100,28 @@ class StableHLO(Stage):
         return _asm(self.module.operation, debug_info)
 
     def propagate(self) -> "Propagated":
-        """Runs Shardy's propagation in-process on a copy of the module."""
+        """Runs Shardy's propagation on a copy of the module, recording
+        sharding origins. That runs in a child process: where recording
+        origins crashes Shardy, propagation runs again here without them,
+        and the stage says so in `notes`."""
         from irshard import shardy
         copy = self.module.operation.clone()
         shardy.inline_calls(copy)
+        notes: tuple[str, ...] = ()
         try:
-            backend.run_registered_passes(
+            propagated, crash = backend.run_registered_passes_isolated(
                 copy, f"builtin.module({shardy.PROPAGATION_PIPELINE})")
+            if crash is not None:
+                notes = (f"Shardy crashed ({crash}) recording where each "
+                         "sharding came from; shardings are shown without "
+                         "their origins",)
+                propagated = self.module.operation.clone()
+                shardy.inline_calls(propagated)
+                backend.run_registered_passes(propagated, "builtin.module("
+                    f"{shardy.PROPAGATION_PIPELINE_WITHOUT_ORIGINS})")
         except backend.PassFailure as e:
             raise BackendError(f"Shardy propagation failed: {e}") from None
-        return Propagated(self.info, copy)
+        return Propagated(self.info, propagated, notes)
 
     def compile(self, partitioned: bool = False) -> "Optimized":
         """Partitions and compiles with XLA. With `partitioned`, also keeps
@@ -135,6 +147,7 @@ class Propagated(Stage):
     name: ClassVar[str] = "propagated"
     info: ProgramInfo
     operation: Any
+    notes: tuple[str, ...] = ()      # what the stage could not record
 
     def as_text(self, debug_info: bool = False) -> str:
         return _asm(self.operation, debug_info)

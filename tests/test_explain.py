@@ -280,3 +280,59 @@ def test_a_sharding_that_is_no_mesh_tiling_is_kept_as_xla_prints_it():
                        "%add.0 = f32[3,16]{1,0} add(%p, %q)")
     (f,) = findings.parse(line, parse_mesh("x=4"), lambda name, frame: None)
     assert f.from_sharding == "{devices=[3,1]0,1,2}"
+
+
+def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
+    """Shardy's debug option that records origins can crash natively on IR
+    it does not expect; the pass runs in a child process, so the report is
+    made all the same, without origins, and says so."""
+    import signal
+
+    from irshard import backend
+    run = backend._run_pipeline
+
+    def crashing(operation, pipeline):
+        if "debug-sharding-origins" in pipeline:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        run(operation, pipeline)
+
+    monkeypatch.setattr(backend, "_run_pipeline", crashing)
+
+    def loss(w, x):
+        return jnp.sum(x @ w)
+
+    f32 = jnp.float32
+    args = (jax.ShapeDtypeStruct((64, 32), f32), jax.ShapeDtypeStruct((16, 64), f32))
+    report = irshard.compile(loss, *args, mesh="dp=4", shardings=("_,_", "dp,_"),
+                             explain=True)
+    assert [c.kind for c in report.collectives] == ["all-reduce"]
+    assert report.collectives[0].why["origins"] == {}
+    assert report.notes[-1] == ("Shardy crashed (SIGSEGV) recording where each "
+                                "sharding came from; shardings are shown "
+                                "without their origins")
+    # Without the crash, the same program's origins are there.
+    monkeypatch.setattr(backend, "_run_pipeline", run)
+    report = irshard.compile(loss, *args, mesh="dp=4", shardings=("_,_", "dp,_"),
+                             explain=True)
+    assert report.collectives[0].why["origins"] == {"dp": {"kind": "input", "name": "x"}}
+    assert not any("crashed" in note for note in report.notes)
+
+
+def test_a_child_that_fails_without_a_signal_hands_over_to_this_process(monkeypatch):
+    """A child that fails by an exception (an MLIR diagnostic) is no crash:
+    the passes run again here, and fail or succeed as they do here."""
+    from jaxlib.mlir import ir
+
+    from irshard import backend
+
+    def failing(operation, pipeline):
+        raise RuntimeError("a diagnostic")
+
+    monkeypatch.setattr(backend, "_run_pipeline", failing)
+    with backend.ir_context():
+        module = ir.Module.parse("func.func private @unused() { return }\n"
+                                 "func.func @main() { return }")
+        done, crash = backend.run_registered_passes_isolated(
+            module, "builtin.module(symbol-dce)")
+        assert crash is None
+        assert "@unused" not in str(done) and "@main" in str(done)
