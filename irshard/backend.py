@@ -96,6 +96,10 @@ def devices(platform: str, count: int) -> list[Any]:
         hint = (f"; set XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before JAX "
                 f"starts, or let irshard start it"
                 if platform == "cpu" else "")
+        asked = getattr(jax.config, "jax_num_cpu_devices", -1)
+        if platform == "cpu" and isinstance(asked, int) and asked >= 0:
+            hint = (f"; the program sets jax_num_cpu_devices={asked}: set it "
+                    f"to {count} or more, or leave it to irshard")
         raise SpecError(
             f"the mesh needs {count} devices but {platform} has "
             f"{len(available)}{hint}")
@@ -134,21 +138,37 @@ class quiet_native_stderr:
         return False
 
 
-def tpu_devices(topology: str, slices: int, mesh_shape: Sequence[int],
-                mesh_names: Sequence[str], what: str) -> list[Any]:
+def own_mesh_devices(values, names: Sequence[str], shape: Sequence[int],
+                     platform: str) -> list[Any] | None:
+    """The devices, in its order, of a `jax.sharding.Mesh` among `values`
+    (a program module's globals) with these axis names and sizes on
+    `platform`; None when there is none."""
+    from jax.sharding import Mesh
+    for value in values:
+        if (isinstance(value, Mesh)
+                and tuple(value.axis_names) == tuple(names)
+                and tuple(value.devices.shape) == tuple(shape)
+                and all(d.platform == platform for d in value.devices.flat)):
+            return list(value.devices.flat)
+    return None
+
+
+_SLICES: dict[tuple[str, int], list[Any]] = {}
+
+
+def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
     """The chips of a TPU slice (or `slices` of them) as libtpu describes
-    them on a machine with no TPU, in the order `jax.make_mesh` lays the
-    mesh onto them; with several slices the leading axes span the slices
-    (`mesh_utils.create_hybrid_device_mesh`)."""
+    them, in its order (as `jax.devices()` lists them on the slice)."""
+    if (topology, slices) in _SLICES:
+        return _SLICES[topology, slices]
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    jax = _jax()
+    _jax()
     try:
         import libtpu  # noqa: F401
     except ImportError:
         raise SpecError(f"--target {what}: compiling for a TPU needs libtpu; "
                         f"install it with pip install 'irshard[tpu]'") from None
-    from jax.experimental import mesh_utils, topologies
-    from jax.sharding import AxisType
+    from jax.experimental import topologies
     with quiet_native_stderr() as noise:
         try:
             kwargs = {"num_slices": slices} if slices > 1 else {}
@@ -162,7 +182,67 @@ def tpu_devices(topology: str, slices: int, mesh_shape: Sequence[int],
         raise SpecError(f"--target {what}: libtpu cannot describe '{topology}': "
                         f"{first_line(error)}") from None
     del noise
-    devices = list(topo.devices)
+    _SLICES[topology, slices] = list(topo.devices)
+    return _SLICES[topology, slices]
+
+
+class visible_devices:
+    """While the block runs, `jax.devices()` and its kin list `devices` (a
+    described TPU slice's chips) as JAX would on that slice, so a program
+    that builds its mesh from them at import or while tracing
+    (`Mesh(np.array(jax.devices()), ...)`, `jax.make_mesh`,
+    `mesh_utils.create_device_mesh`) gets the target's devices. Asked for
+    another platform by name, JAX answers as usual."""
+
+    _NAMES = ("devices", "local_devices", "device_count", "local_device_count")
+
+    def __init__(self, devices: Sequence[Any]):
+        self.devices = list(devices)
+        self.platform = getattr(self.devices[0], "platform", None) \
+            if self.devices else None
+
+    def _listing(self, original):
+        def listing(backend=None, *args, **kwargs):
+            if backend is not None and backend != self.platform:
+                return original(backend, *args, **kwargs)
+            return list(self.devices)
+        return listing
+
+    def _count(self, original):
+        def count(backend=None, *args, **kwargs):
+            if backend is not None and backend != self.platform:
+                return original(backend, *args, **kwargs)
+            return len(self.devices)
+        return count
+
+    def __enter__(self):
+        jax = _jax()
+        from jax._src import xla_bridge
+        self._saved = []
+        for owner in (jax, xla_bridge):
+            for name in self._NAMES:
+                original = getattr(owner, name)
+                self._saved.append((owner, name, original))
+                wrap = self._count if name.endswith("count") else self._listing
+                setattr(owner, name, wrap(original))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+        return False
+
+
+def tpu_devices(topology: str, slices: int, mesh_shape: Sequence[int],
+                mesh_names: Sequence[str], what: str) -> list[Any]:
+    """The chips of a TPU slice (or `slices` of them) as libtpu describes
+    them on a machine with no TPU, in the order `jax.make_mesh` lays the
+    mesh onto them; with several slices the leading axes span the slices
+    (`mesh_utils.create_hybrid_device_mesh`)."""
+    jax = _jax()
+    from jax.experimental import mesh_utils
+    from jax.sharding import AxisType
+    devices = tpu_slice(topology, slices, what)
     if slices == 1:
         try:
             mesh = jax.make_mesh(tuple(mesh_shape), tuple(mesh_names),

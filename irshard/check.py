@@ -171,7 +171,20 @@ def reference(lowered: StableHLO, info, sources,
     try:
         return _run_on_one_device(fn, arrays, device, info, False)
     except (Exception, SystemExit) as e:
+        if reference_fn is None and _INCOMPATIBLE_DEVICES in str(e):
+            # The function names the program's own mesh (a NamedSharding
+            # built at import): one device cannot trace it again, but the
+            # traced module, its shardings stripped, runs on one.
+            try:
+                return _module_reference(lowered, arrays, device)
+            except UsageError:
+                pass
         raise _reference_error(e, info, reference_fn is not None) from None
+
+
+# JAX's error for a function whose shardings name devices other than the
+# ones it runs on (a mesh of its own, built from all the devices).
+_INCOMPATIBLE_DEVICES = "Received incompatible devices for jitted computation"
 
 
 def _reference_error(e: BaseException, info, named: bool) -> Exception:
@@ -184,6 +197,13 @@ def _reference_error(e: BaseException, info, named: bool) -> Exception:
             f"mesh (one it names, or the context mesh it was first called "
             f"under: JAX keeps that one), and one device cannot stand in for "
             f"it; name a single-device reference with --reference NAME")
+    if not named and _INCOMPATIBLE_DEVICES in text:
+        return UsageError(
+            f"--check: the single-device reference cannot run "
+            f"'{info.function}': it shards values over a mesh of its own "
+            f"(a NamedSharding of the program's mesh), which one device "
+            f"cannot stand in for; name a single-device reference with "
+            f"--reference NAME\n  {backend.message(e).splitlines()[0]}")
     what = "the reference function" if named else "the single-device reference"
     if raised_by_user_code(e):
         return UserCodeError(f"{what} failed: "

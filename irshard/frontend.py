@@ -126,6 +126,27 @@ class Placement:
                                                     self.platform),
                           self.platform, exact=self.cluster is not None)
 
+    def visible(self):
+        """A context in which the program sees the target's devices: a TPU
+        slice's chips are what `jax.devices()` lists (its import and its
+        tracing build meshes from them)."""
+        import contextlib
+
+        from irshard import backend
+        if self.target.kind != "tpu":
+            return contextlib.nullcontext()
+        return backend.visible_devices(backend.tpu_slice(
+            self.target.topology_name, self.target.slices, self.target.text))
+
+    def all_devices(self, chosen: list[Any]) -> list[Any]:
+        """Every device the mesh could be laid onto: the slice's chips, or
+        the platform's devices."""
+        from irshard import backend
+        if self.target.kind == "tpu":
+            return backend.tpu_slice(self.target.topology_name,
+                                     self.target.slices, self.target.text)
+        return backend.devices(self.platform, len(chosen))
+
     def devices(self, mesh: MeshSpec) -> list[Any]:
         from irshard import backend
         self.target.check_mesh(mesh)
@@ -165,17 +186,27 @@ def load(source: Source, cluster=None, timeout: float | None = None):
                          constraints)
     place.configure(mesh.num_devices)
     join()
-    devices = place.devices(mesh)
-    from irshard import program, stages
-    prog = program.load_program(
-        source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
-        shards=source.shards, overrides=source.overrides,
-        out_shards=source.out_shards, grad=source.grad,
-        reference=source.reference, args_fn=source.args_fn,
-        static=source.static)
-    distributed.report_stage("tracing")
-    return constrain(stages.trace(prog, place.platform, devices, place.target,
-                                  place.profile, place.estimated), constraints)
+    from irshard import backend, program, stages
+    with place.visible():
+        # The program's import comes before JAX's backends start, so it may
+        # still set JAX's options (`jax_num_cpu_devices`).
+        prog = program.load_program(
+            source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
+            shards=source.shards, overrides=source.overrides,
+            out_shards=source.out_shards, grad=source.grad,
+            reference=source.reference, args_fn=source.args_fn,
+            static=source.static)
+        devices = place.devices(mesh)
+        distributed.report_stage("tracing")
+        # A mesh the program built itself with the same axes lays out the
+        # devices as the program expects (its shard_maps name that mesh).
+        own = backend.own_mesh_devices(prog.namespace, mesh.names,
+                                       mesh.shape, devices[0].platform)
+        if own is not None and set(own) <= set(place.all_devices(devices)):
+            devices = own
+        traced = stages.trace(prog, place.platform, devices, place.target,
+                              place.profile, place.estimated)
+    return constrain(traced, constraints)
 
 
 def parse_constraints(items) -> tuple[tuple[str, str], ...]:

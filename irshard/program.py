@@ -89,6 +89,9 @@ class Program:
     grad: tuple[int, ...] | None = None
     reference: Callable[..., Any] | None = field(default=None, compare=False)
     user_dir: str | None = None
+    # The program module's own values (its globals), where a mesh it built
+    # at import may be found.
+    namespace: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def static(self) -> tuple[tuple[str, Any], ...]:
@@ -465,7 +468,8 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                    inputs=tuple(leaves), parameters=tuple(parameters),
                    out_shardings=out_shardings, grad=grads,
                    reference=reference_fn,
-                   user_dir=os.path.dirname(os.path.abspath(path)))
+                   user_dir=os.path.dirname(os.path.abspath(path)),
+                   namespace=tuple(vars(module).values()))
 
 
 def _same_parameters(fn: Callable[..., Any], name: str,
