@@ -283,26 +283,83 @@ def program_shapes(view: HloModuleView) -> dict[int, _Moved]:
 _FLOATS = ("f16", "bf16", "f32", "f64")
 
 
-def _program_leaves(leaves: list[ArrayShape], kind: str, channel: str,
-                    programs: dict[int, _Moved] | None) -> list[ArrayShape] | None:
-    """The program's own leaves of a collective whose element type the
-    backend widened (the CPU backend runs bf16 collectives in f32), found by
-    channel id in the partitioned module; None if it kept its type."""
-    if not programs or not channel.isdigit():
-        return None
-    moved = programs.get(int(channel))
-    if moved is None or moved.kind != kind or len(moved.leaves) != len(leaves):
-        return None
+def _narrower(ours: ArrayShape, theirs: ArrayShape) -> bool:
+    """Whether `theirs` is `ours` in a narrower float type: what the
+    program moved where the backend moves `ours`."""
+    return (ours.dtype in _FLOATS and theirs.dtype in _FLOATS
+            and theirs.nbytes < ours.nbytes)
+
+
+def _own_types(found: list[tuple[str, str, list[ArrayShape]]],
+               programs: dict[int, _Moved] | None) -> list[list[ArrayShape] | None]:
+    """For each collective `(kind, channel_id, leaves)` of an optimized
+    module, the program's own leaves where the backend widened their
+    element type (the CPU backend runs bf16 collectives in f32), read from
+    the partitioned module's collectives; None where it kept the types.
+
+    The same op keeps its channel id. Where XLA combined several into one
+    tuple collective (the combiners), the combined op has the first's
+    channel id and the others' leaves follow in order; where it split one
+    (an array all-to-all into a tuple all-to-all), the parts add up to the
+    whole. Each partitioned collective is read once; a collective that
+    matches in no way keeps the backend's types."""
+    result: list[list[ArrayShape] | None] = [None] * len(found)
+    if not programs:
+        return result
+    left = dict(programs)
+    pending = []
+    for i, (kind, channel, leaves) in enumerate(found):
+        moved = programs.get(int(channel)) if channel.isdigit() else None
+        if (moved is not None and moved.kind == kind
+                and len(moved.leaves) == len(leaves)
+                and all(a.dims == b.dims for a, b in zip(leaves, moved.leaves))):
+            left.pop(int(channel), None)
+            result[i] = _widened(leaves, list(moved.leaves))
+        elif any(leaf.dtype in _FLOATS for leaf in leaves):
+            pending.append(i)
+    for i in pending:
+        kind, channel, leaves = found[i]
+        first = int(channel) if channel.isdigit() else None
+        moved = left.get(first) if first is not None else None
+        if moved is not None and moved.kind == kind and len(moved.leaves) == 1 \
+                and len(leaves) > 1:
+            whole = moved.leaves[0]
+            if math.prod(whole.dims) == sum(math.prod(leaf.dims) for leaf in leaves):
+                left.pop(first)
+                result[i] = _widened(leaves, [ArrayShape(whole.dtype, leaf.dims)
+                                              for leaf in leaves])
+                continue
+        order = ([first] if first in left else []) + sorted(
+            c for c in left if c != first and left[c].kind == kind)
+        own: list[ArrayShape] = []
+        taken = []
+        for c in order:
+            part = left[c].leaves
+            ahead = leaves[len(own):len(own) + len(part)]
+            if left[c].kind == kind and len(ahead) == len(part) and \
+                    all(a.dims == b.dims for a, b in zip(ahead, part)):
+                own += part
+                taken.append(c)
+            if len(own) == len(leaves):
+                break
+        if len(own) == len(leaves):
+            for c in taken:
+                left.pop(c)
+            result[i] = _widened(leaves, own)
+    return result
+
+
+def _widened(leaves: list[ArrayShape],
+             own: list[ArrayShape]) -> list[ArrayShape] | None:
+    """`own` where some leaf is a narrower float than the backend's and the
+    rest agree; None where the backend kept the program's types."""
     widened = False
-    for ours, theirs in zip(leaves, moved.leaves):
-        if ours.dims != theirs.dims:
-            return None
+    for ours, theirs in zip(leaves, own):
         if ours.dtype != theirs.dtype:
-            if not (ours.dtype in _FLOATS and theirs.dtype in _FLOATS
-                    and theirs.nbytes < ours.nbytes):
+            if not _narrower(ours, theirs):
                 return None
             widened = True
-    return list(moved.leaves) if widened else None
+    return own if widened else None
 
 
 def collectives(view: HloModuleView, mesh: MeshSpec | None,
@@ -318,10 +375,12 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
     devices = (mesh.num_devices if mesh
                else view.num_partitions * view.num_replicas)
     result = []
-    for site in _sites(view):
+    sites = _sites(view)
+    found = [(collective_kind(site.inst), site.inst.attrs.get("channel_id", ""),
+              shape_leaves(_result_shape(view, site.inst))) for site in sites]
+    owns = _own_types(found, programs)
+    for site, (kind, _, leaves), own in zip(sites, found, owns):
         inst = site.inst
-        kind = collective_kind(inst)
-        leaves = shape_leaves(_result_shape(view, inst))
         if inst.opcode == "send":
             # Between slices: what is sent (the operand), over the axes that
             # span the slices.
@@ -341,8 +400,6 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
             axes = rg.span_axes(groups, mesh) if mesh else None
             group = len(groups[0]) if groups else devices
         backend_dtype = None
-        own = _program_leaves(leaves, kind, inst.attrs.get("channel_id", ""),
-                              programs)
         if own is not None:
             backend_dtype = hlo_dtype(leaves[0].dtype)
             leaves = own

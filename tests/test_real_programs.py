@@ -1,0 +1,109 @@
+"""Programs as their authors write them: meshes built at import from the
+devices JAX lists, JAX options set at import, shardings of the program's
+own mesh, and the other habits of public JAX programs (the Flax lm1b step,
+the shard_map tutorial, JAX's training cookbook, Equinox's examples, a
+GShard mixture of experts)."""
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import require, run_irshard
+
+PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
+SHARD_MAP = os.path.join(PROGRAMS, "shard_map_tutorial.py")
+EQUINOX = os.path.join(PROGRAMS, "equinox_style.py")
+
+
+def report_of(*args):
+    done = run_irshard(*args, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def kinds(report):
+    return sorted(c["kind"] for c in report["collectives"])
+
+
+@pytest.mark.parametrize("target", ["cpu", "tpu-v5e:2x2"])
+def test_a_mesh_built_from_jax_devices_at_import_sees_the_targets_devices(target):
+    """`Mesh(np.array(jax.devices()[:4]), ...)` at import: on a TPU target
+    the program sees the slice's chips (not the one CPU device that
+    compiles for it), and its mesh lays them out as it chose."""
+    if target != "cpu":
+        require("libtpu", "TPU targets")
+    report = report_of("compile", SHARD_MAP, "--fn", "matmul_allgather",
+                       "--mesh", "i=4", "--arg", "lhs_block=f32[16,8]",
+                       "--arg", "rhs_block=f32[8,16]", "--target", target)
+    assert kinds(report) == ["all-gather"]
+    assert report["collectives"][0]["mesh_axes"] == ["i"]
+    assert report["collectives"][0]["source"]["file"].endswith("shard_map_tutorial.py")
+
+
+@pytest.mark.parametrize("target, mesh", [("cpu", "batch=8"),
+                                          ("tpu-v5e:2x2", "batch=4")])
+def test_jax_options_and_device_counts_at_import(target, mesh):
+    """`jax.config.update("jax_num_cpu_devices", 8)` at import runs before
+    JAX's backends start; `jax.device_count()` there is the target's."""
+    if target != "cpu":
+        require("libtpu", "TPU targets")
+    report = report_of("compile", EQUINOX, "--fn", "train_step", "--args", "args",
+                       "--mesh", mesh, "--target", target)
+    assert kinds(report) == ["all-reduce"]
+    assert report["collectives"][0]["mesh_axes"] == ["batch"]
+
+
+def test_a_program_that_sets_too_few_cpu_devices_is_told_so(write):
+    text = open(EQUINOX).read().replace('"jax_num_cpu_devices", 8',
+                                        '"jax_num_cpu_devices", 2')
+    done = run_irshard("compile", write("few.py", text), "--fn", "train_step",
+                       "--args", "args", "--mesh", "batch=8")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "irshard: error: the mesh needs 8 devices but cpu has 2; the program "
+        "sets jax_num_cpu_devices=2: set it to 8 or more, or leave it to irshard\n")
+
+
+def test_check_of_constraints_on_the_programs_own_mesh():
+    """The step constrains values to NamedShardings of its own 8-device
+    mesh; one device cannot trace it again, so the reference is the traced
+    module with its shardings stripped, run on one device."""
+    report = report_of("run", EQUINOX, "--fn", "train_step", "--args", "args",
+                       "--mesh", "batch=8", "--check")
+    check = report["run"]["check"]
+    assert check["passed"] is True
+    assert [o["name"] for o in check["outputs"]] == ["result/b", "result/w"]
+    assert all(o["reference"] == "unsharded" for o in check["outputs"])
+
+
+COOKBOOK = os.path.join(PROGRAMS, "cookbook_style.py")
+MOE = os.path.join(PROGRAMS, "gshard_moe.py")
+
+
+def test_a_combined_bf16_gradient_all_reduce_has_the_programs_bytes():
+    """XLA combines the bf16 weight gradients' all-reduces into one tuple
+    all-reduce, which the CPU backend runs in f32: the report gives the
+    program's bf16 bytes (every parameter once), marked as widened."""
+    report = report_of("compile", COOKBOOK, "--fn", "train_step", "--args", "args",
+                       "--mesh", "data=4", "--shard", "tokens=data,_",
+                       "--shard", "targets=data,_")
+    [reduce] = report["collectives"]
+    assert reduce["kind"] == "all-reduce" and reduce["operands"] == 5
+    params = 2 * (64 * 256 + 256 * 64) + 64 * 16
+    assert (reduce["dtype"], reduce["backend_dtype"]) == ("bf16", "f32")
+    assert reduce["bytes"] == params * 2
+    assert any("runs 1 bf16 collective in f32" in n for n in report["notes"])
+
+
+def test_a_split_bf16_all_to_all_has_the_programs_bytes():
+    """The dispatch and the way back are bf16 all-to-alls that XLA splits
+    into tuple all-to-alls of four parts: bf16 bytes, the same for both."""
+    report = report_of("compile", MOE, "--fn", "moe_layer", "--args", "args",
+                       "--mesh", "expert=4", "--shard", "params/experts/*=expert,_,_",
+                       "--shard", "tokens=expert,_,_")
+    alls = report["collectives"]
+    assert [c["kind"] for c in alls] == ["all-to-all", "all-to-all"]
+    # [groups=8, experts=4, capacity=4, model=16] bf16, a quarter per device.
+    assert [(c["dtype"], c["bytes"]) for c in alls] == [("bf16", 8 * 4 * 4 * 16 * 2 // 4)] * 2
+    assert all(c["backend_dtype"] == "f32" and c["operands"] == 4 for c in alls)
