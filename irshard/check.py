@@ -32,6 +32,7 @@ comparison happens on process 0 and every process gets its verdict.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -77,6 +78,9 @@ class OutputCheck:
     worst_allowed: float = 0.0
     nan: int = 0                         # NaN in both results, not compared
     size: int = 0
+    # The narrower float the program computes this output in (`bf16`), whose
+    # tolerances apply; None where it is the output's own type.
+    precision: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +97,7 @@ class OutputCheck:
             "worst_allowed": _json_float(self.worst_allowed),
             "nan": self.nan,
             "size": self.size,
+            **({"precision": self.precision} if self.precision else {}),
         }
 
     def describe(self) -> str:
@@ -265,12 +270,14 @@ def _index(flat: int, shape) -> tuple[int, ...]:
 
 def compare(index: int, decl: TensorDecl, actual: np.ndarray,
             expected: np.ndarray, rtol: float | None, atol: float | None,
-            truth: np.ndarray | None = None) -> OutputCheck:
+            truth: np.ndarray | None = None,
+            precision: str | None = None) -> OutputCheck:
     """Compares one output with its references (see the module docstring):
-    `expected` is the unsharded result, `truth` the 64-bit one if any."""
+    `expected` is the unsharded result, `truth` the 64-bit one if any;
+    `precision` the narrower float the program computes it in, if any."""
     name = decl.dtype.name
     exact = name not in TOLERANCES
-    default_rtol, default_atol = TOLERANCES.get(name, (0.0, 0.0))
+    default_rtol, default_atol = TOLERANCES.get(precision or name, (0.0, 0.0))
     rtol = 0.0 if exact else (default_rtol if rtol is None else rtol)
     atol = 0.0 if exact else (default_atol if atol is None else atol)
     complex_ = name.startswith("c")
@@ -334,7 +341,21 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
         float(rel[rel_at]), rel_at, value, expected_value, reference,
         reference_error, worst_at, float(diff[worst_at]),
         float(np.broadcast_to(allowed, a.shape)[worst_at]),
-        int(np.count_nonzero(both_nan)), size)
+        int(np.count_nonzero(both_nan)), size, precision)
+
+
+# Float outputs a program may compute through a 16-bit float.
+_WIDER = ("f32", "f64")
+
+
+def computes_in(lowered: StableHLO) -> str | None:
+    """The narrowest float the program computes in, where it is a 16-bit
+    one (`bf16`, else `f16`); None otherwise."""
+    found = set(_SIXTEEN_BIT.findall(lowered.as_text()))
+    return "bf16" if "bf16" in found else ("f16" if found else None)
+
+
+_SIXTEEN_BIT = re.compile(r"[x<](b?f16)>")
 
 
 def check(lowered, info, sources, values, options,
@@ -350,9 +371,15 @@ def check(lowered, info, sources, values, options,
                                        lowered, info, sources)
             if found is not None and len(found) == len(info.outputs):
                 truths = found
+        narrow = computes_in(lowered)
         for i, decl in enumerate(info.outputs):
+            # An output the program computes through a narrower float is
+            # held to that float's tolerances; its float64 run keeps the
+            # program's casts, so it is no truth for it.
+            precision = narrow if narrow and decl.dtype.name in _WIDER else None
             checks.append(compare(i, decl, values[i], unsharded[i],
-                                  options.rtol, options.atol, truths[i]))
+                                  options.rtol, options.atol,
+                                  None if precision else truths[i], precision))
     flags = backend.allgather_ints([int(c.passed) for c in checks]
                                    or [1] * len(info.outputs))
     if backend.process_index() != 0:

@@ -205,13 +205,19 @@ class RunResult:
                 at = (str(list(c.worst_at)) if c.worst_at is not None
                       and c.worst_error else "-")
                 rows.append([str(c.index), c.name, f"{c.worst_error:.3g}",
-                             f"{c.worst_allowed:.3g}", at, c.reference,
+                             f"{c.worst_allowed:.3g}", at,
+                             f"{c.reference} ({c.precision})" if c.precision
+                             else c.reference,
                              f"{c.reference_error:.3g}" if c.reference == "float64"
                              else "-",
                              "ok" if c.passed else "MISMATCH"])
             lines += table(["#", "name", "error", "allowed", "at", "reference",
                             "ref error", "result"], rows)
             lines += [f"  {line}" for line in _check_legend(references)]
+            lines += [f"  ({p}): the program computes it in {p}: {p} tolerances; "
+                      f"a float64 run keeps its {p} casts and is no truth"
+                      for p in sorted({c.precision for c in self.checks
+                                       if c.precision})]
             lines += [f"warning: {c.nan_warning}" for c in self.checks
                       if c.nan_warning]
         if self.timings:

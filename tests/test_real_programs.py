@@ -107,3 +107,25 @@ def test_a_split_bf16_all_to_all_has_the_programs_bytes():
     # [groups=8, experts=4, capacity=4, model=16] bf16, a quarter per device.
     assert [(c["dtype"], c["bytes"]) for c in alls] == [("bf16", 8 * 4 * 4 * 16 * 2 // 4)] * 2
     assert all(c["backend_dtype"] == "f32" and c["operands"] == 4 for c in alls)
+
+
+MIXED = os.path.join(PROGRAMS, "mixed_precision.py")
+
+
+def test_check_of_a_mixed_precision_step_uses_its_compute_precision():
+    """f32 parameters, bf16 matmuls, f32 loss and gradients: the float64
+    run keeps the bf16 casts, so it is no truth; the outputs are held to
+    bf16 tolerances and pass (with f32 tolerances they failed by 5000x)."""
+    report = report_of("run", MIXED, "--fn", "grad_step", "--args", "args",
+                       "--mesh", "dp=2,tp=4", "--shard", "params/w1=_,tp",
+                       "--shard", "params/w2=tp,_", "--shard", "x=dp,_",
+                       "--shard", "y=dp,_", "--check")
+    check = report["run"]["check"]
+    assert check["passed"] is True
+    assert [(o["name"], o["precision"], o["reference"], o["rtol"])
+            for o in check["outputs"]] == [
+        (name, "bf16", "unsharded", 1e-2)
+        for name in ("result/0", "result/1/w1", "result/1/w2")]
+    # The sharded gradients do differ from the single-device ones, by
+    # bf16 rounding: more than f32's tolerances would allow.
+    assert all(o["max_abs_error"] > 1e-4 for o in check["outputs"][1:])
