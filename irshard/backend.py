@@ -379,10 +379,21 @@ def checked_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
+def jit_options(fn: Callable[..., Any]) -> dict[str, tuple[Any, ...]]:
+    """What a `jax.jit`-wrapped function was told about its arguments:
+    `static_argnums`, `static_argnames`, `donate_argnums`,
+    `donate_argnames` (empty for any other callable)."""
+    info = getattr(fn, "_jit_info", None)
+    return {name: tuple(getattr(info, name, None) or ())
+            for name in ("static_argnums", "static_argnames",
+                         "donate_argnums", "donate_argnames")}
+
+
 def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
           dtypes: Sequence[str], mesh,
           weak: Sequence[bool] | None = None,
           shardings: Sequence[Sequence[Sequence[str]]] | None = None,
+          donated: Sequence[int] = (),
           ) -> LoweredFunction:
     """Traces `fn` on abstract inputs and lowers it to StableHLO.
 
@@ -394,7 +405,8 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
     type, as
     `jax.jit` sees a sharded array, so `reshard` and sharding-in-types rules
     apply. Unused inputs are kept (`jax.jit` drops them by default), so
-    argument i of the module is always input i.
+    argument i of the module is always input i. Inputs `donated` are
+    donated (`donate_argnums`): XLA may reuse their buffers for outputs.
     """
     jax = _jax()
     weak = weak or [False] * len(shapes)
@@ -404,7 +416,8 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
     avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
              for s, d, w, p in zip(shapes, dtypes, weak, placed)]
     with jax.set_mesh(mesh):
-        lowered = jax.jit(fn, keep_unused=True).lower(*avals)
+        lowered = jax.jit(fn, keep_unused=True,
+                          donate_argnums=tuple(donated)).lower(*avals)
         module = lowered.compiler_ir("stablehlo")
     leaves = jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]
     return LoweredFunction(

@@ -87,8 +87,15 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                         "(comma-separated), or all floating-point inputs")
     p.add_argument("--static", metavar="NAMES",
                    help="arguments that are static (bound to their value, "
-                        "not traced), comma-separated, as jit's "
-                        "static_argnames")
+                        "not traced), comma-separated names or numbers, as "
+                        "jit's static_argnames and static_argnums (a jitted "
+                        "function's own count too)")
+    p.add_argument("--donate", action="append", default=[], metavar="ARG",
+                   help="donate an argument (its number or name, as jit's "
+                        "donate_argnums and donate_argnames) or the leaves a "
+                        "path pattern picks ('state/opt/**'): XLA may reuse "
+                        "their buffers for outputs (repeatable; a jitted "
+                        "function's own donate_argnums count too)")
     p.add_argument("--platform", choices=PLATFORMS, default="cpu",
                    help="where the mesh lives: simulated CPU devices "
                         "(default) or a real accelerator")
@@ -155,7 +162,8 @@ def _source(args):
         overrides=tuple(args.override_shard),
         out_shards=tuple(args.out_shard), constraints=tuple(args.constrain),
         grad=grad,
-        static=parse_names(args.static, "--static"),
+        static=parse_names(args.static, "--static", numbers=True),
+        donate=tuple(args.donate),
         reference=getattr(args, "reference", None), platform=args.platform,
         target=args.target, profile=args.profile)
 
@@ -625,7 +633,8 @@ def _program_argv(args) -> list[str]:
     for option, values in (("--arg", args.arg), ("--shard", args.shard),
                            ("--override-shard", args.override_shard),
                            ("--out-shard", args.out_shard),
-                           ("--constrain", args.constrain)):
+                           ("--constrain", args.constrain),
+                           ("--donate", args.donate)):
         for value in values:
             argv += [option, value]
     if args.grad is True:

@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -322,8 +322,16 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
         arguments.append(jax.make_array_from_callback(t.decl.shape, t.sharding,
                                                       source))
 
-    outputs = _execute(exe, arguments, info.outputs, [t.sharding for t in outs])
-    timings = _time(exe, arguments, options) if options.repeat else []
+    def fresh() -> list[Any]:
+        """The arguments for one execution: a donated input's buffer is
+        XLA's after a run, so each run gets the same values anew."""
+        if not any(d.donated for d in info.inputs):
+            return arguments
+        return [jax.make_array_from_callback(t.decl.shape, t.sharding, source)
+                for t, source in zip(ins, sources)]
+
+    outputs = _execute(exe, fresh(), info.outputs, [t.sharding for t in outs])
+    timings = _time(exe, fresh, options) if options.repeat else []
 
     input_runs = [TensorRun(t, digest(array), origin)
                   for t, array, origin in zip(ins, arguments, origins)]
@@ -352,17 +360,21 @@ def _execute(exe, arguments, decls, shardings):
             for decl, sharding, arrays in zip(decls, shardings, per_output)]
 
 
-def _time(exe, arguments, options: RunOptions) -> list[float]:
-    """Times `options.repeat` runs; on a terminal (stdout and stderr both),
-    a run that takes more than half a second shows a progress bar."""
+def _time(exe, arguments: Callable[[], list[Any]],
+          options: RunOptions) -> list[float]:
+    """Times `options.repeat` runs (each on `arguments()`, made before its
+    clock starts); on a terminal (stdout and stderr both), a run that takes
+    more than half a second shows a progress bar."""
     timings = []
     from irshard import files
     terminal = options.progress and sys.stderr.isatty() and files.STDOUT.isatty()
     show = False
     begin = time.perf_counter()
     for step in range(options.repeat):
+        given = arguments()
+        backend.block_until_ready(given)
         start = time.perf_counter()
-        results = backend.execute(exe, arguments)
+        results = backend.execute(exe, given)
         backend.block_until_ready([a for arrays in results for a in arrays])
         timings.append(time.perf_counter() - start)
         show = show or (terminal and time.perf_counter() - begin > 0.5)

@@ -34,6 +34,7 @@ class Source:
     constraints: tuple[str, ...] = ()     # --constrain MATCH=SPEC
     grad: bool | tuple[str, ...] | None = None   # --grad [NAMES]
     static: tuple[str, ...] = ()          # --static NAMES
+    donate: tuple[str, ...] = ()          # --donate ARG
     reference: str | None = None          # --reference NAME
     platform: str = "cpu"
     target: str | None = None             # --target: cpu, tpu-v5e:4x4, gpu-h100:2x8
@@ -77,6 +78,7 @@ class Source:
         for option, given in (("--fn", self.fn), ("--arg", self.arg_types),
                               ("--args", self.args_fn), ("--grad", self.grad),
                               ("--static", self.static),
+                              ("--donate", self.donate),
                               ("--reference", self.reference)):
             if given:
                 raise UsageError(f"{option} does not apply to a .mlir module: its "
@@ -195,7 +197,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
             shards=source.shards, overrides=source.overrides,
             out_shards=source.out_shards, grad=source.grad,
             reference=source.reference, args_fn=source.args_fn,
-            static=source.static)
+            static=source.static, donate=source.donate)
         devices = place.devices(mesh)
         distributed.report_stage("tracing")
         # A mesh the program built itself with the same axes lays out the

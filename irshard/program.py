@@ -92,6 +92,8 @@ class Program:
     # The program module's own values (its globals), where a mesh it built
     # at import may be found.
     namespace: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    # Indices of the leaves donated (--donate, the function's donate_argnums).
+    donated: tuple[int, ...] = ()
 
     @property
     def static(self) -> tuple[tuple[str, Any], ...]:
@@ -341,6 +343,50 @@ def bind(fn: Callable[..., Any], fn_name: str, mesh: MeshSpec,
     return bound, leaves
 
 
+def argument_names(items: Sequence[str], signature: Sequence[str],
+                   fn_name: str, option: str) -> tuple[str, ...]:
+    """Arguments named or counted (`0` is the first, as jit's argnums),
+    as names, each once."""
+    result: list[str] = []
+    for item in items:
+        if item.isdigit():
+            if int(item) >= len(signature):
+                raise InputError(
+                    f"{option} {item}: '{fn_name}' takes {len(signature)} "
+                    f"arguments ({', '.join(signature) or 'none'}); argument "
+                    f"numbers count from 0")
+            item = signature[int(item)]
+        if item not in result:
+            result.append(item)
+    return tuple(result)
+
+
+def donated_leaves(items: Sequence[str], leaves: Sequence[Leaf],
+                   parameters: Sequence[Parameter], signature: Sequence[str],
+                   fn_name: str) -> tuple[int, ...]:
+    """The leaves `--donate` items pick: an argument's number or name (all
+    its leaves) or a path pattern (`state/opt/**`)."""
+    chosen: set[int] = set()
+    static = {p.name for p in parameters if p.static}
+    paths = [leaf.path for leaf in leaves]
+    for item in items:
+        named = argument_names([item], signature, fn_name, "--donate") \
+            if item.isdigit() else (item,)
+        pattern = named[0]
+        if pattern in static:
+            raise InputError(f"--donate {item}: '{pattern}' is a static "
+                             f"argument of '{fn_name}'; only traced arrays "
+                             f"are donated")
+        found = [i for i, path in enumerate(paths)
+                 if tree.matches(pattern, path)
+                 or tree.matches(pattern + "/**", path)]
+        if not found:
+            raise InputError(f"--donate {item}: '{pattern}' matches no input; "
+                             f"the inputs are {tree.listing(paths)}")
+        chosen.update(found)
+    return tuple(sorted(chosen))
+
+
 def grad_leaves(grad: bool | Sequence[str] | None, leaves: Sequence[Leaf],
                 parameters: Sequence[Parameter], fn_name: str) -> tuple[int, ...] | None:
     """The leaves `--grad` differentiates with respect to: the floating
@@ -408,13 +454,15 @@ def parse_out_shardings(items: Sequence[str]) -> tuple[tuple[int, ShardingSpec],
     return tuple(sorted(result.items()))
 
 
-def parse_names(text: str | None, option: str) -> tuple[str, ...]:
-    """`a,b` -> ("a", "b")."""
+def parse_names(text: str | None, option: str,
+                numbers: bool = False) -> tuple[str, ...]:
+    """`a,b` -> ("a", "b"); with `numbers`, argument numbers (`0,2`) too."""
     if text is None:
         return ()
     names = tuple(n.strip() for n in text.split(","))
-    if not all(n.isidentifier() for n in names):
-        raise UsageError(f"{option} {text!r}: expected argument names, comma "
+    if not all(n.isidentifier() or (numbers and n.isdigit()) for n in names):
+        what = "argument names or numbers" if numbers else "argument names"
+        raise UsageError(f"{option} {text!r}: expected {what}, comma "
                          f"separated, e.g. params,opt_state")
     return names
 
@@ -443,11 +491,13 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                  out_shards: Sequence[str] = (),
                  grad: bool | Sequence[str] | None = None,
                  reference: str | None = None, args_fn: str | None = None,
-                 static: Sequence[str] = ()) -> Program:
+                 static: Sequence[str] = (), donate: Sequence[str] = ()) -> Program:
     """Loads `path`, picks the function and resolves every input leaf's type
     and sharding from `--args`, `--arg`, annotations and `--shard` rules
     (`--override-shard` rules first)."""
     import os
+
+    from irshard import backend
     out_shardings = parse_out_shardings(out_shards)
     arg_types = assignments(args, "--arg", "TYPE")
     rules = parse_overrides(overrides) + parse_rules(shards)
@@ -455,9 +505,18 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
     module = loader.load_module(path)
     name, fn = loader.select_function(module, path, fn_name)
     positional = _call_args_function(module, path, args_fn) if args_fn else ()
+    # The function's own jax.jit options count as the flags would.
+    own = backend.jit_options(fn)
+    signature = [p.name for p in loader.parameters(fn, name)]
+    static = argument_names(list(static) + [str(i) for i in own["static_argnums"]]
+                            + list(own["static_argnames"]), signature, name,
+                            "--static")
     parameters, leaves = bind(fn, name, mesh, positional, static, arg_types,
                               f"--args {args_fn}")
     leaves = apply_shardings(leaves, mesh, rules)
+    donated = donated_leaves(
+        list(donate) + [str(i) for i in own["donate_argnums"]]
+        + list(own["donate_argnames"]), leaves, parameters, signature, name)
     grads = grad_leaves(grad, leaves, parameters, name)
     reference_fn = None
     if reference is not None:
@@ -469,7 +528,7 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                    out_shardings=out_shardings, grad=grads,
                    reference=reference_fn,
                    user_dir=os.path.dirname(os.path.abspath(path)),
-                   namespace=tuple(vars(module).values()))
+                   namespace=tuple(vars(module).values()), donated=donated)
 
 
 def _same_parameters(fn: Callable[..., Any], name: str,

@@ -32,6 +32,7 @@ class TensorInfo:
     local_shape: tuple[int, ...]
     index: int | None = None
     sharding_text: str | None = None   # XLA's form, when `sharding` is None
+    donated: bool = False              # an input XLA may reuse for outputs
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -43,6 +44,8 @@ class TensorInfo:
         d["sharding"] = list(self.sharding) if self.sharding is not None \
             else self.sharding_text
         d["local_shape"] = list(self.local_shape)
+        if self.donated:
+            d["donated"] = True
         return d
 
     @property
@@ -427,7 +430,8 @@ def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list
     rows = []
     for t in tensors:
         row = [str(t.index)] if with_index else []
-        row += [t.name, format_shape(t.dtype, t.shape), t.sharding_label,
+        row += [t.name + (" (donated)" if t.donated else ""),
+                format_shape(t.dtype, t.shape), t.sharding_label,
                 format_shape(t.dtype, t.local_shape)]
         rows.append(row)
     return rows
@@ -510,10 +514,13 @@ def render_text_lines(report: CollectiveReport,
                      f"count is not known counted once)")
     if report.memory:
         m = report.memory
+        aliased = m.get("alias_bytes", 0)
         lines.append(
             f"memory per device: arguments {human_bytes(m['argument_bytes'])}, "
-            f"outputs {human_bytes(m['output_bytes'])}, "
-            f"temp {human_bytes(m['temp_bytes'])}")
+            f"outputs {human_bytes(m['output_bytes'])}"
+            + (f" ({human_bytes(aliased)} in donated arguments)" if aliased
+               else "")
+            + f", temp {human_bytes(m['temp_bytes'])}")
     verdict = _verdict(report)
     if verdict:
         lines.append(verdict)

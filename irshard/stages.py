@@ -17,8 +17,8 @@ file and line.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-
 import os
 import re
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ class TensorDecl:
     shape: tuple[int, ...]
     key: str | None = None
     sharding: ShardingSpec | None = None      # as given, for an input
+    donated: bool = False                     # an input XLA may reuse
 
 
 @dataclass(frozen=True)
@@ -156,9 +157,11 @@ class Propagated(Stage):
 def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
                   mesh: MeshSpec, indexed: bool) -> tuple[TensorInfo, ...]:
     return tuple(
-        tensor_info(decl.name, decl.dtype.name, decl.shape,
-                    shardings[i] if i < len(shardings) else None, mesh,
-                    i if indexed else None, decl.key)
+        dataclasses.replace(
+            tensor_info(decl.name, decl.dtype.name, decl.shape,
+                        shardings[i] if i < len(shardings) else None, mesh,
+                        i if indexed else None, decl.key),
+            donated=decl.donated)
         for i, decl in enumerate(decls))
 
 
@@ -376,7 +379,7 @@ def trace(program: Program, platform: str = "cpu",
             [leaf.type.dtype.numpy for leaf in program.inputs], jax_mesh,
             [leaf.weak for leaf in program.inputs],
             [[d.axes for d in leaf.sharding.dims] for leaf in program.inputs]
-            if mesh.explicit else None)
+            if mesh.explicit else None, program.donated)
     except backend.BadOutput as e:
         raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
     except (Exception, SystemExit) as e:
@@ -396,8 +399,9 @@ def trace(program: Program, platform: str = "cpu",
         source=program.source, function=program.function, user_dir=user_dir,
         mesh=mesh, platform=platform,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
-                                leaf.key, leaf.sharding)
-                     for leaf in program.inputs),
+                                leaf.key, leaf.sharding,
+                                i in program.donated)
+                     for i, leaf in enumerate(program.inputs)),
         outputs=_output_decls(lowered, program, flat.key_outputs), notes=notes,
         target=target, profile=profile, estimated=estimated)
     return StableHLO(info, lowered.module, tuple(devices), fn,
