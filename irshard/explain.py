@@ -711,10 +711,7 @@ class _Explainer:
         axes = ",".join(c.mesh_axes or ()) or "the mesh"
         notes = []
         if c.kind == "collective-permute":
-            what = f"the {first.what}" if first.source else "a shifted slice"
-            notes.append(f"a halo exchange: neighbours along {axes} swap the "
-                         f"edges of their shards, for a shift, slice or pad of "
-                         f"a dimension sharded over {axes} ({what})")
+            notes.append(_permute_note(c, first, axes))
         if c.kind == "all-gather" and reader.what in _INDEXED:
             notes.append(_INDEXED[reader.what].format(axes=axes))
         if c.operands > 1:
@@ -729,6 +726,34 @@ class _Explainer:
                          f"whole tensor (an involuntary full rematerialization, "
                          f"see findings)")
         return "; ".join(notes) or None
+
+
+# Primitives whose sharded form exchanges the edges of neighbouring shards.
+_HALO_PRIMITIVES = frozenset({
+    "pad", "slice", "concatenate", "dynamic_slice", "dynamic_update_slice",
+    "rev", "conv_general_dilated", "reduce_window", "reduce_window_sum",
+    "select_and_scatter_add", "cumsum", "cumprod", "cummax", "cummin",
+    "cumlogsumexp"})
+
+
+def _permute_note(c, first: Value, axes: str) -> str:
+    """What a collective-permute is for: the program's own ppermute, a
+    halo exchange for a shifted slice, or whole shards moved to other
+    devices (the same axes laid over the devices in another order)."""
+    primitive = _primitive(c.op_name)
+    if primitive == "ppermute" or (
+            primitive is None and c.name.startswith("ppermute")):
+        return (f"the program's own ppermute: each device sends its block "
+                f"to the device the permutation names, along {axes}")
+    if primitive in _HALO_PRIMITIVES:
+        what = first.what if first.what.startswith("the ") else f"the {first.what}"
+        return (f"a halo exchange: neighbours along {axes} swap the edges of "
+                f"their shards, for a shift, slice or pad of a dimension "
+                f"sharded over {axes} ({what if first.source else 'a shifted slice'})")
+    return (f"whole shards move to other devices: the value keeps its shape "
+            f"per device, laid over the devices along {axes} in another order "
+            f"(a reshard between two orders of the same axes, e.g. x+y to y+x, "
+            f"or to a mesh with another device order)")
 
 
 def _match(report_collectives, partitioned, optimized_view) -> dict[str, list[Any]]:
@@ -769,19 +794,21 @@ def _match(report_collectives, partitioned, optimized_view) -> dict[str, list[An
 
 def _read_text(c, value: Value) -> str:
     if value.sums:
-        over = "; ".join(f"{v.text()} sharded {_sharding_text(v.sharding)}"
+        over = "; ".join(f"{v.text()} {_sharded(v.sharding)}"
                          for v in value.sums)
         return f"a partial sum from {value.text()}, which reads {over}"
     if c.kind in ("all-reduce", "reduce-scatter"):
         return f"a partial sum from {value.text()}"
-    return f"{value.text()} sharded {_sharding_text(value.sharding)}"
+    return f"{value.text()} {_sharded(value.sharding)}"
 
 
 def _text(c, reads: list[Value], reader: Value, origins, note) -> str:
     first = reads[0]
     verb = "needs the total" if c.kind in ("all-reduce", "reduce-scatter") \
         else "needs it"
-    need = f"{reader.text()} {verb} {_sharding_text(reader.sharding)}"
+    need = f"{reader.text()} {verb} {_sharding_text(reader.sharding)}" \
+        if reader.sharding is not None else \
+        f"{reader.text()} {verb.replace(' the total', '')} (its sharding not recorded)"
     if len(reads) > 1:
         counts: dict[str, int] = {}
         for r in reads:
@@ -982,6 +1009,14 @@ def _tuple_index(inst) -> int | None:
 
 def _is_token(inst) -> bool:
     return inst is not None and str(inst.shape).startswith("token")
+
+
+def _sharded(entries: Sequence[str] | None) -> str:
+    """`sharded x,_`, or what is known where propagation recorded no
+    sharding (a value in a manual or auto_axes region)."""
+    if entries is None:
+        return "(its sharding not recorded)"
+    return f"sharded {_sharding_text(entries)}"
 
 
 def _sharding_text(entries: Sequence[str] | None) -> str:

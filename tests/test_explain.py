@@ -336,3 +336,36 @@ def test_a_child_that_fails_without_a_signal_hands_over_to_this_process(monkeypa
             module, "builtin.module(symbol-dce)")
         assert crash is None
         assert "@unused" not in str(done) and "@main" in str(done)
+
+
+PERMUTES = '''\
+import jax
+from jax.sharding import PartitionSpec as P
+
+def reorder(a: "f32[16@x+y,8]"):
+    return jax.lax.with_sharding_constraint(a * 2, P(("y", "x"), None))
+
+def ring(a: "f32[16@x,8]"):
+    def body(block):
+        n = jax.lax.axis_size("x")
+        return jax.lax.ppermute(block, "x", [(j, (j + 1) % n) for j in range(n)])
+    return jax.shard_map(body, in_specs=P("x"), out_specs=P("x"))(a)
+'''
+
+
+@pytest.mark.parametrize("fn, mesh, note", [
+    ("reorder", "x=2,y=2", "whole shards move to other devices: the value keeps its "
+                "shape per device, laid over the devices along x,y in another order"),
+    ("ring", "x=4", "the program's own ppermute: each device sends its block to the "
+             "device the permutation names, along x"),
+])
+def test_collective_permutes_say_what_they_are_for(write, fn, mesh, note):
+    """A device-order change and an explicit ppermute are no halo exchange
+    (the heat equation's roll is: test_heat_roll_permutes_are_halos)."""
+    report = report_json(write("permutes.py", PERMUTES), "--fn", fn,
+                         "--mesh", mesh, "--explain")
+    [permute] = report["collectives"]
+    assert permute["kind"] == "collective-permute"
+    assert permute["why"]["note"].startswith(note)
+    assert "halo" not in permute["why"]["text"]
+    assert "the the" not in permute["why"]["text"]
