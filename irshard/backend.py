@@ -114,6 +114,30 @@ def process_index() -> int:
 # Targets: a TPU slice described by libtpu, GPUs
 
 
+class _Progress:
+    """`label... 12 s` on a terminal (the file descriptor `fd`, or None for
+    none) once the work has taken more than `after` seconds; cleared when
+    it is done."""
+
+    def __init__(self, fd: int | None, label: str, after: float = 3.0):
+        self.fd, self.label = fd, label
+        self.after = float(os.environ.get("IRSHARD_PROGRESS_AFTER", after))
+        self.width = 0
+
+    def __call__(self, elapsed: float | None) -> None:
+        if self.fd is None:
+            return
+        if elapsed is None:
+            if self.width:
+                os.write(self.fd, ("\r" + " " * self.width + "\r").encode())
+            return
+        if elapsed < self.after:
+            return
+        text = f"\rirshard: {self.label}... {elapsed:.0f} s"
+        self.width = max(self.width, len(text))
+        os.write(self.fd, text.encode())
+
+
 class quiet_native_stderr:
     """Sends what native code writes to stderr (libtpu's warnings about the
     TPU it looks for and does not find) to a temporary file while the block
@@ -127,6 +151,9 @@ class quiet_native_stderr:
         self._saved = os.dup(2)
         os.dup2(self._file.fileno(), 2)
         self.text = ""
+        # Where the block may still show progress: the real stderr, when it
+        # is a terminal.
+        self.terminal = self._saved if os.isatty(self._saved) else None
         return self
 
     def __exit__(self, *exc):
@@ -793,8 +820,11 @@ def compile_module(module, mesh_devices: Sequence[Any],
         try:
             # What XLA warns about while compiling is captured (findings).
             with quiet_native_stderr() as logged:
-                executable = interrupts.call(compile_fn, module, device_list,
-                                             options, **extra)
+                executable = interrupts.call(
+                    compile_fn, module, device_list, options, **extra,
+                    progress=_Progress(logged.terminal,
+                                       f"compiling with XLA for "
+                                       f"{len(mesh_devices)} devices"))
         except Exception as e:  # XlaRuntimeError and friends
             raise BackendError(f"XLA failed to compile the module: "
                                f"{message(e)}") from None

@@ -129,6 +129,11 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json", "html"), default="text",
                    help="report format (default: text); html: one "
                         "self-contained page (implies --explain)")
+    p.add_argument("--full", action="store_true",
+                   help="on a terminal, list every row of long tables and "
+                        "(run) every layout; by default they are folded "
+                        "to the 20 heaviest rows (files and pipes get "
+                        "everything)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the output to PATH instead of stdout")
     p.add_argument("--debug-info", action="store_true",
@@ -222,11 +227,20 @@ def join_stage_texts(texts: list[tuple[str, str]]) -> str:
     return "".join(parts)
 
 
-def render_report(report, fmt: str, compiled=None):
+def render_report(report, fmt: str, compiled=None, fold: bool = False):
     if fmt == "html":
         from irshard import htmlreport
         return htmlreport.render_report(report, compiled)
-    return report.render_json_pieces() if fmt == "json" else report.render_text()
+    return report.render_json_pieces() if fmt == "json" \
+        else report.render_text(fold)
+
+
+def _folds(args) -> bool:
+    """Whether the text goes to a terminal, folded (long tables cut to
+    their heaviest rows, layouts left out) unless --full."""
+    from irshard import files
+    return (not getattr(args, "full", False) and args.output is None
+            and files.STDOUT.isatty())
 
 
 # ---------------------------------------------------------------------------
@@ -272,7 +286,7 @@ def cmd_compile(args) -> int:
         report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
     write_output(args.output, join_stage_texts(texts) if emits
-                 else render_report(report, args.format, compiled))
+                 else render_report(report, args.format, compiled, _folds(args)))
     if breach is not None:
         raise breach
     return 0
@@ -437,7 +451,7 @@ def cmd_run(args) -> int:
         from irshard import explain
         report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
-    text = execution.render(report, result, args.format, compiled)
+    text = execution.render(report, result, args.format, compiled, _folds(args))
     if texts:
         text = join_stage_texts(texts) + text
     if _is_reporting_process():

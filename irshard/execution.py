@@ -173,7 +173,11 @@ class RunResult:
             d["saved"] = self.saved
         return d
 
-    def render_text_lines(self) -> list[str]:
+    def render_text_lines(self, fold: bool = False) -> list[str]:
+        """The run's tables; `fold` (a terminal's text) cuts long tables and
+        leaves the layouts out."""
+        from irshard.report import FOLDED_ROWS, fold_note
+        limit = FOLDED_ROWS if fold else None
         lines = ["", f"run: seed {self.seed}, {self.processes} "
                  f"process{'es' if self.processes > 1 else ''}", "", "inputs"]
         lines += table(["name", "type", "sharding", "per device", "source",
@@ -181,13 +185,15 @@ class RunResult:
                        [[t.name, format_shape(t.info.dtype, t.info.shape),
                          t.info.sharding_label,
                          format_shape(t.info.dtype, t.info.local_shape),
-                         t.origin or "", t.checksum] for t in self.inputs])
+                         t.origin or "", t.checksum] for t in self.inputs[:limit]])
+        lines += fold_note(len(self.inputs[:limit]), len(self.inputs), "inputs")
         lines += ["", "outputs"]
         lines += table(["#", "name", "type", "sharding", "per device", "checksum"],
                        [[str(t.index), t.name, format_shape(t.info.dtype, t.info.shape),
                          t.info.sharding_label,
                          format_shape(t.info.dtype, t.info.local_shape),
-                         t.checksum] for t in self.outputs])
+                         t.checksum] for t in self.outputs[:limit]])
+        lines += fold_note(len(self.outputs[:limit]), len(self.outputs), "outputs")
         for t in self.outputs:
             if t.digest.nan or t.digest.inf:
                 size = math.prod(t.info.shape)
@@ -226,7 +232,13 @@ class RunResult:
                       f"min {_ms(min(self.timings))}"]
         if self.saved:
             lines += ["", f"outputs saved to {self.saved}"]
-        lines += ["", "layout"] + show.layout_lines(self.inputs + self.outputs)
+        tensors = list(self.inputs) + list(self.outputs)
+        if fold:
+            lines += ["", f"layout: where each of the {len(tensors)} inputs and "
+                      f"outputs lives is left out (--full shows it; irshard "
+                      f"show draws it)"]
+        else:
+            lines += ["", "layout"] + show.layout_lines(tensors)
         return lines
 
 
@@ -393,7 +405,8 @@ def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
         np.savez(f, **{d.name: v for d, v in zip(decls, values)})
 
 
-def render(report, result: RunResult, fmt: str, compiled=None) -> str:
+def render(report, result: RunResult, fmt: str, compiled=None,
+           fold: bool = False) -> str:
     """The compile report with the run's section: JSON (the report's object
     plus `run`), text (the collectives, then the run's tables) or the HTML
     page (`compiled`: the executable, for its mesh)."""
@@ -404,5 +417,5 @@ def render(report, result: RunResult, fmt: str, compiled=None) -> str:
         body = report.to_json()
         body["run"] = result.to_json()
         return dumps_json(body) + "\n"
-    return "\n".join(render_text_lines(report, tensors=False)
-                     + result.render_text_lines()) + "\n"
+    return "\n".join(render_text_lines(report, tensors=False, fold=fold)
+                     + result.render_text_lines(fold)) + "\n"

@@ -56,11 +56,14 @@ def remove_all() -> None:
 
 
 def call(fn: Callable[..., Any], *args: Any, deadline: float | None = None,
+         progress: Callable[[float | None], None] | None = None,
          **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` on a helper thread; the main thread stays
     interruptible while it runs. Exceptions propagate as raised. With
     `deadline` (seconds), a `TimeoutError` is raised when `fn` has not
-    returned by then (it goes on running on its thread)."""
+    returned by then (it goes on running on its thread). With `progress`,
+    it is called with the seconds elapsed about twice a second while `fn`
+    runs, and with None when it is done."""
     if threading.current_thread() is not threading.main_thread() and deadline is None:
         return fn(*args, **kwargs)
     outcome: dict[str, Any] = {}
@@ -73,12 +76,22 @@ def call(fn: Callable[..., Any], *args: Any, deadline: float | None = None,
 
     thread = threading.Thread(target=work, name="irshard-native", daemon=True)
     thread.start()
-    end = None if deadline is None else time.monotonic() + deadline
-    while thread.is_alive():
-        thread.join(0.05)
-        if end is not None and time.monotonic() > end and thread.is_alive():
-            raise TimeoutError(f"{getattr(fn, '__name__', 'work')} did not "
-                               f"finish within {deadline:g} s")
+    begin = time.monotonic()
+    end = None if deadline is None else begin + deadline
+    shown = begin
+    try:
+        while thread.is_alive():
+            thread.join(0.05)
+            now = time.monotonic()
+            if end is not None and now > end and thread.is_alive():
+                raise TimeoutError(f"{getattr(fn, '__name__', 'work')} did not "
+                                   f"finish within {deadline:g} s")
+            if progress is not None and now - shown >= 0.5:
+                shown = now
+                progress(now - begin)
+    finally:
+        if progress is not None:
+            progress(None)
     if "error" in outcome:
         raise outcome["error"].with_traceback(outcome["error"].__traceback__)
     return outcome.get("value")

@@ -259,8 +259,8 @@ class CollectiveReport:
             yield "\n" + indent + "]"
         yield after + "\n"
 
-    def render_text(self) -> str:
-        return "\n".join(render_text_lines(self)) + "\n"
+    def render_text(self, fold: bool = False) -> str:
+        return "\n".join(render_text_lines(self, fold=fold)) + "\n"
 
     def to_text(self) -> str:
         return self.render_text()
@@ -437,8 +437,19 @@ def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list
     return rows
 
 
-def render_text_lines(report: CollectiveReport,
-                      tensors: bool = True) -> list[str]:
+# How many rows a folded table shows (`fold`: the text a terminal gets).
+FOLDED_ROWS = 20
+
+
+def fold_note(shown: int, total: int, what: str) -> list[str]:
+    """The line under a folded table."""
+    if shown >= total:
+        return []
+    return [f"  ... {total - shown} more {what} (--full lists every one)"]
+
+
+def render_text_lines(report: CollectiveReport, tensors: bool = True,
+                      fold: bool = False) -> list[str]:
     what = report.source + (f":{report.function}" if report.function else "")
     if report.mesh:
         devices = " ".join(filter(None, [str(report.mesh.num_devices),
@@ -455,22 +466,34 @@ def render_text_lines(report: CollectiveReport,
             + "  stage ")
     if report.module:
         lines[0] += f"  module {report.module}"
+    limit = FOLDED_ROWS if fold else None
     if report.inputs and tensors:
         lines += ["", "inputs"]
         lines += table(["name", "type", "sharding", "per device"],
-                       _tensor_rows(report.inputs, False))
+                       _tensor_rows(report.inputs[:limit], False))
+        lines += fold_note(len(report.inputs[:limit]), len(report.inputs), "inputs")
     if report.outputs and tensors:
         lines += ["", "outputs"]
         lines += table(["#", "name", "type", "sharding", "per device"],
-                       _tensor_rows(report.outputs, True))
+                       _tensor_rows(report.outputs[:limit], True))
+        lines += fold_note(len(report.outputs[:limit]), len(report.outputs),
+                           "outputs")
     lines += [""]
     if not report.collectives:
         lines.append("collectives: none")
     else:
         lines.append("collectives")
         timed = any(c.time_s is not None for c in report.collectives)
+        shown = report.collectives
+        if limit is not None and len(shown) > limit:
+            # The heaviest (bytes per run), in program order.
+            heaviest = sorted(range(len(shown)),
+                              key=lambda i: -shown[i].bytes * shown[i].executions)
+            shown = tuple(shown[i] for i in sorted(heaviest[:limit]))
+            lines[-1] += (f" (the {limit} that move the most bytes per run, "
+                          f"of {len(report.collectives)})")
         rows = []
-        for c in report.collectives:
+        for c in shown:
             axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
             runs = str(c.executions) if c.executions_known else "?"
             kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
@@ -487,6 +510,7 @@ def render_text_lines(report: CollectiveReport,
         lines += table(["kind", "name", "shape", "bytes", "wire", "axes",
                         "group", "runs"] + (["link", "time"] if timed else [])
                        + ["source"], rows)
+        lines += fold_note(len(shown), len(report.collectives), "collectives")
         if any(c.why is not None for c in report.collectives):
             lines += ["", "why"]
             for c in report.collectives:

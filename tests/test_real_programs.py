@@ -192,3 +192,76 @@ def test_a_donating_step_runs_repeatedly_and_checks():
                        *LM1B_SHARDS, "--check", "--repeat", "3")
     assert report["run"]["check"]["passed"] is True
     assert report["run"]["timing"]["runs"] == 3
+
+
+def on_a_terminal(*args, env=None):
+    """`irshard ARGS` with stdout and stderr on a pseudo-terminal: what a
+    person sees (both streams, in order)."""
+    import pty
+    import subprocess
+    import sys
+    master, slave = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "irshard", *args],
+                               stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
+                               env=dict(os.environ, **(env or {})))
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert process.wait() == 0, seen.decode()
+    return seen.decode().replace("\r\n", "\n")
+
+
+LM1B_RUN = ("run", LM1B, "--fn", "p_train_step", "--args", "args", *LM1B_SHARDS)
+
+
+def test_a_terminal_gets_folded_tables_and_no_layouts():
+    """On a terminal, `run` leaves the layouts out and cuts tables longer
+    than 20 rows; --full and a pipe get everything."""
+    from irshard.report import FOLDED_ROWS
+    assert FOLDED_ROWS == 20
+    text = on_a_terminal(*LM1B_RUN)
+    assert "\nlayout\n" not in text
+    assert "layout: where each of the 16 inputs and outputs lives is left out " \
+           "(--full shows it; irshard show draws it)" in text
+    full = on_a_terminal(*LM1B_RUN, "--full")
+    assert "\nlayout\n" in full and "every block on devices" in full
+    piped = run_irshard(*LM1B_RUN)
+    assert "\nlayout\n" in piped.stdout
+    assert len(full.splitlines()) > len(text.splitlines()) + 40
+
+
+def test_long_tables_fold_to_their_heaviest_rows(write):
+    """60 inputs, 59 outputs, 15 collectives: 20 rows each at most."""
+    from tests.conftest import EXAMPLES
+    gpt = ("compile", os.path.join(EXAMPLES, "gpt.py"), "--fn", "train_step",
+           "--args", "example_args", "--mesh", "fsdp=8", "--shard", "**/embed=fsdp,_",
+           "--shard", "**/w*=fsdp,_", "--shard", "batch/*=fsdp,_")
+    text = on_a_terminal(*gpt)
+    assert "  ... 40 more inputs (--full lists every one)" in text
+    assert "  ... 39 more outputs (--full lists every one)" in text
+    full = on_a_terminal(*gpt, "--full")
+    assert "more inputs" not in full and "params/layers/1/norm2" in full
+
+
+def test_a_long_compile_shows_progress_on_a_terminal():
+    """Past a few seconds (here: at once) a compile says what it is doing,
+    on the terminal's stderr, and clears the line when done."""
+    from tests.conftest import EXAMPLES
+    gpt = ("compile", os.path.join(EXAMPLES, "gpt.py"), "--fn", "train_step",
+           "--args", "example_args", "--mesh", "fsdp=8")
+    text = on_a_terminal(*gpt, env={"IRSHARD_PROGRESS_AFTER": "0"})
+    assert text.startswith("\rirshard: compiling with XLA for 8 devices... ")
+    line = text.split("\n", 1)[0]
+    # Cleared before the report starts.
+    assert line.rsplit("\r", 2)[-2].strip() == ""
+    assert line.rsplit("\r", 1)[-1].startswith(os.path.join(EXAMPLES, "gpt.py"))
+    piped = run_irshard(*gpt)
+    assert piped.returncode == 0 and "compiling" not in piped.stderr
