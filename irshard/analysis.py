@@ -10,6 +10,7 @@ neighbouring instruction (`attribution: inferred`).
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Sequence
@@ -307,6 +308,9 @@ def _own_types(found: list[tuple[str, str, list[ArrayShape]]],
     if not programs:
         return result
     left = dict(programs)
+    by_kind: dict[str, list[int]] = {}
+    for channel in sorted(programs):
+        by_kind.setdefault(programs[channel].kind, []).append(channel)
     pending = []
     for i, (kind, channel, leaves) in enumerate(found):
         moved = programs.get(int(channel)) if channel.isdigit() else None
@@ -315,7 +319,8 @@ def _own_types(found: list[tuple[str, str, list[ArrayShape]]],
                 and all(a.dims == b.dims for a, b in zip(leaves, moved.leaves))):
             left.pop(int(channel), None)
             result[i] = _widened(leaves, list(moved.leaves))
-        elif any(leaf.dtype in _FLOATS for leaf in leaves):
+        elif len(leaves) > 1 and any(leaf.dtype in _FLOATS for leaf in leaves):
+            # Combined or split: matched below, once the same ops are taken.
             pending.append(i)
     for i in pending:
         kind, channel, leaves = found[i]
@@ -329,11 +334,16 @@ def _own_types(found: list[tuple[str, str, list[ArrayShape]]],
                 result[i] = _widened(leaves, [ArrayShape(whole.dtype, leaf.dims)
                                               for leaf in leaves])
                 continue
-        order = ([first] if first in left else []) + sorted(
-            c for c in left if c != first and left[c].kind == kind)
+        # The combined ones follow the first: scan the channels of this
+        # kind from it on, then those before it.
+        channels = by_kind.get(kind, [])
+        start = bisect.bisect_left(channels, first if first is not None else 0)
         own: list[ArrayShape] = []
         taken = []
-        for c in order:
+        for k in range(len(channels)):
+            c = channels[(start + k) % len(channels)]
+            if c not in left:
+                continue
             part = left[c].leaves
             ahead = leaves[len(own):len(own) + len(part)]
             if left[c].kind == kind and len(ahead) == len(part) and \
