@@ -228,19 +228,13 @@ class visible_devices:
         self.platform = getattr(self.devices[0], "platform", None) \
             if self.devices else None
 
-    def _listing(self, original):
-        def listing(backend=None, *args, **kwargs):
+    def _wrap(self, original, answer):
+        """`original`, answering `answer()` for this platform or none."""
+        def wrapped(backend=None, *args, **kwargs):
             if backend is not None and backend != self.platform:
                 return original(backend, *args, **kwargs)
-            return list(self.devices)
-        return listing
-
-    def _count(self, original):
-        def count(backend=None, *args, **kwargs):
-            if backend is not None and backend != self.platform:
-                return original(backend, *args, **kwargs)
-            return len(self.devices)
-        return count
+            return answer()
+        return wrapped
 
     def __enter__(self):
         jax = _jax()
@@ -250,8 +244,9 @@ class visible_devices:
             for name in self._NAMES:
                 original = getattr(owner, name)
                 self._saved.append((owner, name, original))
-                wrap = self._count if name.endswith("count") else self._listing
-                setattr(owner, name, wrap(original))
+                answer = (lambda: len(self.devices)) if name.endswith("count") \
+                    else (lambda: list(self.devices))
+                setattr(owner, name, self._wrap(original, answer))
         return self
 
     def __exit__(self, *exc):
@@ -684,9 +679,10 @@ def run_registered_passes_isolated(module, pipeline: str) -> tuple[Any, str | No
 
 
 def _run_pipeline(operation, pipeline: str) -> None:
-    """Runs a textual pipeline on `operation` in its (current) context."""
+    """Runs a textual pipeline on `operation` (in its context, from any
+    thread)."""
     from jaxlib.mlir import passmanager
-    passmanager.PassManager.parse(pipeline).run(operation)
+    passmanager.PassManager.parse(pipeline, context=operation.context).run(operation)
 
 
 def parse_pipeline(pipeline: str, context) -> Any:

@@ -32,7 +32,6 @@ comparison happens on process 0 and every process gets its verdict.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -348,16 +347,6 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
 _WIDER = ("f32", "f64")
 
 
-def computes_in(lowered: StableHLO) -> str | None:
-    """The narrowest float the program computes in, where it is a 16-bit
-    one (`bf16`, else `f16`); None otherwise."""
-    found = set(_SIXTEEN_BIT.findall(lowered.as_text()))
-    return "bf16" if "bf16" in found else ("f16" if found else None)
-
-
-_SIXTEEN_BIT = re.compile(r"[x<](b?f16)>")
-
-
 def check(lowered, info, sources, values, options,
           reference_fn: Callable | None = None) -> tuple[OutputCheck, ...]:
     """Compares on process 0; the verdict is shared with every process."""
@@ -371,7 +360,7 @@ def check(lowered, info, sources, values, options,
                                        lowered, info, sources)
             if found is not None and len(found) == len(info.outputs):
                 truths = found
-        narrow = computes_in(lowered)
+        narrow = lowered.sixteen_bit_float
         for i, decl in enumerate(info.outputs):
             # An output the program computes through a narrower float is
             # held to that float's tolerances; its float64 run keeps the

@@ -142,12 +142,12 @@ class Placement:
 
     def all_devices(self, chosen: list[Any]) -> list[Any]:
         """Every device the mesh could be laid onto: the slice's chips, or
-        the platform's devices."""
+        the platform's devices `chosen` for it."""
         from irshard import backend
         if self.target.kind == "tpu":
             return backend.tpu_slice(self.target.topology_name,
                                      self.target.slices, self.target.text)
-        return backend.devices(self.platform, len(chosen))
+        return chosen
 
     def devices(self, mesh: MeshSpec) -> list[Any]:
         from irshard import backend

@@ -77,7 +77,7 @@ def _asm(operation: Any, debug_info: bool) -> str:
 
 
 # A 16-bit float element type in MLIR's printed types (`tensor<8xbf16>`).
-_SIXTEEN_BIT_FLOAT = re.compile(r"[x<]b?f16>")
+_SIXTEEN_BIT_FLOAT = re.compile(r"[x<](b?f16)>")
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,24 +100,34 @@ class StableHLO(Stage):
     def as_text(self, debug_info: bool = False) -> str:
         return _asm(self.module.operation, debug_info)
 
+    @functools.cached_property
+    def sixteen_bit_float(self) -> str | None:
+        """The narrowest float the program computes in, where it is a
+        16-bit one (`bf16`, else `f16`); None otherwise."""
+        found = set(_SIXTEEN_BIT_FLOAT.findall(self.as_text()))
+        return "bf16" if "bf16" in found else ("f16" if found else None)
+
     def propagate(self) -> "Propagated":
         """Runs Shardy's propagation on a copy of the module, recording
         sharding origins. That runs in a child process: where recording
         origins crashes Shardy, propagation runs again here without them,
         and the stage says so in `notes`."""
         from irshard import shardy
-        copy = self.module.operation.clone()
-        shardy.inline_calls(copy)
+
+        def inlined_copy():
+            copy = self.module.operation.clone()
+            shardy.inline_calls(copy)
+            return copy
+
         notes: tuple[str, ...] = ()
         try:
             propagated, crash = backend.run_registered_passes_isolated(
-                copy, f"builtin.module({shardy.PROPAGATION_PIPELINE})")
+                inlined_copy(), f"builtin.module({shardy.PROPAGATION_PIPELINE})")
             if crash is not None:
                 notes = (f"Shardy crashed ({crash}) recording where each "
                          "sharding came from; shardings are shown without "
                          "their origins",)
-                propagated = self.module.operation.clone()
-                shardy.inline_calls(propagated)
+                propagated = inlined_copy()
                 backend.run_registered_passes(propagated, "builtin.module("
                     f"{shardy.PROPAGATION_PIPELINE_WITHOUT_ORIGINS})")
         except backend.PassFailure as e:
@@ -133,7 +143,7 @@ class StableHLO(Stage):
         to_parameters, to_outputs = shardy.propagation_freedom(self.module)
         partitioned = partitioned or self.info.estimated or (
             self.info.platform == "cpu"
-            and _SIXTEEN_BIT_FLOAT.search(self.as_text()) is not None)
+            and self.sixteen_bit_float is not None)
         compiled = backend.compile_module(self.module, self.devices,
                                           to_parameters, to_outputs,
                                           capture_partitioned=partitioned,
