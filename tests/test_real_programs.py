@@ -268,3 +268,18 @@ def test_a_long_compile_shows_progress_on_a_terminal():
     assert line.rsplit("\r", 1)[-1].startswith(os.path.join(EXAMPLES, "gpt.py"))
     piped = run_irshard(*gpt)
     assert piped.returncode == 0 and "compiling" not in piped.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--donate", "9"), "--donate 9: 'train_step' takes 3 arguments (state, "
+                        "batch, config); argument numbers count from 0"),
+    (("--donate", "config"), "--donate config: 'config' is a static argument of "
+                             "'train_step'; only traced arrays are donated"),
+    (("--static", "7"), "--static 7: 'train_step' takes 3 arguments (state, "
+                        "batch, config); argument numbers count from 0"),
+])
+def test_donate_and_static_mistakes_are_one_error_line(flags, message):
+    done = run_irshard("compile", LM1B, "--fn", "train_step", "--args", "args",
+                       "--mesh", "data=2,model=2", "--static", "config", *flags)
+    assert done.returncode == 2
+    assert done.stderr == f"irshard: error: {message}\n"
