@@ -377,28 +377,45 @@ class BadOutput(TypeError):
     """The traced function returned something that is not an array."""
 
 
-def checked_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn`, failing clearly when an output leaf is not an array or number
-    (JAX's own error about a string output names no line of the user's)."""
-    import functools
-
+def array_outputs(outputs, refs: Sequence[Any] = ()) -> tuple[Any, list[str]]:
+    """`outputs` with every leaf that is not an array or number replaced by
+    None (passed through as static, as `eqx.filter_jit` does), and those
+    leaves' names. Outputs with no array at all (and no `refs` written)
+    are refused: JAX's own error about a string output names no line of the
+    user's."""
     import numpy as np
     jax = _jax()
+    from irshard import tree
+    flat, treedef = jax.tree_util.tree_flatten_with_path(outputs)
+    arrays = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+    static = [(path, leaf) for path, leaf in flat if not isinstance(leaf, arrays)]
+    if not static:
+        return outputs, []
+    if len(static) == len(flat) and not refs:
+        path, leaf = static[0]
+        where = f" (output {tree.output_path(path)})" if path else ""
+        raise BadOutput(f"it returns a {type(leaf).__name__}{where} and no "
+                        f"array; irshard compiles functions that return "
+                        f"arrays (or pytrees of arrays)")
+    kept = [None if not isinstance(leaf, arrays) else leaf for _, leaf in flat]
+    return (jax.tree_util.tree_unflatten(treedef, kept),
+            [f"{tree.output_path(path)} ({type(leaf).__name__})"
+             for path, leaf in static])
 
-    @functools.wraps(fn)
-    def checked(*args):
-        out = fn(*args)
-        from irshard import tree
-        for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
-            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool,
-                                     int, float, complex)):
-                where = f" (output {tree.output_path(path)})" if path else ""
-                raise BadOutput(f"it returns a {type(leaf).__name__}{where}; "
-                                f"irshard compiles functions that return "
-                                f"arrays (or pytrees of arrays)")
-        return out
 
-    return checked
+def is_ref(x) -> bool:
+    """A `jax.Ref` (a mutable array)."""
+    ref = getattr(_jax(), "Ref", None)
+    return ref is not None and isinstance(x, ref)
+
+
+def new_ref(value):
+    return _jax().new_ref(value)
+
+
+def ref_value(ref):
+    """The array a `jax.Ref` holds (inside a trace: its current value)."""
+    return ref[...]
 
 
 def jit_options(fn: Callable[..., Any]) -> dict[str, tuple[Any, ...]]:

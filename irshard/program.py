@@ -23,6 +23,7 @@ array's `NamedSharding`, a type's `@x`); replicated.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass, field
@@ -48,6 +49,10 @@ class Leaf:
     key_impl: str | None = None
     weak: bool = False        # a Python scalar: traced weakly typed, as JAX does
     value: Any = field(default=None, compare=False, repr=False)
+    # A `jax.Ref` (a mutable array): the function gets a ref holding the
+    # leaf, and the ref's final value is an output the leaf is donated to,
+    # as `jax.jit` compiles a ref argument.
+    ref: bool = False
 
     @property
     def name(self) -> str:
@@ -61,7 +66,9 @@ class Leaf:
 @dataclass(frozen=True)
 class Parameter:
     """How one parameter of the user's function is called: bound to a static
-    value, or rebuilt from leaves `start:start+count` with `treedef`."""
+    value, or rebuilt from leaves `start:start+count` with `treedef`, its
+    non-array leaves (functions, strings: `fixed`, by their position among
+    all its leaves) passed through as they are, as `eqx.filter_jit` does."""
 
     name: str
     kind: str                 # positional-only | positional | keyword-only
@@ -70,6 +77,7 @@ class Parameter:
     treedef: Any = None
     start: int = 0
     count: int = 0
+    fixed: tuple[tuple[int, str, Any], ...] = ()   # (position, path, value)
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,12 @@ class Program:
     def static(self) -> tuple[tuple[str, Any], ...]:
         return tuple((p.name, p.value) for p in self.parameters if p.static)
 
+    @property
+    def fixed_leaves(self) -> tuple[str, ...]:
+        """The non-array leaves of traced arguments, each `path (type)`."""
+        return tuple(f"{path} ({type(value).__name__})"
+                     for p in self.parameters for _, path, value in p.fixed)
+
     def flat_fn(self, fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
         """`fn` (the program's function by default) as a function of the
         leaves, returning its outputs with typed keys as their key data."""
@@ -114,19 +128,34 @@ def flat_function(fn: Callable[..., Any], name: str,
                   parameters: Sequence[Parameter],
                   leaves: Sequence[Leaf]) -> Callable[..., Any]:
     """`fn` taking the leaves positionally (named after their paths, which
-    JAX uses for the module's argument names), rebuilding each parameter."""
+    JAX uses for the module's argument names), rebuilding each parameter.
+
+    Its outputs are the function's array outputs (a non-array output leaf
+    passes through as static: it is None in the compiled outputs, its path
+    in `static_outputs`), then, where leaves are `jax.Ref`s, the refs' final
+    values: `(outputs, (ref values...))` with `ref_outputs` set to their
+    count."""
     from irshard import backend
     import jax
 
     def call(*values):
         positional, keywords = [], {}
+        refs = []
         for p in parameters:
             if p.static:
                 value = p.value
             else:
-                parts = [backend.wrap_key(v, leaf.key_impl) if leaf.key_impl
-                         else v for v, leaf in zip(values[p.start:p.start + p.count],
-                                                   leaves[p.start:p.start + p.count])]
+                parts = []
+                for v, leaf in zip(values[p.start:p.start + p.count],
+                                   leaves[p.start:p.start + p.count]):
+                    if leaf.key_impl:
+                        v = backend.wrap_key(v, leaf.key_impl)
+                    if leaf.ref:
+                        v = backend.new_ref(v)
+                        refs.append(v)
+                    parts.append(v)
+                for position, _, fixed in p.fixed:
+                    parts.insert(position, fixed)
                 value = jax.tree_util.tree_unflatten(p.treedef, parts)
             # Positionally wherever the signature allows: transformed
             # functions (jax.grad's argnums, shard_map's in_specs, jit's
@@ -135,8 +164,12 @@ def flat_function(fn: Callable[..., Any], name: str,
                 positional.append(value)
             else:
                 keywords[p.name] = value
-        outputs, call.key_outputs = backend.key_data_outputs(
-            fn(*positional, **keywords))
+        outputs, call.static_outputs = backend.array_outputs(
+            fn(*positional, **keywords), refs)
+        outputs, call.key_outputs = backend.key_data_outputs(outputs)
+        if refs:
+            call.key_outputs += [None] * len(refs)
+            outputs = (outputs, tuple(backend.ref_value(r) for r in refs))
         return outputs
 
     try:
@@ -148,6 +181,8 @@ def flat_function(fn: Callable[..., Any], name: str,
          for i in range(len(leaves))])
     call.__name__ = name
     call.key_outputs = []       # filled in when traced
+    call.static_outputs = []
+    call.ref_outputs = sum(1 for leaf in leaves if leaf.ref)
     return call
 
 
@@ -178,18 +213,23 @@ def spec_of(value: Any, rank: int, mesh: MeshSpec, what: str) -> ShardingSpec | 
         else ShardingSpec(())
 
 
-def leaves_of(name: str, value: Any, mesh: MeshSpec) -> tuple[Any, list[Leaf], list[str]]:
-    """The treedef and leaves of parameter `name` given `value`, and the
-    paths of leaves that are not arrays (JAX cannot trace those)."""
+def leaves_of(name: str, value: Any, mesh: MeshSpec
+              ) -> tuple[Any, list[Leaf], list[tuple[int, str, Any]]]:
+    """The treedef and array leaves of parameter `name` given `value`, and
+    its leaves that are not arrays (JAX cannot trace those): their positions
+    among all its leaves, paths and values."""
     from irshard import backend
     import jax
     flat, treedef = jax.tree_util.tree_flatten_with_path(value)
     leaves, others = [], []
-    for keys, x in flat:
+    for position, (keys, x) in enumerate(flat):
         path = tree.path_of(name, keys)
+        ref = backend.is_ref(x)
+        if ref:
+            x = backend.ref_value(x)
         described = backend.describe_leaf(x)
         if described is None:
-            others.append(f"{path} ({type(x).__name__})")
+            others.append((position, path, x))
             continue
         shape, dtype_name, key, key_impl, weak, sharding = described
         dtype = lookup_dtype(dtype_name)
@@ -204,7 +244,8 @@ def leaves_of(name: str, value: Any, mesh: MeshSpec) -> tuple[Any, list[Leaf], l
         value = None if backend.is_abstract(x) else \
             backend.key_data(x) if key else x
         leaves.append(Leaf(path, ttype, spec or ShardingSpec.replicated(len(shape)),
-                           key=key, key_impl=key_impl, weak=weak, value=value))
+                           key=key, key_impl=key_impl, weak=weak, value=value,
+                           ref=ref))
     return treedef, leaves, others
 
 
@@ -275,8 +316,7 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
         if leaf.key and sharding.rank == rank:
             sharding = ShardingSpec(sharding.dims + ShardingSpec.replicated(1).dims)
         check_sharding(sharding, leaf.type.shape, mesh, subject)
-        result.append(Leaf(leaf.path, leaf.type, sharding, leaf.key,
-                           leaf.key_impl, leaf.weak, leaf.value))
+        result.append(dataclasses.replace(leaf, sharding=sharding))
     return result
 
 
@@ -320,12 +360,8 @@ def bind(fn: Callable[..., Any], fn_name: str, mesh: MeshSpec,
                 # Nothing JAX can trace: the argument is static (a config).
                 bound.append(Parameter(p.name, p.kind, True, value))
                 continue
-            if others:
-                raise InputError(
-                    f"argument '{p.name}' of '{fn_name}' holds values that are "
-                    f"not arrays ({tree.listing(others, 3)}); make the argument "
-                    f"static, or pass arrays")
         else:
+            others = []
             text = types.get(p.name, p.annotation)
             if p.name in static or text is None:
                 if p.has_default:
@@ -338,7 +374,7 @@ def bind(fn: Callable[..., Any], fn_name: str, mesh: MeshSpec,
                     f"give the arguments with --args NAME")
             treedef, found = _annotated_leaf(p.name, text, mesh)
         bound.append(Parameter(p.name, p.kind, False, None, treedef,
-                               len(leaves), len(found)))
+                               len(leaves), len(found), tuple(others)))
         leaves.extend(found)
     return bound, leaves
 
@@ -387,12 +423,25 @@ def donated_leaves(items: Sequence[str], leaves: Sequence[Leaf],
     return tuple(sorted(chosen))
 
 
+def _with_refs(donated: Sequence[int], leaves: Sequence[Leaf]) -> tuple[int, ...]:
+    """`donated` and every `jax.Ref` leaf: a ref's buffer becomes its final
+    value, as `jax.jit` aliases a ref argument to an output."""
+    return tuple(sorted(set(donated)
+                        | {i for i, leaf in enumerate(leaves) if leaf.ref}))
+
+
 def grad_leaves(grad: bool | Sequence[str] | None, leaves: Sequence[Leaf],
                 parameters: Sequence[Parameter], fn_name: str) -> tuple[int, ...] | None:
     """The leaves `--grad` differentiates with respect to: the floating
     leaves of the named parameters (of every parameter with `True`)."""
     if not grad:
         return None
+    refs = [leaf.path for leaf in leaves if leaf.ref]
+    if refs:
+        raise SpecError(f"--grad: '{fn_name}' takes jax.Ref arguments "
+                        f"({tree.listing(refs, 3)}), which it may write; "
+                        f"differentiate inside the function (jax.grad of a "
+                        f"function of the refs' values) instead")
     traced = [p.name for p in parameters if not p.static]
     names = traced if grad is True else list(grad)
     for name in names:
@@ -517,6 +566,7 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
     donated = donated_leaves(
         list(donate) + [str(i) for i in own["donate_argnums"]]
         + list(own["donate_argnames"]), leaves, parameters, signature, name)
+    donated = _with_refs(donated, leaves)
     grads = grad_leaves(grad, leaves, parameters, name)
     reference_fn = None
     if reference is not None:
@@ -626,6 +676,6 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
                    inputs=tuple(leaves), parameters=tuple(parameters),
                    out_shardings=out,
                    grad=grad_leaves(grad, leaves, parameters, name),
-                   reference=reference,
+                   reference=reference, donated=_with_refs((), leaves),
                    user_dir=os.path.dirname(os.path.abspath(source))
                    if source != "<python>" else None)

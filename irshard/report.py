@@ -448,6 +448,32 @@ def fold_note(shown: int, total: int, what: str) -> list[str]:
     return [f"  ... {total - shown} more {what} (--full lists every one)"]
 
 
+def _by_source_lines(collectives: Sequence[CollectiveInfo],
+                     limit: int) -> list[str]:
+    """A folded table's collectives summed by the source line that caused
+    them, the heaviest lines first."""
+    groups: dict[str, list[CollectiveInfo]] = {}
+    for c in collectives:
+        groups.setdefault(str(c.source) if c.source else "-", []).append(c)
+    heaviest = sorted(groups.items(), key=lambda item: (
+        -sum(c.bytes * c.executions for c in item[1]), item[0]))
+    rows = []
+    for source, group in heaviest[:limit]:
+        counts: dict[str, int] = {}
+        for c in group:
+            counts[c.kind] = counts.get(c.kind, 0) + 1
+        rows.append([source, str(len(group)),
+                     ", ".join(k if len(counts) == 1 else f"{n} {k}"
+                               for k, n in sorted(counts.items())),
+                     str(sum(c.bytes * c.executions for c in group))])
+    title = f"by source line ({len(groups)} lines"
+    title += f", the {limit} that move the most bytes per run)" \
+        if len(groups) > limit else ")"
+    return (["", title]
+            + table(["source", "collectives", "kinds", "bytes per run"], rows)
+            + fold_note(len(rows), len(groups), "source lines"))
+
+
 def render_text_lines(report: CollectiveReport, tensors: bool = True,
                       fold: bool = False) -> list[str]:
     what = report.source + (f":{report.function}" if report.function else "")
@@ -511,6 +537,8 @@ def render_text_lines(report: CollectiveReport, tensors: bool = True,
                         "group", "runs"] + (["link", "time"] if timed else [])
                        + ["source"], rows)
         lines += fold_note(len(shown), len(report.collectives), "collectives")
+        if limit is not None and len(report.collectives) > limit:
+            lines += _by_source_lines(report.collectives, limit)
         if any(c.why is not None for c in report.collectives):
             lines += ["", "why"]
             for c in report.collectives:

@@ -312,19 +312,37 @@ class Pipeline:
 
 
 def _output_decls(lowered: backend.LoweredFunction, program: Program,
-                  keys: Sequence[str | None]) -> tuple[TensorDecl, ...]:
+                  flat) -> tuple[TensorDecl, ...]:
     """Outputs named by path (`result/1/m`); with --grad, after the leaf each
-    is the gradient of (`grad(params)/w`)."""
+    is the gradient of (`grad(params)/w`); a `jax.Ref` input's final value
+    after the leaf (`updated(state)/w`)."""
+    keys = flat.key_outputs
+    refs = [leaf for leaf in program.inputs if leaf.ref]
+    own = len(lowered.out_names) - len(refs)
     decls = []
     for i, (shape, dtype, path) in enumerate(zip(
             lowered.out_shapes, lowered.out_dtypes, lowered.out_names)):
         if program.grad is not None:
             name = tree.grad_path(program.inputs[program.grad[i]].path)
+        elif refs and i >= own:
+            name = tree.updated_path(refs[i - own].path)
         else:
-            name = tree.output_path(path)
+            name = tree.output_path(path[1:] if refs else path)
         decls.append(TensorDecl(name, lookup_dtype(dtype) or lookup_dtype("f32"),
                                 tuple(shape), keys[i] if i < len(keys) else None))
     return tuple(decls)
+
+
+def _static_notes(program: Program, outputs: Sequence[str]) -> tuple[str, ...]:
+    """Says which leaves were not arrays and passed through unchanged."""
+    notes = []
+    if program.fixed_leaves:
+        notes.append(f"inputs that are not arrays are passed as they are "
+                     f"(static): {tree.listing(list(program.fixed_leaves), 4)}")
+    if outputs:
+        notes.append(f"outputs that are not arrays are left out of the "
+                     f"compiled program: {tree.listing(list(outputs), 4)}")
+    return tuple(notes)
 
 
 def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
@@ -376,7 +394,7 @@ def trace(program: Program, platform: str = "cpu",
                                  [a.type for a in mesh.axes])
     notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
     flat = program.flat_fn()
-    fn = backend.checked_outputs(flat)
+    fn = flat
     reference = program.flat_fn(program.reference) if program.reference else None
     if program.grad is not None:
         fn = backend.gradient(fn, program.grad)
@@ -412,7 +430,8 @@ def trace(program: Program, platform: str = "cpu",
                                 leaf.key, leaf.sharding,
                                 i in program.donated)
                      for i, leaf in enumerate(program.inputs)),
-        outputs=_output_decls(lowered, program, flat.key_outputs), notes=notes,
+        outputs=_output_decls(lowered, program, flat), notes=notes
+        + _static_notes(program, flat.static_outputs),
         target=target, profile=profile, estimated=estimated)
     return StableHLO(info, lowered.module, tuple(devices), fn,
                      lowered.callbacks, reference, lowered.out_tree)

@@ -46,6 +46,13 @@ def grad_path(path: str) -> str:
     return f"grad({head})" + (f"/{rest}" if sep else "")
 
 
+def updated_path(path: str) -> str:
+    """The final value of `jax.Ref` input leaf `state/w` is output
+    `updated(state)/w`."""
+    head, sep, rest = path.partition("/")
+    return f"updated({head})" + (f"/{rest}" if sep else "")
+
+
 def check_pattern(pattern: str) -> None:
     if not pattern or pattern.startswith("/") or pattern.endswith("/") \
             or "//" in pattern:

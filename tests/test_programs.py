@@ -55,7 +55,7 @@ PROGRAM = textwrap.dedent('''\
 
 
     def text(a: "f32[4]"):
-        return a, {"label": "hello"}
+        return {"label": "hello"}
 
 
     def exits(a: "f32[4]"):
@@ -172,8 +172,8 @@ def test_what_user_code_prints_stays_off_the_report(program):
 
 @pytest.mark.parametrize("fn, message", [
     ("text", "cannot compile 'text': it returns a str (output "
-             "result/1/label); irshard compiles functions that return "
-             "arrays (or pytrees of arrays)"),
+             "result/label) and no array; irshard compiles functions that "
+             "return arrays (or pytrees of arrays)"),
     ("exits", "{program}:{line}: in exits: the program called sys.exit(0)"),
 ])
 def test_user_code_that_is_not_a_program(program, fn, message):

@@ -151,13 +151,18 @@ def test_the_programs_own_jit_options_count():
     assert donated == [t["name"] for t in jitted["inputs"]
                        if t["name"].startswith("state/")]
     assert "batch/inputs" not in donated and len(donated) == 7
-    # The same function unjitted, told nothing: the config holds values
-    # that are not arrays; named static (by number), nothing is donated.
-    done = run_irshard("compile", LM1B, "--fn", "train_step", "--args", "args",
-                       *LM1B_SHARDS)
-    assert done.returncode == 2 and "make the argument static" in done.stderr
+    # The same function unjitted, told nothing: the config's callable
+    # passes through as it is and its numbers are traced, as jax.jit would
+    # trace them; named static (by number), the config is no input at all
+    # and nothing is donated.
+    told_nothing = report_of("compile", LM1B, "--fn", "train_step", "--args",
+                             "args", *LM1B_SHARDS)
+    assert any(t["name"].startswith("config/") for t in told_nothing["inputs"])
+    assert ("passed as they are (static): config/learning_rate_fn (function)"
+            in told_nothing["notes"][-1])
     plain = report_of("compile", LM1B, "--fn", "train_step", "--args", "args",
                       *LM1B_SHARDS, "--static", "2")
+    assert not any(t["name"].startswith("config/") for t in plain["inputs"])
     assert not any(t.get("donated") for t in plain["inputs"])
     assert plain["memory"].get("alias_bytes", 0) == 0
     state = sum(4 * (128 * 64 + 64 * 128 + 128 * 64) for _ in ("params", "mu"))
@@ -254,6 +259,36 @@ def test_long_tables_fold_to_their_heaviest_rows(write):
     assert "more inputs" not in full and "params/layers/1/norm2" in full
 
 
+MANY = '''import jax
+import jax.numpy as jnp
+
+
+def many(x: "f32[64@x,64]", w: "f32[64,64@x]"):
+    for _ in range(12):
+        x = jnp.tanh(x @ w)
+        x = jax.lax.with_sharding_constraint(x, jax.P("x", None))
+        x = x - x.mean(axis=0)
+        x = jnp.roll(x, 1, axis=0)
+    return x
+'''
+
+
+def test_a_folded_collectives_table_is_summed_by_source_line(write):
+    """25 collectives from three lines: the folded table has the 20
+    heaviest, and a table by source line has every line, heaviest first."""
+    path = write("many.py", MANY)
+    text = on_a_terminal("compile", path, "--mesh", "x=4")
+    assert "collectives (the 20 that move the most bytes per run, of 25)" in text
+    by_line = text.split("\nby source line (3 lines)\n", 1)[1].split("\n\n")[0]
+    assert by_line.splitlines() == [
+        "  source             collectives  kinds               bytes per run",
+        "  many.py:7 (many)             1  all-gather                  16384",
+        "  many.py:10 (many)           12  collective-permute           3072",
+        "  many.py:9 (many)            12  all-reduce                   3072"]
+    full = on_a_terminal("compile", path, "--mesh", "x=4", "--full")
+    assert "by source line" not in full and "collective-permute.11" in full
+
+
 def test_a_long_compile_shows_progress_on_a_terminal():
     """Past a few seconds (here: at once) a compile says what it is doing,
     on the terminal's stderr, and clears the line when done."""
@@ -283,3 +318,60 @@ def test_donate_and_static_mistakes_are_one_error_line(flags, message):
                        "--mesh", "data=2,model=2", "--static", "config", *flags)
     assert done.returncode == 2
     assert done.stderr == f"irshard: error: {message}\n"
+
+
+def test_non_array_leaves_pass_through_as_static():
+    """Equinox's modules hold functions and strings beside their arrays, in
+    the arguments and in the model a step returns: those leaves are passed
+    as they are, the compiled program has the arrays, and the report says
+    which leaves were left as they were."""
+    report = report_of("run", EQUINOX, "--fn", "make_step", "--args",
+                       "model_args", "--mesh", "batch=8", "--check")
+    assert [t["name"] for t in report["inputs"]] == [
+        "model/0/weight", "model/0/bias", "model/1/weight", "model/1/bias",
+        "x", "y"]
+    assert [t["name"] for t in report["outputs"]] == [
+        "result/0", "result/1/0/weight", "result/1/0/bias",
+        "result/1/1/weight", "result/1/1/bias"]
+    assert kinds(report) == ["all-reduce"]
+    assert report["run"]["check"]["passed"] is True
+    notes = "\n".join(report["notes"])
+    assert ("inputs that are not arrays are passed as they are (static): "
+            "model/0/activation (custom_jvp), model/0/name (str), "
+            "model/1/activation (PjitFunction), model/1/name (str)") in notes
+    assert ("outputs that are not arrays are left out of the compiled "
+            "program: result/1/0/activation (custom_jvp)") in notes
+
+
+def test_ref_arguments_are_updated_in_place():
+    """The cookbook's train state is a pytree of `jax.Ref`s the step writes:
+    each ref leaf is an input donated to its final value, an output named
+    `updated(train_state)/...`; the step's gradient all-reduce is there and
+    the run matches one device."""
+    report = report_of("run", COOKBOOK, "--fn", "train_step_refs", "--args",
+                       "ref_args", "--mesh", "data=4", "--shard",
+                       "tokens=data,_", "--shard", "targets=data,_", "--check")
+    state = [t for t in report["inputs"] if t["name"].startswith("train_state/")]
+    assert len(state) == 15 and all(t.get("donated") for t in state)
+    assert not any(t.get("donated") for t in report["inputs"]
+                   if t["name"] in ("tokens", "targets"))
+    outputs = [t["name"] for t in report["outputs"]]
+    assert outputs[0] == "result/train_loss"
+    assert outputs[1:] == ["updated(" + t["name"].replace("/", ")/", 1)
+                           for t in state]
+    # One all-reduce: every f32 gradient and the loss (the writes to the
+    # refs are what need the gradients).
+    assert kinds(report) == ["all-reduce"]
+    params = 4 * (2 * 2 * 64 * 256 + 64 * 16)
+    assert report["collectives"][0]["bytes"] == params + 4
+    assert report["run"]["check"]["passed"] is True
+
+
+def test_grad_of_a_step_that_writes_refs_is_one_error_line():
+    done = run_irshard("compile", COOKBOOK, "--fn", "train_step_refs", "--args",
+                       "ref_args", "--mesh", "data=4", "--grad")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(
+        "irshard: error: --grad: 'train_step_refs' takes jax.Ref arguments "
+        "(train_state/opt/layers/0/in_kernel/count, ")
+    assert len(done.stderr.splitlines()) == 1
