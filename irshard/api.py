@@ -21,7 +21,33 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from irshard.errors import CheckFailed, UsageError
+from irshard.report import CollectiveReport
 from irshard.specs import MeshSpec, MeshAxis, parse_axis_types, parse_mesh
+
+
+class Report(CollectiveReport):
+    """A collective report as `compile` and `run` give it: the report's
+    data, and what a person does with it in Python."""
+
+    @classmethod
+    def of(cls, report: CollectiveReport, **changes: Any) -> "Report":
+        import dataclasses
+        values = {f.name: getattr(report, f.name)
+                  for f in dataclasses.fields(report)}
+        return cls(**(values | changes))
+
+    def check_budget(self, *budgets: str) -> list:
+        """Holds the report to `budgets` (`'all-gather@fsdp<=2'`, ...):
+        raises `irshard.BudgetExceeded` listing every breach; returns the
+        outcomes when all hold."""
+        from irshard import budget
+        return budget.check(self, budgets)
+
+    def to_html(self) -> str:
+        """The HTML report (`--format html`): one self-contained page."""
+        from irshard import htmlreport
+        compiled = getattr(self.stages, "compiled", None)
+        return htmlreport.render_report(self, compiled, self.run)
 
 
 def configure(devices: int = 8, platform: str = "cpu") -> None:
@@ -120,8 +146,6 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     axes explicit (`"explicit"`, per axis `"dp=explicit"` or
     `("explicit", "auto")`): the function is traced with its inputs'
     shardings in their types; a `jax.sharding.Mesh` brings its own."""
-    import dataclasses
-
     from irshard import explain as explaining
     from irshard import stages
     _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
@@ -136,7 +160,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     report = read.report()
     if explain:
         report = explaining.explained(report, lowered, read)
-    return dataclasses.replace(report, stages=stages.Pipeline(lowered, compiled))
+    return Report.of(report, stages=stages.Pipeline(lowered, compiled))
 
 
 def run(fn: Callable[..., Any], *args: Any, mesh: Any,
@@ -155,8 +179,6 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     the check and timings; `results` the outputs (a dict by name under
     `grad`). With `check`, a mismatch raises `irshard.CheckFailed` (its
     `report` attribute holds the report)."""
-    import dataclasses
-
     from irshard import execution as running
     from irshard import stages
     prog, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
@@ -169,11 +191,9 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         ranges=tuple((ranges or {}).items()), given=given, keep_values=True)
     options.validate()
     result = running.run(lowered, compiled, options)
-    report = dataclasses.replace(compiled.report(),
-                                 stages=stages.Pipeline(lowered, compiled),
-                                 run=result,
-                                 results=_results(lowered, result,
-                                                  prog.grad is not None))
+    report = Report.of(compiled.report(),
+                       stages=stages.Pipeline(lowered, compiled), run=result,
+                       results=_results(lowered, result, prog.grad is not None))
     failure = _check_failure(result)
     if failure is not None:
         failure.report = report

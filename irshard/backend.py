@@ -939,15 +939,12 @@ def message(exc: BaseException, limit: int = 40) -> str:
 # Running
 
 
-def jax_sharding(hlo_sharding, mesh, rank: int):
+def jax_sharding(hlo_sharding, mesh, entries: Sequence[str] | None):
     """The `jax.sharding.Sharding` of an executable's parameter or result:
-    a NamedSharding over `mesh` when the tiling is a mesh sharding, else
-    XLA's own sharding wrapped as JAX does internally."""
+    a NamedSharding over `mesh` when the tiling is a mesh sharding (its
+    mesh axes per dimension, `entries`: `x+y` or `_`), else XLA's own
+    sharding wrapped as JAX does internally."""
     from jax.sharding import NamedSharding
-    from irshard.specs import MeshAxis, MeshSpec
-    from irshard.tiling import Tiling, mesh_axes_of
-    spec = MeshSpec(tuple(MeshAxis(n, s) for n, s in mesh.shape.items()))
-    entries = mesh_axes_of(Tiling.from_hlo_sharding(hlo_sharding, rank), spec)
     if entries is not None:
         return NamedSharding(mesh, partition_spec(
             [() if e == "_" else e.split("+") for e in entries]))

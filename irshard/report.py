@@ -154,10 +154,10 @@ class Collective:
 @dataclass(frozen=True)
 class CollectiveReport:
     """The collectives of a program (or of a module read from a dump): what
-    `irshard compile` prints, what the Python API returns.
-
-    `stage(name)` gives the IR of a pipeline stage, `check_budget(...)` holds
-    the report to collective budgets (`irshard.budget`)."""
+    `irshard compile` prints; a plain value, which the writers (JSON, text
+    here; HTML, budgets above) read. `stage(name)` gives the IR of a
+    pipeline stage. The Python API's reports (`irshard.api.Report`) can
+    also check budgets and draw their HTML page."""
 
     source: str
     function: str | None
@@ -265,12 +265,6 @@ class CollectiveReport:
     def to_text(self) -> str:
         return self.render_text()
 
-    def to_html(self) -> str:
-        """The HTML report (`--format html`): one self-contained page."""
-        from irshard import htmlreport
-        compiled = getattr(self.stages, "compiled", None)
-        return htmlreport.render_report(self, compiled, self.run)
-
     def stage(self, name: str) -> str:
         """The IR of pipeline stage `name` (stablehlo, propagated,
         partitioned, optimized), as `--emit` prints it."""
@@ -283,13 +277,6 @@ class CollectiveReport:
             raise UsageError("this report was read from HLO; it has no "
                              "pipeline stages")
         return self.stages.text(name)
-
-    def check_budget(self, *budgets: str) -> list:
-        """Holds the report to `budgets` (`'all-gather@fsdp<=2'`, ...):
-        raises `irshard.BudgetExceeded` listing every breach; returns the
-        outcomes when all hold."""
-        from irshard import budget
-        return budget.check(self, budgets)
 
 
 def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
@@ -448,11 +435,11 @@ def fold_note(shown: int, total: int, what: str) -> list[str]:
     return [f"  ... {total - shown} more {what} (--full lists every one)"]
 
 
-def _by_source_lines(collectives: Sequence[CollectiveInfo],
+def _by_source_lines(collectives: Sequence[Collective],
                      limit: int) -> list[str]:
     """A folded table's collectives summed by the source line that caused
     them, the heaviest lines first."""
-    groups: dict[str, list[CollectiveInfo]] = {}
+    groups: dict[str, list[Collective]] = {}
     for c in collectives:
         groups.setdefault(str(c.source) if c.source else "-", []).append(c)
     heaviest = sorted(groups.items(), key=lambda item: (

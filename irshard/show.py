@@ -15,6 +15,7 @@ from irshard import backend, layout
 from irshard.report import SCHEMA, TensorInfo, dumps_json, mesh_json, tensor_info
 from irshard.specs import format_shape
 from irshard.stages import Optimized, TensorDecl
+from irshard.tiling import Tiling, mesh_axes_of
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ def placed(compiled: Optimized) -> tuple[list[Placed], list[Placed]]:
     def place(decls, hlo_shardings, indexed):
         result = []
         for i, (decl, hlo) in enumerate(zip(decls, hlo_shardings)):
-            sharding = backend.jax_sharding(hlo, jax_mesh, len(decl.shape))
+            entries = mesh_axes_of(Tiling.from_hlo_sharding(hlo, len(decl.shape)),
+                                   info.mesh)
+            sharding = backend.jax_sharding(hlo, jax_mesh, entries)
             row = tensor_info(decl.name, decl.dtype.name, decl.shape, hlo,
                               info.mesh, i if indexed else None, decl.key)
             result.append(Placed(decl, row, sharding, _placements(sharding, decl)))

@@ -1,0 +1,168 @@
+"""The package's own imports, read from its source: no import circle (at
+module level or inside functions), and no import from a lower floor to a
+higher one. Every module has a floor; a new one must be given its floor
+here, where the layering is written down."""
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Lowest first. A module imports from its own floor or lower ones.
+FLOORS = {
+    "base": ["irshard", "errors", "syntax", "files", "interrupts", "frames",
+             "specs", "tree", "matching"],
+    # MLIR's dialects through jaxlib's bindings: Shardy's attributes,
+    # locations, diagnostics.
+    "mlir": ["shardy"],
+    # JAX and XLA: every call into them.
+    "backend": ["backend"],
+    # Shardings, HLO text and modules, targets: what the readers stand on.
+    "ir": ["tiling", "replica_groups", "hlo", "hloscan", "annotation", "gspmd",
+           "targets", "cost"],
+    # The report as a value, its JSON and text, and what is held to it.
+    "report": ["report", "budget", "layout"],
+    # Reading a compiled module: collectives, dumps, findings, why; the
+    # passes and their pipelines.
+    "analysis": ["analysis", "dumps", "findings", "explain", "pipeline", "opt",
+                 "passes", "passes.annotate", "passes.collectives",
+                 "passes.constrain", "passes.print_shardings",
+                 "passes.strip_shardings"],
+    # A program: loaded from a file or given from Python, its inputs' data.
+    "program": ["loader", "program", "data"],
+    # The pipeline's stages and what reads them whole.
+    "stages": ["stages", "check", "irfile", "show", "htmlreport", "diff",
+               "calibrate"],
+    # Running on a mesh, on one host or several; trying other strategies.
+    "running": ["execution", "distributed", "raylaunch", "suggest"],
+    # The ways in: files, the Python API, pytest helpers, the command line.
+    "front": ["frontend", "api", "testing", "cli", "__main__"],
+}
+
+
+def _modules() -> dict[str, str]:
+    found = {}
+    for package in ("irshard", "passes"):
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            if "__pycache__" in folder:
+                continue
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    dotted = dotted.removesuffix(".__init__")
+                    if dotted.startswith("passes"):
+                        dotted = "irshard." + dotted
+                    found[dotted] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _target(name: str) -> str | None:
+    """The package module an imported name belongs to."""
+    if name.startswith("passes"):
+        name = "irshard." + name
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> dict[str, bool]:
+    """The package modules `module` imports, each with whether only inside
+    functions."""
+    tree = ast.parse(open(MODULES[module]).read())
+    found: dict[str, bool] = {}
+
+    def visit(node, inside):
+        for child in ast.iter_child_nodes(node):
+            nested = inside or isinstance(child, (ast.FunctionDef,
+                                                  ast.AsyncFunctionDef))
+            names = []
+            if isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                names = [f"{child.module}.{a.name}" for a in child.names]
+            elif isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            for name in names:
+                target = _target(name)
+                if target and target != module:
+                    found[target] = found.get(target, True) and nested
+            visit(child, nested)
+
+    visit(tree, False)
+    return found
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _floor(module: str) -> tuple[int, str]:
+    short = "irshard" if module == "irshard" else module.removeprefix("irshard.")
+    for i, (name, members) in enumerate(FLOORS.items()):
+        if short in members:
+            return i, name
+    pytest.fail(f"{module} has no floor; add it to FLOORS in {__file__}")
+
+
+def test_every_module_has_one_floor():
+    listed = [m for members in FLOORS.values() for m in members]
+    assert len(listed) == len(set(listed))
+    named = {"irshard" if m == "irshard" else m.removeprefix("irshard.")
+             for m in MODULES}
+    assert sorted(named ^ set(listed)) == []
+
+
+def test_no_import_goes_up_a_floor():
+    upward = []
+    for module, targets in sorted(GRAPH.items()):
+        here, floor = _floor(module)
+        for target, lazily in sorted(targets.items()):
+            there, other = _floor(target)
+            if there > here:
+                upward.append(f"{module} ({floor}) -> {target} ({other})"
+                              + (" inside a function" if lazily else ""))
+    assert upward == []
+
+
+def test_no_import_circle():
+    """Tarjan's strongly connected components over every import, at
+    module level or inside functions."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def strong(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            strong(v)
+    assert circles == []
+
+
+def test_the_reading_is_real():
+    """The graph has the imports it must: a check that could be false."""
+    assert GRAPH["irshard.cli"]["irshard.errors"] is False
+    assert "irshard.stages" in GRAPH["irshard.api"]
+    assert GRAPH["irshard.api"]["irshard.stages"] is True
+    assert "irshard.passes" in GRAPH["irshard.passes.collectives"]
