@@ -1,6 +1,9 @@
 # Quick start:
 #   make run    the heat example's collective report on 4 simulated CPU devices
 #   make test   unit tests (pytest) and regression tests (lit + FileCheck)
+#   make test-fast  the unit tests that take no browser, TPU compile, extra
+#                   processes or long programs (markers in pyproject.toml),
+#                   and lit: a few minutes, for the edit-test loop
 # Both create .venv and install irshard into it on first use.
 #
 #   make test-latest   the same suite on the newest JAX (JAX_LATEST) in
@@ -19,7 +22,7 @@ VENV_LATEST   := .venv-latest
 BIN_LATEST    := $(VENV_LATEST)/bin
 STAMP_LATEST  := $(VENV_LATEST)/.installed-$(JAX_LATEST)
 
-.PHONY: run test unit lit test-latest unit-latest lit-latest bench clean browser
+.PHONY: run test test-fast unit lit test-latest unit-latest lit-latest bench clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +45,12 @@ test: unit lit
 
 unit: $(STAMP) browser
 	$(BIN)/python -m pytest
+
+FAST := not (slow or multiprocess or browser or tpu)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m '$(FAST)'
+	$(BIN)/lit -s tests/lit
 
 # The HTML report's tests drive a real Chromium (Debian's package): installed
 # here when missing and this user may install packages; otherwise those

@@ -12,6 +12,8 @@ from irshard import distributed
 from irshard.errors import UsageError
 from tests.conftest import EXAMPLES, run_irshard
 
+pytestmark = pytest.mark.multiprocess
+
 
 def _report(*args):
     result = run_irshard("run", *args, "--check", "--format", "json")

@@ -62,6 +62,7 @@ def _jax_jit_collectives(mesh_text, rules):
     return analysis.collectives(HloModuleView.from_text(text), spec, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_counts_and_bytes_equal_plain_jax_jit(strategy):
     mesh, rules = STRATEGIES[strategy]
@@ -79,6 +80,7 @@ def test_counts_and_bytes_equal_plain_jax_jit(strategy):
     assert {os.path.basename(c.source.file) for c in report.collectives} == {"gpt.py"}
 
 
+@pytest.mark.slow
 def test_budgets_hold_each_strategy_to_its_collectives():
     """What a model's CI would pin: FSDP gathers each weight matrix once per
     step (the embedding twice: it is also the output projection); with half

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import EXAMPLES, ROOT, run_irshard
 
+pytestmark = pytest.mark.browser
+
 GPT = os.path.join(EXAMPLES, "gpt.py")
 GPT_TP = ["--fn", "train_step", "--args", "example_args", "--mesh", "fsdp=4,tp=2",
           "--shard", "**/embed=fsdp,tp", "--shard", "**/attn/w[qkv]=fsdp,tp",

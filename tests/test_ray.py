@@ -19,6 +19,8 @@ from irshard import distributed
 from tests.conftest import EXAMPLES, ROOT, require
 from tests.test_distributed import _checksums, _survivors
 
+pytestmark = pytest.mark.multiprocess
+
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,8 @@ def kinds(report):
     return sorted(c["kind"] for c in report["collectives"])
 
 
-@pytest.mark.parametrize("target", ["cpu", "tpu-v5e:2x2"])
+@pytest.mark.parametrize("target", ["cpu", pytest.param("tpu-v5e:2x2",
+                                                        marks=pytest.mark.tpu)])
 def test_a_mesh_built_from_jax_devices_at_import_sees_the_targets_devices(target):
     """`Mesh(np.array(jax.devices()[:4]), ...)` at import: on a TPU target
     the program sees the slice's chips (not the one CPU device that
@@ -41,8 +42,9 @@ def test_a_mesh_built_from_jax_devices_at_import_sees_the_targets_devices(target
     assert report["collectives"][0]["source"]["file"].endswith("shard_map_tutorial.py")
 
 
-@pytest.mark.parametrize("target, mesh", [("cpu", "batch=8"),
-                                          ("tpu-v5e:2x2", "batch=4")])
+@pytest.mark.parametrize("target, mesh", [
+    ("cpu", "batch=8"),
+    pytest.param("tpu-v5e:2x2", "batch=4", marks=pytest.mark.tpu)])
 def test_jax_options_and_device_counts_at_import(target, mesh):
     """`jax.config.update("jax_num_cpu_devices", 8)` at import runs before
     JAX's backends start; `jax.device_count()` there is the target's."""
@@ -141,6 +143,7 @@ def in_use(memory):
             + memory["temp_bytes"] - memory.get("alias_bytes", 0))
 
 
+@pytest.mark.slow
 def test_the_programs_own_jit_options_count():
     """`jax.jit(train_step, static_argnums=2, donate_argnums=0)`: the config
     (ints and a callable) is static, the train state donated, so the memory
@@ -171,6 +174,7 @@ def test_the_programs_own_jit_options_count():
     assert in_use(jitted["memory"]) < in_use(plain["memory"])
 
 
+@pytest.mark.slow
 def test_donate_by_name_number_and_path():
     def donated(*flags):
         report = report_of("compile", LM1B, "--fn", "train_step", "--args",
@@ -230,6 +234,7 @@ def on_a_terminal(*args, env=None):
 LM1B_RUN = ("run", LM1B, "--fn", "p_train_step", "--args", "args", *LM1B_SHARDS)
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_folded_tables_and_no_layouts():
     """On a terminal, `run` leaves the layouts out and cuts tables longer
     than 20 rows; --full and a pipe get everything."""
@@ -246,6 +251,7 @@ def test_a_terminal_gets_folded_tables_and_no_layouts():
     assert len(full.splitlines()) > len(text.splitlines()) + 40
 
 
+@pytest.mark.slow
 def test_long_tables_fold_to_their_heaviest_rows(write):
     """60 inputs, 59 outputs, 15 collectives: 20 rows each at most."""
     from tests.conftest import EXAMPLES
@@ -289,6 +295,7 @@ def test_a_folded_collectives_table_is_summed_by_source_line(write):
     assert "by source line" not in full and "collective-permute.11" in full
 
 
+@pytest.mark.slow
 def test_a_long_compile_shows_progress_on_a_terminal():
     """Past a few seconds (here: at once) a compile says what it is doing,
     on the terminal's stderr, and clears the line when done."""

@@ -61,6 +61,7 @@ def test_a_rule_of_the_command_is_overridden_not_repeated(write):
     assert [t["sharding"] for t in again["inputs"]] == [["_", "x+y", "_"]] * 2
 
 
+@pytest.mark.multiprocess
 def test_processes_find_what_this_process_finds(write):
     path = write("remat.py", REMAT)
     here = suggest_json(path, "--mesh", "x=4,y=2", "--jobs", "1")

@@ -131,6 +131,7 @@ def _mlp_args():
 
 
 
+@pytest.mark.tpu
 def test_tpu_counts_and_bytes_equal_plain_jax():
     """The same step compiled by plain JAX for the same described slice."""
     require("libtpu", "TPU targets")
@@ -193,6 +194,7 @@ def test_without_libtpu_a_tpu_target_says_what_to_install(tmp_path):
         "libtpu; install it with pip install 'irshard[tpu]'")
 
 
+@pytest.mark.slow
 def test_calibration_measures_fits_and_is_used(tmp_path):
     """A small calibration: measurements for every kind, a fitted profile
     with its held-out error, and the profile changes the report's times."""
