@@ -649,8 +649,8 @@ def run_registered_passes_isolated(module, pipeline: str) -> tuple[Any, str | No
     try:
         with warnings.catch_warnings():
             # Python warns that a forked child of a threaded process may
-            # deadlock; the child only runs MLIR passes on a context with
-            # multithreading off, and writes one file.
+            # deadlock; the child only runs MLIR passes, on its context with
+            # multithreading turned off, and writes one file.
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", RuntimeWarning)   # JAX's own
             pid = os.fork()
@@ -663,6 +663,8 @@ def run_registered_passes_isolated(module, pipeline: str) -> tuple[Any, str | No
                 os.dup2(null, 1)
                 os.dup2(null, 2)
                 with operation.context:
+                    # The parent's thread pool has no threads here.
+                    operation.context.enable_multithreading(False)
                     _run_pipeline(operation, pipeline)
                     with open(result, "wb") as f:
                         operation.write_bytecode(f)

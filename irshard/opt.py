@@ -107,10 +107,13 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
         if step.irshard_pass is not None:
             step.irshard_pass.apply(module)
         else:
-            _check_entry(module, step)
+            risky = _check_entry(module, step)
             try:
-                backend.run_registered_passes(
-                    module, f"builtin.module({step.mlir_text})")
+                if risky:
+                    _run_isolated(module, step, risky)
+                else:
+                    backend.run_registered_passes(
+                        module, f"builtin.module({step.mlir_text})")
             except backend.PassFailure as e:
                 # MLIR calls the parsed text '-'; say which file and line.
                 where = e.describe(source if e.file in ("-", "") else None,
@@ -121,21 +124,52 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
             stderr.write(print_module(module, debug_info) + "\n")
 
 
-def _check_entry(module, step: pipeline.Step) -> None:
+def _check_entry(module, step: pipeline.Step) -> list[str]:
     """Shardy's passes look for the module's entry and abort the process
-    when there is no public function: say so instead."""
+    when there is no public function: say so instead. Where they would
+    take the entry by name (a function named main, else the module's only
+    function) and the module has several functions and no @main, the
+    functions' names: the step runs apart, where an abort is survived."""
     from irshard import shardy
     if "sdy-" not in step.mlir_text:
-        return
+        return []
     with module.context:
-        if shardy.public_function_names(module):
-            return
-        private = [f"@{n}" for n in (
-            ir_name(fn) for fn in shardy.functions(module))]
-    what = (f"only private functions ({', '.join(private)})" if private
-            else "no functions")
-    raise PassError(f"pass '{step.label}' needs a public entry function, and "
-                    f"the module has {what}; declare one 'func.func @main'")
+        names = [f"@{ir_name(fn)}" for fn in shardy.functions(module)]
+        public = shardy.public_function_names(module)
+    if not public:
+        what = (f"only private functions ({', '.join(names)})" if names
+                else "no functions")
+        raise PassError(f"pass '{step.label}' needs a public entry function, "
+                        f"and the module has {what}; declare one "
+                        f"'func.func @main'")
+    return names if "@main" not in names and len(names) > 1 else []
+
+
+def _run_isolated(module, step: pipeline.Step, names: list[str]) -> None:
+    """Runs `step` on `module` in a child process and takes its result in
+    place; a child that dies (Shardy's check for @main) is an error line."""
+    operation, why = backend.run_registered_passes_isolated(
+        module, f"builtin.module({step.mlir_text})")
+    if operation is None:
+        raise PassError(
+            f"pass '{step.label}' aborted ({why}): Shardy takes the function "
+            f"named main, or a module's only function, as the entry, and "
+            f"this module has {len(names)} functions ({', '.join(names)}) and "
+            f"no @main; rename its entry function to @main")
+    with module.context:
+        old = list(module.body.operations)
+        anchor = old[0]
+        for op in list(operation.regions[0].blocks[0].operations):
+            op.operation.move_before(anchor)
+        for op in old:
+            op.operation.erase()
+        attributes = module.operation.attributes
+        new = {a.name: a.attr for a in operation.attributes}
+        for name in [a.name for a in attributes]:
+            if name not in new:
+                del attributes[name]
+        for name, attr in new.items():
+            attributes[name] = attr
 
 
 def ir_name(fn) -> str:
