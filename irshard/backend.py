@@ -388,7 +388,8 @@ def array_outputs(outputs, refs: Sequence[Any] = ()) -> tuple[Any, list[str]]:
     from irshard import tree
     flat, treedef = jax.tree_util.tree_flatten_with_path(outputs)
     arrays = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
-    static = [(path, leaf) for path, leaf in flat if not isinstance(leaf, arrays)]
+    kept = [leaf if isinstance(leaf, arrays) else None for _, leaf in flat]
+    static = [(path, leaf) for (path, leaf), k in zip(flat, kept) if k is None]
     if not static:
         return outputs, []
     if len(static) == len(flat) and not refs:
@@ -397,7 +398,6 @@ def array_outputs(outputs, refs: Sequence[Any] = ()) -> tuple[Any, list[str]]:
         raise BadOutput(f"it returns a {type(leaf).__name__}{where} and no "
                         f"array; irshard compiles functions that return "
                         f"arrays (or pytrees of arrays)")
-    kept = [None if not isinstance(leaf, arrays) else leaf for _, leaf in flat]
     return (jax.tree_util.tree_unflatten(treedef, kept),
             [f"{tree.output_path(path)} ({type(leaf).__name__})"
              for path, leaf in static])

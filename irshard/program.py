@@ -133,8 +133,7 @@ def flat_function(fn: Callable[..., Any], name: str,
     Its outputs are the function's array outputs (a non-array output leaf
     passes through as static: it is None in the compiled outputs, its path
     in `static_outputs`), then, where leaves are `jax.Ref`s, the refs' final
-    values: `(outputs, (ref values...))` with `ref_outputs` set to their
-    count."""
+    values: `(outputs, (ref values...))`."""
     from irshard import backend
     import jax
 
@@ -182,7 +181,6 @@ def flat_function(fn: Callable[..., Any], name: str,
     call.__name__ = name
     call.key_outputs = []       # filled in when traced
     call.static_outputs = []
-    call.ref_outputs = sum(1 for leaf in leaves if leaf.ref)
     return call
 
 

@@ -393,8 +393,7 @@ def trace(program: Program, platform: str = "cpu",
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices,
                                  [a.type for a in mesh.axes])
     notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
-    flat = program.flat_fn()
-    fn = flat
+    fn = flat = program.flat_fn()
     reference = program.flat_fn(program.reference) if program.reference else None
     if program.grad is not None:
         fn = backend.gradient(fn, program.grad)

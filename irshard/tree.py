@@ -42,15 +42,18 @@ def output_path(keys: Sequence[Any]) -> str:
 
 def grad_path(path: str) -> str:
     """The gradient of input leaf `params/w` is output `grad(params)/w`."""
-    head, sep, rest = path.partition("/")
-    return f"grad({head})" + (f"/{rest}" if sep else "")
+    return _applied("grad", path)
 
 
 def updated_path(path: str) -> str:
     """The final value of `jax.Ref` input leaf `state/w` is output
     `updated(state)/w`."""
+    return _applied("updated", path)
+
+
+def _applied(name: str, path: str) -> str:
     head, sep, rest = path.partition("/")
-    return f"updated({head})" + (f"/{rest}" if sep else "")
+    return f"{name}({head})" + (f"/{rest}" if sep else "")
 
 
 def check_pattern(pattern: str) -> None:
