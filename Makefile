@@ -4,7 +4,8 @@
 #   make test-fast  the unit tests that take no browser, TPU compile, extra
 #                   processes or long programs (markers in pyproject.toml),
 #                   and lit: a few minutes, for the edit-test loop
-# Both create .venv and install irshard into it on first use.
+# Both create .venv on first use: `make run` installs irshard and JAX only,
+# the test targets add the test, TPU (libtpu) and Ray extras.
 #
 #   make test-latest   the same suite on the newest JAX (JAX_LATEST) in
 #                      .venv-latest, on CPython 3.13 (built once from Debian's
@@ -14,6 +15,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+STAMP_EXTRAS := $(VENV)/.installed-extras
 PIP    := -m pip install --quiet --disable-pip-version-check
 
 # The newest JAX the suite runs on (Python >= 3.12).
@@ -26,8 +28,13 @@ STAMP_LATEST  := $(VENV_LATEST)/.installed-$(JAX_LATEST)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python $(PIP) -e '.[test,tpu,ray]'
+	$(BIN)/python $(PIP) -e .
 	touch $(STAMP)
+
+# What the tests use besides irshard: pytest, lit, libtpu, Ray, Playwright.
+$(STAMP_EXTRAS): $(STAMP)
+	$(BIN)/python $(PIP) -e '.[test,tpu,ray]'
+	touch $(STAMP_EXTRAS)
 
 $(STAMP_LATEST): pyproject.toml tools/build-python.sh
 	rm -rf $(VENV_LATEST)
@@ -43,12 +50,12 @@ run: $(STAMP)
 
 test: unit lit
 
-unit: $(STAMP) browser
+unit: $(STAMP_EXTRAS) browser
 	$(BIN)/python -m pytest
 
 FAST := not (slow or multiprocess or browser or tpu)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP_EXTRAS)
 	$(BIN)/python -m pytest -m '$(FAST)'
 	$(BIN)/lit -s tests/lit
 
@@ -65,7 +72,7 @@ browser:
 	  echo "note: no chromium; the HTML report's browser tests will be skipped"; \
 	fi
 
-lit: $(STAMP)
+lit: $(STAMP_EXTRAS)
 	$(BIN)/lit -s tests/lit
 	@test -c /dev/null || { echo "error: a test replaced /dev/null" >&2; exit 1; }
 
