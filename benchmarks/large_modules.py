@@ -1,10 +1,17 @@
 """The collective report of large HLO modules against XLA's parse of them.
 
-Generates optimized-HLO modules of about 100k, 300k and 1M lines (an
-unrolled stack of layers, each with fused elementwise work, an all-gather, a
-reduce-scatter and an all-reduce, plus a loop of collective-permutes; every
-instruction with metadata and a stack frame, as JAX's modules have), or
-reads the dumps given on the command line, and times as whole processes:
+Generates optimized-HLO modules of about 100k, 300k and 1M lines at two
+densities, or reads the dumps given on the command line:
+
+  - sparse: an unrolled stack of layers, each with fused elementwise work,
+    an all-gather, a reduce-scatter and an all-reduce, plus a loop of
+    collective-permutes (about 47k collectives per million lines);
+  - dense: two collectives in every nine instructions, half of the module
+    one `while` body (a training step whose unrolled model sits inside a
+    loop over microbatches; about 222k collectives per million lines);
+
+every instruction with metadata and a stack frame, as JAX's modules have,
+and times as whole processes:
 
   - `irshard collectives FILE` (the whole report, as text and as JSON), and
   - XLA's own parser reading the same text (`hlo_module_from_text`),
@@ -14,6 +21,7 @@ and each process's peak memory, beside the file's size.
 
     python benchmarks/large_modules.py
     python benchmarks/large_modules.py --lines 100000,1000000 --runs 3
+    python benchmarks/large_modules.py --density dense
     python benchmarks/large_modules.py path/to/module.after_optimizations.txt
 """
 
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -133,11 +142,111 @@ def generate(lines: int, path: str) -> int:
     return len(out)
 
 
-def _generate_quietly(lines: int, path: str) -> None:
-    """`generate` in a process of its own: a child's peak memory starts at
-    its parent's, and the module's lines must not count in the parent."""
+def generate_dense(lines: int, path: str) -> int:
+    """Writes a dense module of about `lines` lines to `path`: two
+    collectives in every nine instructions, half of the module one `while`
+    body (a training step whose unrolled model sits inside a loop over
+    microbatches), the other half the entry's. Returns the line count."""
+    unit = 9                              # instructions per two collectives
+    units = max(2, (lines - 40) // unit)
+    in_loop = units // 2
+    shape, full = "f32[64,1024]{1,0}", "f32[512,1024]{1,0}"
+    state = "(s32[], f32[64,1024]{1,0})"
+    out: list[str] = [
+        "HloModule jit_train_step, is_scheduled=true, entry_computation_layout="
+        "{(f32[64,1024]{1,0})->f32[64,1024]{1,0}}, num_partitions=8", ""]
+    out += _tables()
+    out += ["%add_f32 (x: f32[], y: f32[]) -> f32[] {",
+            "  %x = f32[] parameter(0)", "  %y = f32[] parameter(1)",
+            "  ROOT %sum = f32[] add(%x, %y)", "}", "",
+            "%fused_scale (param_0: f32[512,1024], param_1: f32[512,1024]) "
+            "-> f32[512,1024] {",
+            f"  %param_0 = {full} parameter(0)",
+            f"  %param_1 = {full} parameter(1)",
+            f"  ROOT %fma = {full} multiply(%param_0, %param_1)", "}", ""]
+    channel = [1]
+
+    def units_of(first: int, count: int, x: str) -> tuple[list[str], str]:
+        body: list[str] = []
+        for i in range(first, first + count):
+            c = channel[0]
+            channel[0] += 2
+            if i % 2 == 0:
+                body.append(f"  %all-gather.{i} = {full} all-gather(%{x}), "
+                            f"channel_id={c}, replica_groups=[1,8]<=[8], "
+                            "dimensions={0}, use_global_device_ids=true, "
+                            + _meta("all_gather", i))
+                body.append(f"  %multiply.{i} = {full} multiply(%all-gather.{i}, "
+                            f"%all-gather.{i}), " + _meta("mul", i))
+                body.append(f"  %fusion.{i} = {full} fusion(%multiply.{i}, "
+                            f"%all-gather.{i}), kind=kLoop, calls=%fused_scale, "
+                            + _meta("mlp", i))
+                body.append(f"  %reduce-scatter.{i} = {shape} reduce-scatter("
+                            f"%fusion.{i}), channel_id={c + 1}, replica_groups="
+                            "[1,8]<=[8], dimensions={0}, use_global_device_ids="
+                            "true, to_apply=%add_f32, " + _meta("reduce_scatter", i))
+                last = f"reduce-scatter.{i}"
+            else:
+                body.append(f"  %all-reduce.{i} = {shape} all-reduce(%{x}), "
+                            f"channel_id={c}, replica_groups=[2,4]<=[8], "
+                            "use_global_device_ids=true, to_apply=%add_f32, "
+                            + _meta("psum", i))
+                body.append(f"  %multiply.{i} = {shape} multiply(%all-reduce.{i}, "
+                            f"%{x}), " + _meta("mul", i))
+                body.append(f"  %negate.{i} = {shape} negate(%multiply.{i}), "
+                            + _meta("neg", i))
+                body.append(f"  %collective-permute.{i} = {shape} "
+                            f"collective-permute(%negate.{i}), channel_id={c + 1}, "
+                            "source_target_pairs={{0,1},{1,2},{2,3},{3,4},{4,5},"
+                            "{5,6},{6,7},{7,0}}, " + _meta("ppermute", i))
+                last = f"collective-permute.{i}"
+            body.append(f"  %add.{i} = {shape} add(%{last}, %{x}), " + _meta("add", i))
+            for k in range(3):
+                body.append(f"  %bitcast.{i}.{k} = {shape} bitcast(%add.{i}), "
+                            + _meta(f"reshape_{k}", i))
+            body.append(f"  %copy.{i} = {shape} copy(%bitcast.{i}.2), "
+                        + _meta("copy", i))
+            x = f"copy.{i}"
+        return body, x
+
+    body, last = units_of(0, in_loop, "bv")
+    out += [f"%micro_cond (c: (s32[], f32[64,1024])) -> pred[] {{",
+            f"  %c = {state} parameter(0)",
+            "  %ci = s32[] get-tuple-element(%c), index=0",
+            "  %climit = s32[] constant(4)",
+            "  ROOT %clt = pred[] compare(%ci, %climit), direction=LT", "}", "",
+            f"%micro_body (b: (s32[], f32[64,1024])) -> (s32[], f32[64,1024]) {{",
+            f"  %b = {state} parameter(0)",
+            "  %bi = s32[] get-tuple-element(%b), index=0",
+            "  %bone = s32[] constant(1)",
+            "  %bnext = s32[] add(%bi, %bone)",
+            f"  %bv = {shape} get-tuple-element(%b), index=1"]
+    out += body
+    out += [f"  ROOT %bt = {state} tuple(%bnext, %{last})", "}", ""]
+    entry, x = units_of(in_loop, units - in_loop, "p")
+    out.append("ENTRY %main (p: f32[64,1024]) -> f32[64,1024] {")
+    out.append(f"  %p = {shape} parameter(0), sharding={{devices=[8,1]<=[8]}}, "
+               'metadata={op_name="params/w"}')
+    out += entry
+    out += ["  %zero = s32[] constant(0)",
+            f"  %init = {state} tuple(%zero, %{x})",
+            f"  %micro = {state} while(%init), condition=%micro_cond, "
+            'body=%micro_body, backend_config={"known_trip_count":{"n":"4"}}',
+            f"  ROOT %out = {shape} get-tuple-element(%micro), index=1", "}", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+    return len(out)
+
+
+_GENERATORS = {"sparse": "generate", "dense": "generate_dense"}
+
+
+def _generate_quietly(density: str, lines: int, path: str) -> None:
+    """`generate` (or `generate_dense`) in a process of its own: a child's
+    peak memory starts at its parent's, and the module's lines must not
+    count in the parent."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import large_modules; "
-            "large_modules.generate(int(sys.argv[2]), sys.argv[3])")
+            f"large_modules.{_GENERATORS[density]}(int(sys.argv[2]), sys.argv[3])")
     subprocess.run([sys.executable, "-c", code, os.path.dirname(
         os.path.abspath(__file__)), str(lines), path], check=True)
 
@@ -181,10 +290,19 @@ def _row(label: str, path: str, runs: int) -> None:
     t = {k: statistics.median(s for s, _ in v) for k, v in measured.items()}
     m = {k: max(b for _, b in v) for k, v in measured.items()}
     mib = 1024 * 1024
-    print(f"{label:>10} {lines:>9} {size / mib:>7.1f} {t['text']:>7.2f} "
+    collectives = _count_collectives(path)
+    print(f"{label:>12} {lines:>9} {collectives:>8} {size / mib:>7.1f} {t['text']:>7.2f} "
           f"{t['json']:>7.2f} {t['xla']:>7.2f} {t['text'] / t['xla']:>6.2f} "
           f"{t['json'] / t['xla']:>6.2f} {t['text'] / lines * 1e6:>8.2f} "
-          f"{m['text'] / mib:>7.0f} {m['json'] / mib:>7.0f} {m['xla'] / mib:>7.0f}")
+          f"{m['text'] / mib:>7.0f} {m['json'] / mib:>7.0f} {m['xla'] / mib:>7.0f} "
+          f"{max(m['text'], m['json']) / size:>6.2f}")
+
+
+def _count_collectives(path: str) -> int:
+    pattern = re.compile(rb" (?:all-gather|all-reduce|reduce-scatter|all-to-all"
+                         rb"|collective-permute)(?:-start)?\(")
+    with open(path, "rb") as f:
+        return sum(len(pattern.findall(line)) for line in f)
 
 
 def main() -> None:
@@ -193,20 +311,26 @@ def main() -> None:
     parser.add_argument("--lines", default="100000,300000,1000000",
                         help="sizes of the generated modules (default %(default)s)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--density", default="sparse,dense",
+                        help="which generated modules (default %(default)s)")
     args = parser.parse_args()
     print(f"runs: {args.runs} of each, in turn, whole processes; seconds are "
           "medians, memory the peak resident set (MiB)")
     print("text, json: irshard collectives FILE [--format json]; xla: XLA's "
           "parser reading FILE; ratios against xla")
-    print(f"{'module':>10} {'lines':>9} {'MiB':>7} {'text':>7} {'json':>7} "
+    print("mem/file: the larger peak (text or json) over the file's size")
+    print(f"{'module':>12} {'lines':>9} {'colls':>8} {'MiB':>7} {'text':>7} {'json':>7} "
           f"{'xla':>7} {'ratio':>6} {'json':>6} {'s/Mline':>8} {'mem':>7} "
-          f"{'json':>7} {'xla':>7}")
+          f"{'json':>7} {'xla':>7} {'mem/file':>6}")
     with tempfile.TemporaryDirectory(prefix="irshard-bench-") as tmp:
-        for n in (int(x) for x in args.lines.split(",") if x):
-            path = os.path.join(tmp, f"gen_{n}.hlo")
-            _generate_quietly(n, path)
-            _row(f"{n // 1000}k", path, args.runs)
-            os.remove(path)
+        for density in (d for d in args.density.split(",") if d):
+            if density not in _GENERATORS:
+                parser.error(f"--density {density}: give sparse, dense or both")
+            for n in (int(x) for x in args.lines.split(",") if x):
+                path = os.path.join(tmp, f"gen_{n}.hlo")
+                _generate_quietly(density, n, path)
+                _row(f"{n // 1000}k {density}", path, args.runs)
+                os.remove(path)
     for path in args.dumps:
         _row(os.path.basename(path)[:10], path, args.runs)
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from irshard import replica_groups as rg
 from irshard.frames import Frame, SourceLocation, UserCode
 from irshard.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
-from irshard.report import Collective
+from irshard.report import Collective, PackedCollective
 from irshard.specs import MeshSpec, lookup_dtype
 
 # Printed opcode -> report kind. `-start` forms are the async halves; their
@@ -220,20 +220,20 @@ class _Site:
     start: Instruction | None = None   # the async-start running `inst`
 
 
-def _sites(view: HloModuleView) -> list[_Site]:
-    sites: list[_Site] = []
+def _sites(view: HloModuleView) -> Iterator[_Site]:
+    """The module's collectives in program order, as they are visited (a
+    reader that reads each from the text holds one at a time)."""
 
     def visit(computation, loops, is_async, depth):
         if depth > 64:
             return
         for inst in view.visits(computation):
             if collective_kind(inst) is not None:
-                sites.append(_Site(inst, loops,
-                                   is_async or inst.opcode.endswith("-start")
-                                   or inst.opcode == "send"))
+                yield _Site(inst, loops, is_async or inst.opcode.endswith("-start")
+                            or inst.opcode == "send")
             wrapped = view.get(inst.wrapped, "") if inst.wrapped else None
             if wrapped is not None and wrapped.opcode in COLLECTIVE_OPCODES:
-                sites.append(_Site(wrapped, loops, True, inst))
+                yield _Site(wrapped, loops, True, inst)
             for key, callee in inst.called_computations():
                 if key == "to_apply" and inst.opcode in _ELEMENTWISE_CALLERS:
                     continue
@@ -243,11 +243,10 @@ def _sites(view: HloModuleView) -> list[_Site]:
                     if key == "condition" and trips is not None:
                         trips += 1
                     inner = loops + (trips,)
-                visit(callee, inner, is_async or inst.opcode == "async-start",
-                      depth + 1)
+                yield from visit(callee, inner,
+                                 is_async or inst.opcode == "async-start", depth + 1)
 
-    visit(view.entry, (), False, 0)
-    return sites
+    return visit(view.entry, (), False, 0)
 
 
 def _result_shape(view: HloModuleView, inst: Instruction):
@@ -385,11 +384,19 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
     devices = (mesh.num_devices if mesh
                else view.num_partitions * view.num_replicas)
     result = []
-    sites = _sites(view)
-    found = [(collective_kind(site.inst), site.inst.attrs.get("channel_id", ""),
-              shape_leaves(_result_shape(view, site.inst))) for site in sites]
-    owns = _own_types(found, programs)
-    for site, (kind, _, leaves), own in zip(sites, found, owns):
+    alike: dict[tuple, tuple] = {}
+    if programs:
+        sites: Iterable[_Site] = list(_sites(view))
+        found = [(collective_kind(site.inst), site.inst.attrs.get("channel_id", ""),
+                  shape_leaves(_result_shape(view, site.inst))) for site in sites]
+        read: Iterable = zip(sites, found, _own_types(found, programs))
+    else:
+        # Nothing to match across collectives: each is read, reported and
+        # let go in turn.
+        read = ((site, (collective_kind(site.inst), "",
+                        shape_leaves(_result_shape(view, site.inst))), None)
+                for site in _sites(view))
+    for site, (kind, _, leaves), own in read:
         inst = site.inst
         if inst.opcode == "send":
             # Between slices: what is sent (the operand), over the axes that
@@ -424,12 +431,13 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
         release = getattr(view, "release", None)
         if release is not None:
             release(inst)
-        result.append(Collective(
-            name=inst.name, kind=kind, dtype=hlo_dtype(first.dtype),
-            shape=first.dims, bytes=nbytes, wire_bytes=wire,
-            mesh_axes=tuple(axes) if axes is not None else None,
-            group_size=group, source=source, attribution=attribution,
-            op_name=op_name, loop_trip_counts=site.loops,
-            is_async=site.is_async, operands=len(leaves),
-            backend_dtype=backend_dtype, link=link, time_s=seconds))
+        axes = tuple(axes) if axes is not None else None
+        shared = (kind, hlo_dtype(first.dtype), first.dims, nbytes, wire, axes,
+                  group, source, attribution, site.loops, site.is_async,
+                  len(leaves), backend_dtype, link, seconds, None)
+        # Collectives alike share one tuple (sources compared by identity:
+        # `resolver` gives each stack's one object).
+        key = shared[:7] + (id(source),) + shared[8:]
+        shared = alike.setdefault(key, shared)
+        result.append(PackedCollective.pack(inst.name, op_name, shared))
     return result

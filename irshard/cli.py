@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from irshard import REPORT_STAGES, STAGES, __version__
 from irshard.errors import IrshardError, UsageError
@@ -232,7 +232,7 @@ def render_report(report, fmt: str, compiled=None, fold: bool = False):
         from irshard import htmlreport
         return htmlreport.render_report(report, compiled)
     return report.render_json_pieces() if fmt == "json" \
-        else report.render_text(fold)
+        else report.render_text_pieces(fold)
 
 
 def _folds(args) -> bool:
@@ -623,16 +623,25 @@ def cmd_collectives(args) -> int:
                                    for label, n in skipped]
             text = dumps_json(body) + "\n"
     else:
-        text = "\n".join(r.render_text() for r in reports)
-        if skipped:
-            text += (f"\nskipped {len(skipped)} module"
-                     f"{'' if len(skipped) == 1 else 's'} that "
-                     f"run{'s' if len(skipped) == 1 else ''} on another number "
-                     f"of devices than --mesh {mesh}:\n")
-            text += "".join(f"  {label}  ({n} device{'' if n == 1 else 's'})\n"
-                            for label, n in skipped)
+        text = _texts_of(reports, skipped, mesh)
     write_output(args.output, text)
     return 0
+
+
+def _texts_of(reports, skipped, mesh) -> Iterator[str]:
+    """The text reports of several modules, in pieces, one blank line
+    between them, and the modules skipped."""
+    for i, r in enumerate(reports):
+        if i:
+            yield "\n"
+        yield from r.render_text_pieces()
+    if skipped:
+        yield (f"\nskipped {len(skipped)} module"
+               f"{'' if len(skipped) == 1 else 's'} that "
+               f"run{'s' if len(skipped) == 1 else ''} on another number "
+               f"of devices than --mesh {mesh}:\n")
+        yield "".join(f"  {label}  ({n} device{'' if n == 1 else 's'})\n"
+                      for label, n in skipped)
 
 
 def _program_argv(args) -> list[str]:

@@ -20,7 +20,8 @@ from typing import Any
 
 from irshard.frames import Frame
 from irshard.specs import lookup_dtype
-from irshard.syntax import matching_bracket, split_top_level, unquote
+from irshard.syntax import (attribute_pairs, matching_bracket,
+                             split_top_level, unquote)
 
 # Sizes of HLO element types the tensor grammar has no name for.
 _EXTRA_ITEMSIZES = {"token": 0, "opaque": 0}
@@ -130,7 +131,7 @@ class Instruction:
     """
 
     __slots__ = ("name", "opcode", "computation", "operands", "users", "text",
-                 "wrapped", "root", "_parsed", "_metadata")
+                 "wrapped", "root", "done", "_parsed", "_metadata")
 
     def __init__(self, name: str, opcode: str, computation: str,
                  operands: list[str], users: list[str], text: str,
@@ -147,6 +148,9 @@ class Instruction:
         # Whether it is its computation's root (XLA's own objects do not
         # say, and an instruction printed alone drops the `ROOT`).
         self.root = root
+        # For an asynchronous `-start`: its `-done`, where the reader paired
+        # them (`ScannedModule`; XLA's objects give it as a user).
+        self.done: "Instruction | None" = None
         self._parsed: tuple[Shape, dict[str, str]] | None = None
         self._metadata: dict[str, str] | None = None
 
@@ -215,9 +219,36 @@ class Instruction:
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
 
 
+_HEAD = re.compile(r"(?:ROOT )?%?([^\s=]+) = ([^\s(]\S*) ([a-z][a-z0-9\-]*)")
+_FLAT_OPERANDS = re.compile(r"\([^()\"]*\)")
+# Printed shapes by their text: a module repeats a few shapes many times.
+_SHAPES: dict[str, Shape] = {}
+
+
 def parse_instruction_text(text: str) -> tuple[str, Shape, str, dict[str, str]]:
     """`%n = f32[4]{0} all-gather(%a), channel_id=1, ...` ->
     (name, shape, opcode, attributes)."""
+    line = text.strip()
+    m = _HEAD.match(line) if "/*" not in line else None
+    if m is not None:
+        shape_text = m.group(2)
+        shape = _SHAPES.get(shape_text)
+        if shape is None:
+            shape = parse_shape(shape_text)
+            if len(_SHAPES) < 4096:
+                _SHAPES[shape_text] = shape
+        pos = m.end()
+        if line.startswith("(", pos):
+            operands = _FLAT_OPERANDS.match(line, pos)
+            pos = operands.end() if operands else matching_bracket(line, pos) + 1
+        attrs = attribute_pairs(line, pos) if line.startswith(", ", pos) \
+            or pos == len(line) else None
+        if attrs is not None and "device_ids" not in attrs:
+            return m.group(1), shape, m.group(3), attrs
+    return _parse_instruction_slowly(text)
+
+
+def _parse_instruction_slowly(text: str) -> tuple[str, Shape, str, dict[str, str]]:
     line = _INDEX_COMMENT.sub("", text.strip())
     if line.startswith("ROOT "):
         line = line[5:]

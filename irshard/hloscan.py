@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import io
 import re
+from array import array
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
@@ -61,9 +62,16 @@ _COLLECTIVES = {"all-reduce", "all-reduce-start", "all-gather",
                 "all-gather-start", "reduce-scatter", "all-to-all",
                 "ragged-all-to-all", "collective-permute",
                 "collective-permute-start", "collective-broadcast"}
+# A collective's line, read in the scan's bytes without decoding: where it
+# is, its name (to pair a `-start` with its `-done`) and its opcode.
+_COLLECTIVE_LINE = re.compile(
+    rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +"
+    rb"(all-reduce(?:-start)?|all-gather(?:-start)?|reduce-scatter|all-to-all"
+    rb"|ragged-all-to-all|collective-permute(?:-start)?|collective-broadcast)\(")
 _CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
               "true_computation", "false_computation", "called_computations")
-_BLOCK = 8 << 20
+_BLOCK = 2 << 20
+_WINDOW = 1 << 20       # bytes read at once when lines are read back
 
 
 class NeedsParser(Exception):
@@ -91,8 +99,13 @@ class _Computation:
     start: int                       # byte offsets of its lines in the text
     end: int = -1
     entry: bool = False
-    # What the report visits, in program order: collectives, loops, calls.
-    visits: list = field(default_factory=list)
+    # What the report visits, in program order: collectives (a code >= 0,
+    # the collective's number in `ScannedModule._spans`) and loops, calls,
+    # fusions that hold collectives (code -1 - i: `calls[i]`). A collective
+    # is read back from the text when visited: a module of a hundred
+    # thousand collectives keeps 40 bytes of each.
+    codes: array = field(default_factory=lambda: array("q"))
+    calls: list = field(default_factory=list)
     parameters: list = field(default_factory=list)
     has_sites: bool = False          # collectives here or in what it calls
 
@@ -103,6 +116,7 @@ class _Source:
     def __init__(self, path: str | None = None, data: bytes | None = None):
         self.path = path
         self.data = data
+        self._window: tuple[int, bytes] = (0, b"")
 
     def blocks(self) -> Iterator[tuple[int, bytes]]:
         """(offset, block) pairs, each block whole lines."""
@@ -130,9 +144,16 @@ class _Source:
     def read(self, start: int, end: int) -> bytes:
         if self.data is not None:
             return self.data[start:end]
+        at, window = self._window
+        if at <= start and end <= at + len(window):
+            return window[start - at:end - at]
         with open(self.path, "rb") as f:
             f.seek(start)
-            return f.read(end - start)
+            data = f.read(max(end - start, _WINDOW))
+        # Lines are read back in program order, mostly forward: keep what
+        # follows for the next.
+        self._window = (start, data) if end - start < _WINDOW else (0, b"")
+        return data[:end - start]
 
 
 _HEAD = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
@@ -219,8 +240,10 @@ class ScannedModule:
     def __init__(self, source: _Source):
         self._source = source
         self.computations: dict[str, _Computation] = {}
-        self._named: dict[str, Instruction] = {}        # what was kept
-        self._done: dict[str, Instruction] = {}         # async start -> done
+        self._named: dict[str, Instruction] = {}        # loops and calls
+        # Each collective's line (start, end) and its `-done`'s, or -1, -1.
+        self._spans = array("q")
+        self._pending: dict[bytes, int] = {}            # `-start`s not done
         self._loaded: dict[str, dict[str, Instruction]] = {}
         self._order: dict[str, list[Instruction]] = {}
         self.header = ""
@@ -289,12 +312,18 @@ class ScannedModule:
                 if stop < 0:
                     stop = len(block)
                 done = stop
-                line = block[start:stop].decode("utf-8", "replace")
-                if not line.startswith(" "):
+                if block[start] != 32:             # not indented
+                    line = block[start:stop].decode("utf-8", "replace")
                     current = self._top_level(line, offset + start, offset + stop,
                                               current)
                 elif current is not None:
-                    self._keep(line, current)
+                    m = _COLLECTIVE_LINE.match(block, start)
+                    if m is not None and m.end() <= stop:
+                        self._collective(current, m, offset + start, offset + stop,
+                                         block.find(b"mesh[", start, stop) >= 0)
+                    else:
+                        self._keep(block[start:stop].decode("utf-8", "replace"),
+                                   current, offset + start, offset + stop)
         if current is not None:
             raise NeedsParser(f"computation {current.name} is not closed")
         if not self.entry:
@@ -323,7 +352,19 @@ class ScannedModule:
             self.printed_mesh = line
         return current
 
-    def _keep(self, line: str, comp: _Computation) -> None:
+    def _collective(self, comp: _Computation, m: re.Match, start: int,
+                    stop: int, mesh: bool) -> None:
+        if mesh and self.printed_mesh is None:
+            self.printed_mesh = self._source.read(start, stop).decode(
+                "utf-8", "replace")
+        number = len(self._spans) // 4
+        self._spans.extend((start, stop, -1, -1))
+        comp.codes.append(number)
+        comp.has_sites = True
+        if m.group(2).endswith(b"-start"):
+            self._pending[m.group(1)] = number
+
+    def _keep(self, line: str, comp: _Computation, start: int, stop: int) -> None:
         if "mesh[" in line and self.printed_mesh is None:
             self.printed_mesh = line
         _, name, opcode, pos = _head(line)
@@ -334,9 +375,11 @@ class ScannedModule:
         if opcode.endswith("-done"):
             close = _operands_end(line, pos)
             operands = _OPERAND.findall(line, pos, close + 1)
-            if operands and operands[0] in self._named:
-                inst = _instruction(line, comp.name)
-                self._done[operands[0]] = inst
+            number = self._pending.pop(operands[0].encode(), None) \
+                if operands else None
+            if number is not None:
+                self._spans[4 * number + 2] = start
+                self._spans[4 * number + 3] = stop
             return
         if opcode == "parameter":
             if comp.entry:
@@ -344,22 +387,35 @@ class ScannedModule:
             return
         collective = opcode in _COLLECTIVES or (
             opcode == "send" and "_xla_megascale" in line)
-        callees = _callees(line, pos)
-        if not collective and not callees:
+        if collective:
+            number = len(self._spans) // 4
+            self._spans.extend((start, stop, -1, -1))
+            comp.codes.append(number)
+            comp.has_sites = True
+            if opcode.endswith("-start") or opcode == "send":
+                self._pending[name.encode()] = number
             return
-        if collective or opcode in ("while", "conditional", "call"):
+        callees = _callees(line, pos)
+        if not callees:
+            return
+        if opcode in ("while", "conditional", "call"):
             inst = _instruction(line, comp.name)
             self._named[name] = inst
-            comp.visits.append(inst)
-            comp.has_sites = comp.has_sites or collective or any(
+            self._call(comp, inst)
+            comp.has_sites = comp.has_sites or any(
                 self._may_have_sites(c) for _, c in callees)
             return
         # A fusion, reduce, sort...: visited only where its computations
         # hold collectives (callees are printed before their callers; one
         # not yet seen is kept).
         if any(self._may_have_sites(c) for _, c in callees):
-            comp.visits.append(_Call(name, opcode, callees))
+            self._call(comp, _Call(name, opcode, callees))
             comp.has_sites = True
+
+    @staticmethod
+    def _call(comp: _Computation, visit) -> None:
+        comp.codes.append(-1 - len(comp.calls))
+        comp.calls.append(visit)
 
     def _may_have_sites(self, name: str) -> bool:
         comp = self.computations.get(name)
@@ -367,10 +423,26 @@ class ScannedModule:
 
     # -- what analysis asks --------------------------------------------------
 
-    def visits(self, computation: str) -> list:
-        """The instructions of `computation` a program-order walk needs."""
+    def visits(self, computation: str) -> Iterator:
+        """The instructions of `computation` a program-order walk needs,
+        each collective read from the text as it comes."""
         comp = self.computations.get(computation)
-        return comp.visits if comp is not None else []
+        if comp is None:
+            return
+        spans = self._spans
+        for code in comp.codes:
+            if code < 0:
+                yield comp.calls[-1 - code]
+                continue
+            start, stop, done_start, done_stop = spans[4 * code:4 * code + 4]
+            inst = _instruction(self._line(start, stop), computation)
+            if done_start >= 0:
+                inst.done = _instruction(self._line(done_start, done_stop),
+                                         computation)
+            yield inst
+
+    def _line(self, start: int, stop: int) -> str:
+        return self._source.read(start, stop).decode("utf-8", "replace")
 
     def instructions_of(self, computation: str) -> list[Instruction]:
         """Every instruction of `computation`, read from the text."""
@@ -397,7 +469,7 @@ class ScannedModule:
         inst.forget()
 
     def async_done(self, inst: Instruction) -> Instruction | None:
-        return self._done.get(inst.name)
+        return inst.done
 
     def root(self, computation: str) -> Instruction | None:
         return root_of(self.instructions_of(computation))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from json.encoder import encode_basestring_ascii as _encode_string
 from typing import Any, Iterator, Sequence
 
@@ -151,6 +151,69 @@ class Collective:
         }
 
 
+# The fields a `PackedCollective` shares with every collective alike, in
+# field order: all but its own name and op_name.
+SHARED_FIELDS = tuple(f.name for f in fields(Collective)
+                      if f.name not in ("name", "op_name"))
+
+
+class PackedCollective(Collective):
+    """A `Collective` that holds its own name and op_name and shares the
+    rest (kind, shape, bytes, axes, source, loops...) with every collective
+    alike, as one tuple: the same value in a fraction of the memory, for
+    reports of a hundred thousand collectives. Equal to the `Collective` of
+    the same fields; what builds one from fields (`dataclasses.replace`,
+    unpickling) gets a plain `Collective`."""
+
+    # Its name and op_name as one string, `name` or `name\0op_name` (HLO
+    # names hold no NUL): one object less for each of many collectives.
+    __slots__ = ("_names", "_shared")
+
+    def __new__(cls, *args, **kwargs):
+        return Collective(*args, **kwargs)
+
+    @classmethod
+    def pack(cls, name: str, op_name: str | None,
+             shared: tuple) -> "PackedCollective":
+        """`shared`: the values of `SHARED_FIELDS`, in order (give the same
+        tuple object to collectives alike)."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "_names",
+                           name if op_name is None else f"{name}\0{op_name}")
+        object.__setattr__(self, "_shared", shared)
+        return self
+
+    @property
+    def name(self) -> str:
+        return self._names.partition("\0")[0]
+
+    @property
+    def op_name(self) -> str | None:
+        _, mark, op_name = self._names.partition("\0")
+        return op_name if mark else None
+
+    def _compared(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Collective):
+            return NotImplemented
+        return self._compared() == tuple(
+            getattr(other, f.name) for f in fields(other) if f.compare)
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def __reduce__(self):
+        return Collective, tuple(getattr(self, f.name) for f in fields(self))
+
+
+for _i, _field in enumerate(SHARED_FIELDS):
+    setattr(PackedCollective, _field,
+            property(lambda self, _i=_i: self._shared[_i]))
+del _i, _field
+
+
 @dataclass(frozen=True)
 class CollectiveReport:
     """The collectives of a program (or of a module read from a dump): what
@@ -254,13 +317,18 @@ class CollectiveReport:
         else:
             cache: dict = {}
             for i, c in enumerate(self.collectives):
-                yield ("[\n" if i == 0 else ",\n") + inner + dumps_json(
-                    _collective_json(c, cache), inner)
+                yield ("[\n" if i == 0 else ",\n") + inner + \
+                    _collective_text(c, inner, cache)
             yield "\n" + indent + "]"
         yield after + "\n"
 
     def render_text(self, fold: bool = False) -> str:
-        return "\n".join(render_text_lines(self, fold=fold)) + "\n"
+        return "".join(self.render_text_pieces(fold))
+
+    def render_text_pieces(self, fold: bool = False) -> Iterator[str]:
+        """`render_text` line by line, made as they are written."""
+        for line in text_lines(self, fold=fold):
+            yield line + "\n"
 
     def to_text(self) -> str:
         return self.render_text()
@@ -308,6 +376,37 @@ def _collective_json(collective, cache: dict) -> dict[str, Any]:
     if collective.source is not None:
         d["source"] = _Shared(collective.source, cache)
     return d
+
+
+def _collective_text(collective, indent: str, cache: dict) -> str:
+    """`dumps_json(_collective_json(collective, cache), indent)`, written
+    directly: a report may hold a hundred thousand collectives, most of
+    whose values (shapes, axes, sources) repeat."""
+    d = collective.to_json()
+    if "why" in d:
+        return dumps_json(_collective_json(collective, cache), indent)
+    inner = indent + "  "
+    parts = []
+    for key, value in d.items():
+        kind = type(value)
+        if kind is str:
+            text = _encode_string(value)
+        elif kind is int:
+            text = int.__repr__(value)
+        elif value is None or kind is bool:
+            text = "null" if value is None else "true" if value else "false"
+        elif kind is float:
+            text = _scalar(value)
+        elif key == "source":
+            text = dumps_json(_Shared(collective.source, cache), inner)
+        else:
+            # A list of scalars (shape, axes, trip counts): few distinct.
+            memo = (key, kind, repr(value))
+            text = cache.get(memo)
+            if text is None:
+                text = cache[memo] = dumps_json(value, inner)
+        parts.append(f'{inner}"{key}": {text}')
+    return "{\n" + ",\n".join(parts) + "\n" + indent + "}"
 
 
 # Objects and lists of scalars on one line, as `json` writes them (in C).
@@ -413,6 +512,80 @@ def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[
     return [fmt(header)] + [fmt(r) for r in rows]
 
 
+def _collective_cells(c: Collective, timed: bool) -> list[str]:
+    """A collectives table row; its name cell (the one cell no two rows
+    share) is left empty."""
+    axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
+    runs = str(c.executions) if c.executions_known else "?"
+    kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
+    shape = format_shape(c.dtype, c.shape) + ("*" if c.backend_dtype else "")
+    source = str(c.source) if c.source else "-"
+    if c.attribution == "inferred":
+        source += " [inferred]"
+    row = [kind, "", shape, str(c.bytes), str(c.wire_bytes), axes,
+           str(c.group_size), runs]
+    if timed:
+        row += [c.link or "?",
+                human_time(c.time_s) if c.time_s is not None else "?"]
+    return row + [source]
+
+
+def _collectives_table(header: list[str], shown: Sequence[Collective],
+                       timed: bool, indent: str = "  ") -> Iterator[str]:
+    """`table(header, rows)` of the collectives, line by line: the cells
+    other than the name are made once for collectives alike (a
+    `PackedCollective`'s shared fields), and the table twice walked (its
+    widths, then its lines) rather than held."""
+    cells: dict[int, list[str]] = {}
+
+    def cells_of(c: Collective) -> list[str]:
+        shared = getattr(c, "_shared", None)
+        found = cells.get(id(shared)) if shared is not None else None
+        if found is None:
+            found = _collective_cells(c, timed)
+            if shared is not None:    # alive as long as the report
+                cells[id(shared)] = found
+        return found
+
+    if not shown:
+        return
+    rest: dict[int, list[str]] = {}        # each distinct row, by identity
+    name_width, name_numeric = len(header[1]), True
+    for c in shown:
+        row = cells_of(c)
+        rest[id(row)] = row
+        name = c.name
+        if len(name) > name_width:
+            name_width = len(name)
+        if name_numeric and not name.replace(",", "").isdigit():
+            name_numeric = False
+    distinct = list(rest.values())
+    widths = [max(len(cell) for cell in [header[i]] + [r[i] for r in distinct])
+              for i in range(len(header))]
+    widths[1] = name_width
+    numeric = [all(r[i].replace(",", "").isdigit() for r in distinct)
+               for i in range(len(header))]
+    numeric[1] = name_numeric
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join(cell.rjust(w) if num else cell.ljust(w)
+                         for cell, w, num in zip(row, widths, numeric))
+
+    yield (indent + fmt(header)).rstrip()
+    padded: dict[int, tuple[str, str]] = {}
+    for c in shown:
+        row = cells_of(c)
+        around = padded.get(id(row))
+        if around is None:
+            line = fmt(row[:1] + ["\0"] + row[2:])
+            head, _, tail = line.partition("\0" + " " * (widths[1] - 1)) \
+                if not numeric[1] else line.partition(" " * (widths[1] - 1) + "\0")
+            around = padded[id(row)] = (indent + head, tail)
+        name = c.name
+        yield (around[0] + (name.rjust(name_width) if name_numeric
+                            else name.ljust(name_width)) + around[1]).rstrip()
+
+
 def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list[str]]:
     rows = []
     for t in tensors:
@@ -463,6 +636,13 @@ def _by_source_lines(collectives: Sequence[Collective],
 
 def render_text_lines(report: CollectiveReport, tensors: bool = True,
                       fold: bool = False) -> list[str]:
+    return list(text_lines(report, tensors, fold))
+
+
+def text_lines(report: CollectiveReport, tensors: bool = True,
+               fold: bool = False) -> Iterator[str]:
+    """The text report's lines, the collectives table's made as they come
+    (a module's hundred thousand rows are never all held)."""
     what = report.source + (f":{report.function}" if report.function else "")
     if report.mesh:
         devices = " ".join(filter(None, [str(report.mesh.num_devices),
@@ -505,24 +685,11 @@ def render_text_lines(report: CollectiveReport, tensors: bool = True,
             shown = tuple(shown[i] for i in sorted(heaviest[:limit]))
             lines[-1] += (f" (the {limit} that move the most bytes per run, "
                           f"of {len(report.collectives)})")
-        rows = []
-        for c in shown:
-            axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
-            runs = str(c.executions) if c.executions_known else "?"
-            kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
-            shape = format_shape(c.dtype, c.shape) + ("*" if c.backend_dtype else "")
-            source = str(c.source) if c.source else "-"
-            if c.attribution == "inferred":
-                source += " [inferred]"
-            row = [kind, c.name, shape, str(c.bytes), str(c.wire_bytes), axes,
-                   str(c.group_size), runs]
-            if timed:
-                row += [c.link or "?",
-                        human_time(c.time_s) if c.time_s is not None else "?"]
-            rows.append(row + [source])
-        lines += table(["kind", "name", "shape", "bytes", "wire", "axes",
-                        "group", "runs"] + (["link", "time"] if timed else [])
-                       + ["source"], rows)
+        yield from lines
+        lines = []
+        yield from _collectives_table(
+            ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs"]
+            + (["link", "time"] if timed else []) + ["source"], shown, timed)
         lines += fold_note(len(shown), len(report.collectives), "collectives")
         if limit is not None and len(report.collectives) > limit:
             lines += _by_source_lines(report.collectives, limit)
@@ -575,7 +742,7 @@ def render_text_lines(report: CollectiveReport, tensors: bool = True,
                          "ok" if b["passed"] else "EXCEEDED"] for b in budgets])
     for note in report_notes(report):
         lines.append(f"note: {note}")
-    return lines
+    yield from lines
 
 
 def memory_in_use(memory: dict[str, int]) -> int:

@@ -77,6 +77,41 @@ def split_top_level(text: str, sep: str = ",", brackets: str = "({[") -> list[st
     return [p.strip() for p in parts if p.strip()]
 
 
+# Attribute lists (`, key=value, key=value`) read by one pattern, for the
+# many instructions of a large module: a value is a run of plain characters,
+# quoted strings and bracketed groups (nested up to six deep), with no
+# top-level comma. Possessive repeats keep a non-match linear.
+_QUOTED = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+
+
+def _nested(depth: int) -> str:
+    inner = r'[^()\[\]{}"]++|' + _QUOTED
+    for _ in range(depth):
+        inner = (r'[^()\[\]{}"]++|' + _QUOTED + r'|\((?:' + inner + r')*+\)'
+                 r'|\[(?:' + inner + r')*+\]|\{(?:' + inner + r')*+\}')
+    return inner
+
+
+_ATTRIBUTE = re.compile(
+    r', ([a-z_][a-z0-9_]*)=((?:[^,()\[\]{}"\s]++|' + _QUOTED + r'|\((?:'
+    + _nested(5) + r')*+\)|\[(?:' + _nested(5) + r')*+\]|\{(?:' + _nested(5)
+    + r')*+\}| (?![a-z_][a-z0-9_]*=))++)')
+
+
+def attribute_pairs(text: str, pos: int = 0) -> dict[str, str] | None:
+    """`, a=1, b={x, y}` from `pos` on as {key: value}, where every
+    attribute is a plain `key=value` with no top-level comma inside the
+    value; None where the text needs `split_top_level` (what it returns
+    then is what a split gives)."""
+    attrs: dict[str, str] = {}
+    for m in _ATTRIBUTE.finditer(text, pos):
+        if m.start() != pos:
+            return None
+        attrs[m.group(1)] = m.group(2)
+        pos = m.end()
+    return attrs if pos == len(text) else None
+
+
 # The escapes XLA's printer writes in quoted strings (absl::CEscape): the
 # named ones, three-digit octal for other bytes (UTF-8 included), and hex.
 _C_ESCAPE = re.compile(rb'\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))', re.S)

@@ -329,3 +329,67 @@ def test_the_json_written_in_pieces_is_the_whole(tmp_path, blocks):
     pieces = list(report.render_json_pieces())
     assert len(pieces) > (9 if blocks else 2)
     assert "".join(pieces) == dumps_json(report.to_json()) + "\n"
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_dense_loop_reports_as_before(fmt):
+    """A module with two collectives in every nine instructions, half of
+    them in a loop body (`benchmarks/large_modules.py --dense`), against
+    its report written by the reader before collectives were read back
+    from the text one at a time: byte for byte."""
+    from tests.conftest import run_irshard
+    result = run_irshard("collectives", "dense_loop.hlo", "--mesh", "a=2,b=4",
+                         "--format", fmt, cwd=DATA)
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(DATA, "golden", f"dense_loop.{fmt}")) as f:
+        assert result.stdout == f.read()
+
+
+def test_packed_collectives_are_collectives():
+    """What a report keeps of each of many collectives (its name and
+    op_name, the rest shared) is the same value as a `Collective`."""
+    import pickle
+    from irshard.report import Collective, PackedCollective
+    view = hloscan.ScannedModule.from_file(os.path.join(DATA, "dense_loop.hlo"))
+    found = analysis.collectives(view, None, None)
+    assert all(type(c) is PackedCollective for c in found)
+    first = found[0]
+    plain = Collective(**{f.name: getattr(first, f.name)
+                          for f in dataclasses.fields(Collective)})
+    assert plain == first and first == plain and hash(plain) == hash(first)
+    assert first.name == "all-gather.6" and first.op_name.endswith("layer_6/all_gather")
+    assert found[1] != first
+    changed = dataclasses.replace(first, why={"text": "x"})
+    assert type(changed) is Collective and changed.why == {"text": "x"}
+    assert changed == first                      # `why` is not compared
+    assert pickle.loads(pickle.dumps(first)) == first
+    assert dataclasses.asdict(first) == dataclasses.asdict(plain)
+    unnamed = PackedCollective.pack("x", None, first._shared)
+    assert unnamed.op_name is None and unnamed.name == "x"
+    assert PackedCollective.pack("x", "", first._shared).op_name == ""
+
+
+def test_the_collectives_table_streamed_is_the_table():
+    """The collectives table made line by line (cells shared by
+    collectives alike) is `table()` of every row, including names that
+    are all digits (right-aligned) and plain `Collective`s among packed
+    ones."""
+    from irshard import report as rp
+    view = hloscan.ScannedModule.from_file(os.path.join(DATA, "dense_loop.hlo"))
+    found = analysis.collectives(view, None, None)
+    header = ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs",
+              "source"]
+    for shown in (found, found[:3] + [dataclasses.replace(found[3])],
+                  [_renamed(c, str(10 ** i)) for i, c in
+                   enumerate(found[:5])]):
+        rows = [rp._collective_cells(c, False) for c in shown]
+        for row, c in zip(rows, shown):
+            row[1] = c.name
+        assert list(rp._collectives_table(header, shown, False)) == \
+            rp.table(header, rows)
+
+
+def _renamed(c, name):
+    """`c` under another name (sharing its record)."""
+    from irshard.report import PackedCollective
+    return PackedCollective.pack(name, c.op_name, c._shared)
