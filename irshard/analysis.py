@@ -11,6 +11,7 @@ neighbouring instruction (`attribution: inferred`).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -228,13 +229,16 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
         if depth > 64:
             return
         for inst in view.visits(computation):
+            # Read before the site is handed on: its reader may let go of
+            # what it parsed (`release`).
+            calls = inst.called_computations()
             if collective_kind(inst) is not None:
                 yield _Site(inst, loops, is_async or inst.opcode.endswith("-start")
                             or inst.opcode == "send")
             wrapped = view.get(inst.wrapped, "") if inst.wrapped else None
             if wrapped is not None and wrapped.opcode in COLLECTIVE_OPCODES:
                 yield _Site(wrapped, loops, True, inst)
-            for key, callee in inst.called_computations():
+            for key, callee in calls:
                 if key == "to_apply" and inst.opcode in _ELEMENTWISE_CALLERS:
                     continue
                 inner = loops
@@ -371,6 +375,24 @@ def _widened(leaves: list[ArrayShape],
     return own if widened else None
 
 
+@functools.lru_cache(maxsize=1024)
+def _groups(printed: tuple[str, str], mesh: MeshSpec | None, devices: int
+            ) -> tuple[list[list[int]], list[str] | None, int]:
+    """(groups, mesh axes, group size) of printed replica groups or
+    source-target pairs: a module repeats a few forms many times. The
+    lists are shared: callers do not change them."""
+    what, text = printed
+    if what == "pairs":
+        pairs = rg.parse_pairs(text)
+        axes = rg.pair_axes(pairs, mesh) if mesh else None
+        group = (math.prod(mesh.size_of(a) for a in axes) if axes
+                 else len({d for p in pairs for d in p}))
+        return [list(p) for p in pairs], axes, group
+    groups = rg.parse_replica_groups(text, devices)
+    axes = rg.span_axes(groups, mesh) if mesh else None
+    return groups, axes, len(groups[0]) if groups else devices
+
+
 def collectives(view: HloModuleView, mesh: MeshSpec | None,
                 user_dir: str | None,
                 programs: dict[int, _Moved] | None = None,
@@ -406,16 +428,11 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
             axes = cost.slice_axes(mesh) if cost is not None and mesh else None
             group = len(groups[0]) if groups else 1
         elif kind == "collective-permute" and "source_target_pairs" in inst.attrs:
-            pairs = rg.parse_pairs(inst.attrs["source_target_pairs"])
-            axes = rg.pair_axes(pairs, mesh) if mesh else None
-            group = (math.prod(mesh.size_of(a) for a in axes) if axes
-                     else len({d for p in pairs for d in p}))
-            groups = [list(p) for p in pairs]
+            groups, axes, group = _groups(
+                ("pairs", inst.attrs["source_target_pairs"]), mesh, devices)
         else:
-            groups = rg.parse_replica_groups(inst.attrs.get("replica_groups", "{}"),
-                                             devices)
-            axes = rg.span_axes(groups, mesh) if mesh else None
-            group = len(groups[0]) if groups else devices
+            groups, axes, group = _groups(
+                ("groups", inst.attrs.get("replica_groups", "{}")), mesh, devices)
         backend_dtype = None
         if own is not None:
             backend_dtype = hlo_dtype(leaves[0].dtype)

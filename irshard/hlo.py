@@ -105,8 +105,16 @@ def parse_shape(text: str) -> Shape:
 _METADATA_ITEM = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|\S+)')
 
 
+# The form JAX's modules print most: an op name without escapes and a stack
+# frame.
+_COMMON_METADATA = re.compile(r'\{op_name="([^"\\]*)" stack_frame_id=(\d+)\}')
+
+
 def parse_metadata(text: str) -> dict[str, str]:
     """`{op_name="jit(f)/dot" stack_frame_id=2}` -> {"op_name": ..., ...}."""
+    m = _COMMON_METADATA.fullmatch(text)
+    if m is not None:
+        return {"op_name": m.group(1), "stack_frame_id": m.group(2)}
     body = text.strip()
     if body.startswith("{"):
         body = body[1:-1]
@@ -121,6 +129,7 @@ def parse_metadata(text: str) -> dict[str, str]:
 
 _CALLED_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
                 "true_computation", "false_computation", "called_computations")
+_CALLS_SOMETHING = re.compile("(?:" + "|".join(_CALLED_KEYS) + ")=")
 
 
 class Instruction:
@@ -202,7 +211,7 @@ class Instruction:
 
     def called_computations(self) -> list[tuple[str, str]]:
         """(attribute, computation) pairs, in printed order."""
-        if not any(f"{key}=" in self.text for key in _CALLED_KEYS):
+        if _CALLS_SOMETHING.search(self.text) is None:
             return []
         result = []
         for key in _CALLED_KEYS:

@@ -381,7 +381,26 @@ def _collective_json(collective, cache: dict) -> dict[str, Any]:
 def _collective_text(collective, indent: str, cache: dict) -> str:
     """`dumps_json(_collective_json(collective, cache), indent)`, written
     directly: a report may hold a hundred thousand collectives, most of
-    whose values (shapes, axes, sources) repeat."""
+    whose values (shapes, axes, sources) repeat; collectives alike (a
+    `PackedCollective`'s shared fields) differ only in name and op_name."""
+    shared = getattr(collective, "_shared", None)
+    if shared is None or collective.why is not None:
+        return _collective_object(collective, indent, cache)
+    key = ("alike", id(shared), indent)    # alive as long as the report
+    around = cache.get(key)
+    if around is None:
+        around = cache[key] = _collective_object(
+            collective, indent, cache, "\0").split("\0")
+    op_name = collective.op_name
+    return (around[0] + _encode_string(collective.name) + around[1]
+            + ("null" if op_name is None else _encode_string(op_name))
+            + around[2])
+
+
+def _collective_object(collective, indent: str, cache: dict,
+                       names: str | None = None) -> str:
+    """`_collective_text` of one collective; with `names`, that string
+    stands for its name's and its op_name's JSON."""
     d = collective.to_json()
     if "why" in d:
         return dumps_json(_collective_json(collective, cache), indent)
@@ -389,7 +408,9 @@ def _collective_text(collective, indent: str, cache: dict) -> str:
     parts = []
     for key, value in d.items():
         kind = type(value)
-        if kind is str:
+        if names is not None and key in ("name", "op_name"):
+            text = names
+        elif kind is str:
             text = _encode_string(value)
         elif kind is int:
             text = int.__repr__(value)
