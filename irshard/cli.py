@@ -557,8 +557,11 @@ def add_opt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-input-file", action="store_true",
                    help="treat each '// -----' chunk as its own module")
     p.add_argument("--verify-diagnostics", action="store_true",
-                   help="print an error on stdout in place of the chunk's "
-                        "module and succeed, so tests can check it")
+                   help="check the diagnostics against the input's "
+                        "expected-error/-warning/-remark/-note comments, as "
+                        "mlir-opt does; exit 1 on any mismatch")
+    p.add_argument("--allow-unregistered-dialect", action="store_true",
+                   help="accept operations of dialects MLIR does not know")
     p.add_argument("--print-ir-after-all", action="store_true",
                    help="print the module to stderr after every pass")
     p.add_argument("--debug-info", action="store_true",
@@ -577,11 +580,19 @@ def cmd_opt(args) -> int:
     check_output_path(args.output)
     from irshard import irfile
     data = irfile.read_bytes(args.file)
-    text = opt.opt(data, args.file, args.pipeline,
-                   split_input_file=args.split_input_file,
-                   verify_diagnostics=args.verify_diagnostics,
-                   print_ir_after_all=args.print_ir_after_all,
-                   debug_info=args.debug_info)
+    try:
+        text = opt.opt(data, args.file, args.pipeline,
+                       split_input_file=args.split_input_file,
+                       verify_diagnostics=args.verify_diagnostics,
+                       print_ir_after_all=args.print_ir_after_all,
+                       debug_info=args.debug_info,
+                       allow_unregistered_dialect=args.allow_unregistered_dialect)
+    except opt.VerifyFailed as e:
+        # As mlir-opt: the modules that were made, every mismatch, exit 1.
+        if e.output:
+            write_output(args.output, e.output)
+        sys.stderr.write("".join(line + "\n" for line in e.problems))
+        return 1
     write_output(args.output, text)
     return 0
 

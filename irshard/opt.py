@@ -3,8 +3,11 @@
 Reads a module (text or bytecode), runs a pipeline that mixes irshard's
 passes with the passes MLIR has registered, and prints the module. With
 `--split-input-file` each `// -----` chunk is a module of its own; with
-`--verify-diagnostics` an error is printed on stdout in the chunk's place and
-the command still succeeds, so lit can check error messages.
+`--verify-diagnostics` the diagnostics each chunk produces are checked
+against its `expected-error`/`-warning`/`-remark`/`-note` comments as
+mlir-opt checks them (at their line, `@+N`, `@-N`, `@above`, `@below`,
+`@unknown`; `-re` for `{{regex}}` parts): every expected one must appear and
+no other, or each mismatch is reported and the command fails.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from __future__ import annotations
 import re
 import sys
 import textwrap
-from dataclasses import dataclass
-from typing import TextIO
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 from irshard import backend, pipeline, shardy
 from irshard.errors import IRError, IrshardError, PassError
@@ -88,7 +91,8 @@ def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
         try:
             module = ir.Module.parse(data)
         except ir.MLIRError as e:
-            raise IRError(shardy.diagnostic_text(e, source, first_line)) from None
+            raise _failure(IRError, shardy.diagnostic_text(e, source, first_line),
+                           _infos(e), source, first_line) from None
     if isinstance(data, bytes) and any(
             op.operation.name.startswith("vhlo.") for op in module.body.operations):
         from jaxlib.mlir.dialects import stablehlo
@@ -118,7 +122,8 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
                 # MLIR calls the parsed text '-'; say which file and line.
                 where = e.describe(source if e.file in ("-", "") else None,
                                    first_line)
-                raise PassError(f"pass '{step.label}' failed: {where}") from None
+                raise _failure(PassError, f"pass '{step.label}' failed: {where}",
+                               _infos(e.error), source, first_line) from None
         if print_after_all:
             stderr.write(f"// -----// IR Dump After {step.label} //----- //\n")
             stderr.write(print_module(module, debug_info) + "\n")
@@ -181,12 +186,191 @@ def print_module(module, debug_info: bool = False) -> str:
     return module.operation.get_asm(enable_debug_info=debug_info).rstrip("\n")
 
 
+# ---------------------------------------------------------------------------
+# Diagnostics
+
+
+@dataclass
+class Diagnostic:
+    """One diagnostic MLIR (or an irshard pass) produced: its severity
+    (`error`, `warning`, `remark`, `note`), where (the parsed text's line
+    and column; None where it has no location in the text, `other` where
+    it points into another file), its message, and its notes."""
+
+    kind: str
+    line: int | None
+    column: int
+    message: str
+    other: str | None = None
+    notes: list["Diagnostic"] = field(default_factory=list)
+
+
+def _diagnostic(info: Any) -> Diagnostic:
+    from irshard import shardy
+    kind = str(info.severity).rsplit(".", 1)[-1].lower()
+    found = shardy.file_locations(info.location)
+    line, column, other = None, 0, None
+    if found:
+        file, line, column, _ = found[0]
+        if file not in ("-", ""):
+            other = f"{file}:{line}:{column}"
+            line = None
+    return Diagnostic(kind, line, column, info.message, other,
+                      [_diagnostic(n) for n in getattr(info, "notes", [])])
+
+
+def _infos(error: Any) -> list[Diagnostic]:
+    return [_diagnostic(d) for d in getattr(error, "error_diagnostics", [])]
+
+
+def _failure(kind: type, message: str, diagnostics: list[Diagnostic],
+             source: str, first_line: int) -> IrshardError:
+    """An error whose line is `message` (MLIR's first diagnostic), followed
+    by MLIR's other diagnostics and notes, indented; it keeps them all
+    (`diagnostics`) for `--verify-diagnostics`."""
+    rest = diagnostic_lines(diagnostics, source, first_line)[1:]
+    error = kind(message + "".join(f"\n  {line}" for line in rest))
+    error.diagnostics = diagnostics
+    return error
+
+
+def diagnostic_lines(diagnostics: list[Diagnostic], source: str,
+                     first_line: int = 1) -> list[str]:
+    """`file:line:col: severity: message` for each diagnostic and its
+    notes, as mlir-opt prints them."""
+    lines = []
+    for d in diagnostics:
+        for one in [d] + d.notes:
+            where = (f"{source}:{one.line + first_line - 1}:{one.column}"
+                     if one.line is not None else one.other or source)
+            lines.append(f"{where}: {one.kind}: {one.message}")
+    return lines
+
+
+_EXPECTED = re.compile(r"expected-(error|note|remark|warning)(-re)? *"
+                       r"(@([+-][0-9]+|above|below|unknown))? *\{\{(.*)\}\}$")
+
+
+@dataclass
+class Expected:
+    """An `expected-<kind>` comment: the diagnostic it asks for."""
+
+    kind: str
+    line: int | None            # in the chunk, 1-based; None: @unknown
+    text: str
+    at: int                     # the comment's own line
+    pattern: re.Pattern | None = None
+    matched: bool = False
+
+    def matches(self, message: str) -> bool:
+        if self.pattern is not None:
+            return self.pattern.search(message) is not None
+        return self.text in message
+
+
+def _regex(text: str) -> re.Pattern:
+    """`-re`: literal text with `{{regex}}` parts."""
+    parts, pos = [], 0
+    for m in re.finditer(r"\{\{(.*?)\}\}", text):
+        parts.append(re.escape(text[pos:m.start()]))
+        parts.append(f"(?:{m.group(1)})")
+        pos = m.end()
+    parts.append(re.escape(text[pos:]))
+    return re.compile("".join(parts))
+
+
+def expected_diagnostics(text: str) -> tuple[list[Expected], list[tuple[int, str]]]:
+    """The `expected-*` comments of a chunk, and (line, problem) for each
+    that cannot be read (a bad `-re` regex)."""
+    found: list[Expected] = []
+    problems = []
+    lines = text.split("\n")
+    last_plain = 0
+    below: list[Expected] = []
+    for number, line in enumerate(lines, 1):
+        m = _EXPECTED.search(line.rstrip())
+        if m is None:
+            for e in below:
+                e.line = number
+            below.clear()
+            last_plain = number
+            continue
+        e = Expected(m.group(1), number, m.group(5), number)
+        if m.group(2):
+            try:
+                e.pattern = _regex(e.text)
+            except re.error as err:
+                problems.append((number, f"invalid regex in expected-"
+                                         f"{e.kind}-re: {err}"))
+                continue
+        offset = m.group(4)
+        if offset is None:
+            pass
+        elif offset[0] in "+-":
+            e.line = number + int(offset)
+        elif offset == "unknown":
+            e.line = None
+        elif offset == "above":
+            e.line = last_plain
+        else:
+            e.line = len(lines)          # a dangling @below
+            below.append(e)
+        found.append(e)
+    return found, problems
+
+
+def verify(diagnostics: list[Diagnostic], expected: list[Expected],
+           source: str, first_line: int) -> list[str]:
+    """What differs between the diagnostics a chunk produced and those it
+    expects, as mlir-opt's verifier words it; empty when all match."""
+    problems = []
+
+    def where(line: int | None, column: int = 0) -> str:
+        if line is None:
+            return source
+        return f"{source}:{line + first_line - 1}" + (f":{column}" if column else "")
+
+    for d in diagnostics:
+        # mlir-opt turns off the note printing the failing operation while
+        # it verifies diagnostics; MLIR's Python context always adds it.
+        for one in [d] + [n for n in d.notes
+                          if not n.message.startswith("see current operation:")]:
+            near = None
+            done = False
+            for e in expected:
+                if one.other is not None or e.line != one.line \
+                        or not e.matches(one.message):
+                    continue
+                if e.kind == one.kind:
+                    e.matched = done = True
+                    break
+                near = e
+            if done:
+                continue
+            if near is not None:
+                problems.append(f"{where(near.at)}: error: '{one.kind}' diagnostic "
+                                f"emitted when expecting a '{near.kind}'")
+            else:
+                at = where(one.line, one.column) if one.other is None else one.other
+                problems.append(f"{at}: error: unexpected {one.kind}: {one.message}")
+    for e in expected:
+        if not e.matched:
+            problems.append(f"{where(e.at)}: error: expected {e.kind} "
+                            f"\"{e.text}\" was not produced")
+    return problems
+
+
 def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
         split_input_file: bool = False, verify_diagnostics: bool = False,
         print_ir_after_all: bool = False, debug_info: bool = False,
+        allow_unregistered_dialect: bool = False,
         stderr: TextIO = sys.stderr) -> str:
-    """Runs the pipeline over the module(s) in `data`; returns the output."""
+    """Runs the pipeline over the module(s) in `data`; returns the output.
+    With `verify_diagnostics`, raises `VerifyFailed` (holding the output
+    of the chunks that produced a module) where the diagnostics are not
+    those the chunks expect."""
     context = backend.ir_context()
+    context.allow_unregistered_dialects = allow_unregistered_dialect
     steps: list[pipeline.Step] = []
     if pipeline_text:
         steps = pipeline.plan(pipeline.parse(pipeline_text), pipeline_text,
@@ -201,8 +385,15 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
         chunks = [Chunk(data, 1)]           # bytecode holds one module
     else:
         chunks = split_chunks(data, split_input_file)
-    outputs = []
+    outputs, problems = [], []
     for chunk in chunks:
+        diagnostics: list[Diagnostic] = []
+
+        def collect(info, into=diagnostics) -> bool:
+            into.append(_diagnostic(info))
+            return True
+
+        handler = context.attach_diagnostic_handler(collect)
         try:
             module = parse_module(chunk.text, context, source, chunk.first_line)
             run_steps(module, steps, print_ir_after_all, stderr, debug_info,
@@ -211,5 +402,30 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
         except IrshardError as e:
             if not verify_diagnostics:
                 raise
-            outputs.append(f"irshard: error: {e}")
-    return "\n// -----\n".join(outputs) + "\n"
+            diagnostics += getattr(e, "diagnostics", None) or [
+                Diagnostic("error", None, 0, str(e))]
+        finally:
+            handler.detach()
+        if verify_diagnostics:
+            expected, unread = expected_diagnostics(
+                chunk.text if isinstance(chunk.text, str) else "")
+            problems += [f"{source}:{line + chunk.first_line - 1}: error: {what}"
+                         for line, what in unread]
+            problems += verify(diagnostics, expected, source, chunk.first_line)
+        else:
+            # What did not stop the chunk (warnings, remarks) is shown.
+            for line in diagnostic_lines(diagnostics, source, chunk.first_line):
+                stderr.write(line + "\n")
+    text = "\n// -----\n".join(outputs) + "\n" if outputs else ""
+    if problems:
+        raise VerifyFailed(problems, text)
+    return text
+
+
+class VerifyFailed(Exception):
+    """`--verify-diagnostics` found diagnostics other than those expected."""
+
+    def __init__(self, problems: list[str], output: str):
+        super().__init__(f"{len(problems)} diagnostic(s) not as expected")
+        self.problems = problems
+        self.output = output

@@ -1,7 +1,12 @@
-// RUN: irshard opt %s --split-input-file --verify-diagnostics -p 'irshard-constrain{match=stablehlo.add sharding=x}' | filecheck %s --check-prefix=NOMATCH
-// RUN: irshard opt %s --split-input-file --verify-diagnostics -p 'irshard-constrain{match=stablehlo.tanh sharding=x}' | filecheck %s --check-prefix=RANK
-// RUN: irshard opt %s --split-input-file --verify-diagnostics -p 'irshard-constrain{match=stablehlo.tanh sharding=y,_}' | filecheck %s --check-prefix=AXIS
-// RUN: irshard opt %s --split-input-file --verify-diagnostics -p 'irshard-constrain{sharding=x}' | filecheck %s --check-prefix=OPTIONS
+// Each mistake in irshard-constrain's options is one error line.
+// RUN: %exit 2 irshard opt %s -p 'irshard-constrain{match=stablehlo.add sharding=x}' 2> %t.NOMATCH
+// RUN: filecheck %s --check-prefix=NOMATCH < %t.NOMATCH
+// RUN: %exit 2 irshard opt %s -p 'irshard-constrain{match=stablehlo.tanh sharding=x}' 2> %t.RANK
+// RUN: filecheck %s --check-prefix=RANK < %t.RANK
+// RUN: %exit 2 irshard opt %s -p 'irshard-constrain{match=stablehlo.tanh sharding=y,_}' 2> %t.AXIS
+// RUN: filecheck %s --check-prefix=AXIS < %t.AXIS
+// RUN: %exit 2 irshard opt %s -p 'irshard-constrain{sharding=x}' 2> %t.OPTIONS
+// RUN: filecheck %s --check-prefix=OPTIONS < %t.OPTIONS
 
 // NOMATCH: irshard: error: irshard-constrain: no operation matches 'stablehlo.add'
 // RANK: irshard: error: irshard-constrain: 1 operation(s) match 'stablehlo.tanh' but none has a result of rank 1
