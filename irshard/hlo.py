@@ -230,6 +230,15 @@ _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
 
 _HEAD = re.compile(r"(?:ROOT )?%?([^\s=]+) = ([^\s(]\S*) ([a-z][a-z0-9\-]*)")
 _FLAT_OPERANDS = re.compile(r"\([^()\"]*\)")
+
+
+def operands_end(line: str, pos: int) -> int:
+    """Where the operand list that opens at `pos` closes (`pos - 1` where
+    none opens there)."""
+    if not line.startswith("(", pos):
+        return pos - 1
+    m = _FLAT_OPERANDS.match(line, pos)
+    return m.end() - 1 if m else matching_bracket(line, pos)
 # Printed shapes by their text: a module repeats a few shapes many times.
 _SHAPES: dict[str, Shape] = {}
 
@@ -247,9 +256,7 @@ def parse_instruction_text(text: str) -> tuple[str, Shape, str, dict[str, str]]:
             if len(_SHAPES) < 4096:
                 _SHAPES[shape_text] = shape
         pos = m.end()
-        if line.startswith("(", pos):
-            operands = _FLAT_OPERANDS.match(line, pos)
-            pos = operands.end() if operands else matching_bracket(line, pos) + 1
+        pos = operands_end(line, pos) + 1
         attrs = attribute_pairs(line, pos) if line.startswith(", ", pos) \
             or pos == len(line) else None
         if attrs is not None and "device_ids" not in attrs:

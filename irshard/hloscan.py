@@ -25,7 +25,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
-from irshard.hlo import Instruction, StackFrameTable, root_of
+from irshard.hlo import Instruction, StackFrameTable, operands_end, root_of
 from irshard.syntax import matching_bracket
 
 # Lines the report reads, found by the literals they hold (a search for one
@@ -158,7 +158,6 @@ class _Source:
 
 _HEAD = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
                    r" +([a-z][a-z0-9\-]*)")
-_FLAT_OPERANDS = re.compile(r"\(([^()]*)\)")
 _CALLS = re.compile(r"(?:, |\)\s*)(calls|to_apply|body|condition|branch_computations"
                     r"|true_computation|false_computation|called_computations)="
                     r"(\{[^}]*\}|%?[\w.\-]+)")
@@ -187,16 +186,6 @@ def _head(line: str) -> tuple[bool, str, str, int]:
     return bool(m.group(1)), m.group(2), op.group(0), op.end()
 
 
-def _operands_end(line: str, pos: int) -> int:
-    """Where the operand list that opens at `pos` closes."""
-    if not line.startswith("(", pos):
-        return pos - 1
-    m = _FLAT_OPERANDS.match(line, pos)
-    if m:
-        return m.end() - 1
-    return matching_bracket(line, pos)
-
-
 def _callees(line: str, pos: int) -> tuple[tuple[str, str], ...]:
     """(attribute, computation) pairs a printed instruction calls, in the
     order `Instruction.called_computations` gives them."""
@@ -209,7 +198,7 @@ def _callees(line: str, pos: int) -> tuple[tuple[str, str], ...]:
 
 def _instruction(line: str, computation: str) -> Instruction:
     root, name, opcode, pos = _head(line)
-    close = _operands_end(line, pos)
+    close = operands_end(line, pos)
     operands = _OPERAND.findall(line, pos, close + 1) if close >= pos else []
     return Instruction(name=name, opcode=opcode, computation=computation,
                        operands=operands, users=[], text=line.strip(),
@@ -357,12 +346,18 @@ class ScannedModule:
         if mesh and self.printed_mesh is None:
             self.printed_mesh = self._source.read(start, stop).decode(
                 "utf-8", "replace")
+        self._record(comp, start, stop,
+                     m.group(1) if m.group(2).endswith(b"-start") else None)
+
+    def _record(self, comp: _Computation, start: int, stop: int,
+                pending: bytes | None) -> None:
+        """A collective's line; `pending`: the name its `-done` will take."""
         number = len(self._spans) // 4
         self._spans.extend((start, stop, -1, -1))
         comp.codes.append(number)
         comp.has_sites = True
-        if m.group(2).endswith(b"-start"):
-            self._pending[m.group(1)] = number
+        if pending is not None:
+            self._pending[pending] = number
 
     def _keep(self, line: str, comp: _Computation, start: int, stop: int) -> None:
         if "mesh[" in line and self.printed_mesh is None:
@@ -373,7 +368,7 @@ class ScannedModule:
                 or opcode in ("async-start", "async-update", "async-done"):
             raise NeedsParser(f"asynchronous {opcode}")
         if opcode.endswith("-done"):
-            close = _operands_end(line, pos)
+            close = operands_end(line, pos)
             operands = _OPERAND.findall(line, pos, close + 1)
             number = self._pending.pop(operands[0].encode(), None) \
                 if operands else None
@@ -388,12 +383,8 @@ class ScannedModule:
         collective = opcode in _COLLECTIVES or (
             opcode == "send" and "_xla_megascale" in line)
         if collective:
-            number = len(self._spans) // 4
-            self._spans.extend((start, stop, -1, -1))
-            comp.codes.append(number)
-            comp.has_sites = True
-            if opcode.endswith("-start") or opcode == "send":
-                self._pending[name.encode()] = number
+            self._record(comp, start, stop, name.encode() if opcode.endswith(
+                "-start") or opcode == "send" else None)
             return
         callees = _callees(line, pos)
         if not callees:

@@ -383,8 +383,10 @@ def _collective_text(collective, indent: str, cache: dict) -> str:
     directly: a report may hold a hundred thousand collectives, most of
     whose values (shapes, axes, sources) repeat; collectives alike (a
     `PackedCollective`'s shared fields) differ only in name and op_name."""
+    if collective.why is not None:
+        return dumps_json(_collective_json(collective, cache), indent)
     shared = getattr(collective, "_shared", None)
-    if shared is None or collective.why is not None:
+    if shared is None:
         return _collective_object(collective, indent, cache)
     key = ("alike", id(shared), indent)    # alive as long as the report
     around = cache.get(key)
@@ -401,12 +403,9 @@ def _collective_object(collective, indent: str, cache: dict,
                        names: str | None = None) -> str:
     """`_collective_text` of one collective; with `names`, that string
     stands for its name's and its op_name's JSON."""
-    d = collective.to_json()
-    if "why" in d:
-        return dumps_json(_collective_json(collective, cache), indent)
     inner = indent + "  "
     parts = []
-    for key, value in d.items():
+    for key, value in collective.to_json().items():
         kind = type(value)
         if names is not None and key in ("name", "op_name"):
             text = names
@@ -560,12 +559,12 @@ def _collectives_table(header: list[str], shown: Sequence[Collective],
     cells: dict[int, list[str]] = {}
 
     def cells_of(c: Collective) -> list[str]:
-        shared = getattr(c, "_shared", None)
-        found = cells.get(id(shared)) if shared is not None else None
+        # By the shared fields, else by the collective: both live as long
+        # as the report, so their identities are not reused meanwhile.
+        key = id(getattr(c, "_shared", c))
+        found = cells.get(key)
         if found is None:
-            found = _collective_cells(c, timed)
-            if shared is not None:    # alive as long as the report
-                cells[id(shared)] = found
+            found = cells[key] = _collective_cells(c, timed)
         return found
 
     if not shown:
@@ -588,23 +587,20 @@ def _collectives_table(header: list[str], shown: Sequence[Collective],
                for i in range(len(header))]
     numeric[1] = name_numeric
 
-    def fmt(row: list[str]) -> str:
-        return "  ".join(cell.rjust(w) if num else cell.ljust(w)
-                         for cell, w, num in zip(row, widths, numeric))
+    def cell(text: str, i: int) -> str:
+        return text.rjust(widths[i]) if numeric[i] else text.ljust(widths[i])
 
-    yield (indent + fmt(header)).rstrip()
-    padded: dict[int, tuple[str, str]] = {}
+    yield (indent + "  ".join(cell(h, i) for i, h in enumerate(header))).rstrip()
+    # Each distinct row's cells before and after the name, padded once.
+    around: dict[int, tuple[str, str]] = {}
     for c in shown:
         row = cells_of(c)
-        around = padded.get(id(row))
-        if around is None:
-            line = fmt(row[:1] + ["\0"] + row[2:])
-            head, _, tail = line.partition("\0" + " " * (widths[1] - 1)) \
-                if not numeric[1] else line.partition(" " * (widths[1] - 1) + "\0")
-            around = padded[id(row)] = (indent + head, tail)
-        name = c.name
-        yield (around[0] + (name.rjust(name_width) if name_numeric
-                            else name.ljust(name_width)) + around[1]).rstrip()
+        sides = around.get(id(row))
+        if sides is None:
+            sides = around[id(row)] = (
+                indent + cell(row[0], 0) + "  ",
+                "".join("  " + cell(row[i], i) for i in range(2, len(row))))
+        yield (sides[0] + cell(c.name, 1) + sides[1]).rstrip()
 
 
 def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list[str]]:

@@ -92,9 +92,10 @@ def _nested(depth: int) -> str:
     return inner
 
 
+_INNER = _nested(5)
 _ATTRIBUTE = re.compile(
     r', ([a-z_][a-z0-9_]*)=((?:[^,()\[\]{}"\s]++|' + _QUOTED + r'|\((?:'
-    + _nested(5) + r')*+\)|\[(?:' + _nested(5) + r')*+\]|\{(?:' + _nested(5)
+    + _INNER + r')*+\)|\[(?:' + _INNER + r')*+\]|\{(?:' + _INNER
     + r')*+\}| (?![a-z_][a-z0-9_]*=))++)')
 
 
