@@ -12,3 +12,8 @@ func.func @nothing_emitted(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   return %arg0 : tensor<4xf32>
   // expected-remark @above {{never emitted}}
 }
+// -----
+func.func @bad_regex() -> i32 {
+  // expected-error-re @+1 {{use of {{[a-z}} SSA}}
+  return %w : i32
+}

@@ -51,6 +51,8 @@ func.func @works(%arg0: tensor<4xf32>) -> tensor<4xf32> {
 // MISMATCH: verify_mismatch.mlir:7: error: 'error' diagnostic emitted when expecting a 'warning'
 // MISMATCH: verify_mismatch.mlir:7: error: expected warning "use of undeclared SSA value name" was not produced
 // MISMATCH: verify_mismatch.mlir:13: error: expected remark "never emitted" was not produced
+// MISMATCH: verify_mismatch.mlir:17: error: invalid regex in expected-error-re: {{.*}}
+// MISMATCH: verify_mismatch.mlir:18:10: error: unexpected error: use of undeclared SSA value name
 
 // UNREG: irshard: error: {{.*}}unregistered_op.mlir:2:{{[0-9]+}}: operation being parsed with an unregistered dialect
 // ALLOWED: "mydialect.op"() : () -> i32
