@@ -81,6 +81,17 @@ def _spans(collective, axes: Sequence[str]) -> bool:
     return all(a in spanned for a in axes)
 
 
+def counted(report, budget: Budget) -> list:
+    """The collectives a budget counts: those of its kind (every kind for
+    the other quantities) whose groups span its axes; none for `memory`
+    and `remat`, which are not sums over collectives."""
+    if budget.quantity in ("memory", "remat"):
+        return []
+    kind = budget.quantity if budget.quantity in KINDS else None
+    return [c for c in report.collectives
+            if (kind is None or c.kind == kind) and _spans(c, budget.axes)]
+
+
 def measure(report, budget: Budget) -> float:
     """The report's value of the budget's quantity."""
     from irshard.errors import UsageError
@@ -90,11 +101,9 @@ def measure(report, budget: Budget) -> float:
             raise SpecError(f"budget '{budget.text}': the mesh has no axis "
                             f"'{unknown[0]}'; its axes are "
                             f"{', '.join(report.mesh.names)}")
-    chosen = [c for c in report.collectives if _spans(c, budget.axes)]
+    chosen = counted(report, budget)
     q = budget.quantity
-    if q in KINDS:
-        return sum(1 for c in chosen if c.kind == q)
-    if q == "collectives":
+    if q in KINDS or q == "collectives":
         return len(chosen)
     if q in ("bytes", "wire_bytes"):
         return sum(getattr(c, q) * c.executions for c in chosen)
@@ -131,8 +140,9 @@ class Outcome:
         b = self.budget
         over = f" over {'+'.join(b.axes)}" if b.axes else ""
         if b.quantity in KINDS or b.quantity == "collectives":
-            what = "collectives" if b.quantity == "collectives" else f"{b.quantity}s"
-            shown = f"{int(self.value)} {what}{over}"
+            n = int(self.value)
+            what = "collective" if b.quantity == "collectives" else b.quantity
+            shown = f"{n} {what}{'' if n == 1 else 's'}{over}"
         elif b.quantity in ("bytes", "wire_bytes", "memory"):
             per = " per device" if b.quantity == "memory" else " per run"
             shown = f"{int(self.value)} {b.quantity.replace('_', ' ')}" \
@@ -153,6 +163,68 @@ class Outcome:
             limit = int(limit)
         return {"budget": self.budget.text, "value": value, "limit": limit,
                 "passed": self.passed}
+
+
+def recorded(report, outcomes: Sequence[Outcome]):
+    """The report carrying its budgets' outcomes (JSON and text `budgets`)."""
+    import dataclasses
+    return dataclasses.replace(
+        report, extra=dict(report.extra, budgets=[o.to_json() for o in outcomes]))
+
+
+def breach_lines(report, outcomes: Sequence[Outcome]) -> list[str]:
+    """Every exceeded budget, each followed by where its value comes from
+    (indented): what a test failure shows."""
+    failed = [o for o in outcomes if not o.passed]
+    lines = [f"{len(failed)} of {len(outcomes)} collective budgets exceeded:"]
+    for o in failed:
+        lines.append(f"  {o.describe()}")
+        lines += [f"    {line}" for line in culprits(report, o)]
+    return lines
+
+
+def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
+    """Where a budget's value comes from, largest share first: for sums
+    over collectives one line per source line (its collectives by kind and
+    their bytes per run), for `memory` its parts, for `remat` each
+    rematerialization. At most `limit` lines, then how many more."""
+    from irshard.report import human_bytes, human_time
+    q = outcome.budget.quantity
+    if q == "memory":
+        m = report.memory or {}
+        return [f"arguments {human_bytes(m.get('argument_bytes', 0))}, outputs "
+                f"{human_bytes(m.get('output_bytes', 0))}, temp "
+                f"{human_bytes(m.get('temp_bytes', 0))}"
+                + (f", less {human_bytes(m['alias_bytes'])} donated"
+                   if m.get("alias_bytes") else "")]
+    if q == "remat":
+        lines = [f.describe() for f in getattr(report, "findings", ())
+                 if f.kind == "involuntary-remat"]
+    else:
+        share = {"bytes": lambda c: c.bytes * c.executions,
+                 "wire_bytes": lambda c: c.wire_bytes * c.executions,
+                 "time": lambda c: (c.time_s or 0.0) * c.executions
+                 }.get(q, lambda c: 1)
+        where: dict[str, list] = {}
+        for c in counted(report, outcome.budget):
+            where.setdefault(str(c.source) if c.source else "(no source line)",
+                             []).append(c)
+        ranked = sorted(where.items(),
+                        key=lambda kv: (-sum(share(c) for c in kv[1]), kv[0]))
+        lines = []
+        for source, found in ranked:
+            kinds: dict[str, int] = {}
+            for c in found:
+                kinds[c.kind] = kinds.get(c.kind, 0) + 1
+            what = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+            moved = sum(c.bytes * c.executions for c in found)
+            text = f"{source}: {what}, {human_bytes(moved)} per run"
+            if q == "time":
+                text += f", {human_time(sum(share(c) for c in found))}"
+            lines.append(text)
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
+    return lines
 
 
 def _human(n: float) -> str:

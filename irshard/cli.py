@@ -256,14 +256,11 @@ def _budgets(args) -> list:
 def _held_to(report, budgets):
     """The report with its budgets' outcomes (JSON `budgets`), and the
     error to exit with when one is exceeded."""
-    import dataclasses
-
     from irshard import budget
     if not budgets:
         return report, None
     outcomes = budget.evaluate(report, budgets)
-    extra = dict(report.extra, budgets=[o.to_json() for o in outcomes])
-    return dataclasses.replace(report, extra=extra), budget.breach_error(outcomes)
+    return budget.recorded(report, outcomes), budget.breach_error(outcomes)
 
 
 def cmd_compile(args) -> int:

@@ -8,8 +8,10 @@
                                  rules=FSDP_RULES)
         assert_budget(report, "all-gather@fsdp<=14", "bytes<=8MiB")
 
-A breach fails the test with every exceeded budget listed; a budget that
-holds passes silently.
+A breach fails the test with every exceeded budget listed, each with the
+source lines its value comes from; a budget that holds passes silently.
+The pytest plugin (`@pytest.mark.collective_budget(...)`) does the same
+for a test that returns or compiles a report.
 """
 
 from __future__ import annotations
@@ -20,8 +22,5 @@ from irshard import budget
 def assert_budget(report, *budgets: str) -> None:
     """Fails (AssertionError) listing every budget `report` exceeds."""
     outcomes = budget.evaluate(report, budgets)
-    failed = [o for o in outcomes if not o.passed]
-    if failed:
-        lines = [f"{len(failed)} of {len(outcomes)} collective budgets exceeded:"]
-        lines += [f"  {o.describe()}" for o in failed]
-        raise AssertionError("\n".join(lines))
+    if any(not o.passed for o in outcomes):
+        raise AssertionError("\n".join(budget.breach_lines(report, outcomes)))
