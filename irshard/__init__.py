@@ -9,6 +9,9 @@ From Python:
     report.collectives
     report.check_budget("all-gather<=2", "bytes@dp<=64MiB")
     irshard.run(step, params, batch, mesh="dp=2,tp=4", check=True)
+    irshard.compare(report, other)               # as `irshard diff`
+
+In a notebook a report (or a diff) shows its summary and its HTML page.
 
 `irshard.load` reads a `.py` or `.mlir` file as the command line does.
 Importing this package does not import JAX; the functions above do.
@@ -24,7 +27,7 @@ __version__ = "0.1.0"
 STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
 REPORT_STAGES = ("partitioned", "optimized")
 
-_API = {"compile": "irshard.api", "run": "irshard.api",
+_API = {"compile": "irshard.api", "run": "irshard.api", "compare": "irshard.api",
         "configure": "irshard.api", "load": "irshard.frontend",
         "Source": "irshard.frontend"}
 

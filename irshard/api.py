@@ -1,4 +1,4 @@
-"""irshard from Python: `compile`, `run` and `configure`.
+"""irshard from Python: `compile`, `run`, `compare` and `configure`.
 
 The same pipeline as the command line, starting from a function and its
 arguments instead of a file: concrete arrays, `jax.ShapeDtypeStruct`s,
@@ -48,6 +48,44 @@ class Report(CollectiveReport):
         from irshard import htmlreport
         compiled = getattr(self.stages, "compiled", None)
         return htmlreport.render_report(self, compiled, self.run)
+
+    # How a report shows itself: a few lines in a console; in a notebook,
+    # its summary and the full page (irshard.notebook).
+    def __repr__(self) -> str:
+        from irshard import notebook
+        return notebook.report_text(self)
+
+    def _repr_html_(self) -> str:
+        from irshard import notebook
+        return notebook.report_html(self, self.to_html())
+
+    def _repr_markdown_(self) -> str:
+        from irshard import notebook
+        return notebook.report_markdown(self)
+
+
+# Called with every report `compile` and `run` give (the pytest plugin
+# holds a test's reports to its budgets).
+_observers: list[Callable[[Report], None]] = []
+
+
+def _given(report: Report) -> Report:
+    for observe in list(_observers):
+        observe(report)
+    return report
+
+
+def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
+    """Compares two reports by source line and kind, as `irshard diff`:
+    each a report (`compile`'s), its JSON form, or a path to a JSON report,
+    HLO file or XLA dump. `labels` name the sides (default: the program and
+    its mesh). The result prints as text, shows itself in a notebook, and
+    has `to_json()`, `to_html()` and `regressions()`."""
+    from irshard import diff as diffing
+    if labels is not None and len(labels) != 2:
+        raise UsageError(f"labels: expected two, one per side, not {len(labels)}")
+    name_a, name_b = labels if labels is not None else (None, None)
+    return diffing.compare(diffing.side(a, name_a), diffing.side(b, name_b))
 
 
 def configure(devices: int = 8, platform: str = "cpu") -> None:
@@ -160,7 +198,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     report = read.report()
     if explain:
         report = explaining.explained(report, lowered, read)
-    return Report.of(report, stages=stages.Pipeline(lowered, compiled))
+    return _given(Report.of(report, stages=stages.Pipeline(lowered, compiled)))
 
 
 def run(fn: Callable[..., Any], *args: Any, mesh: Any,
@@ -194,6 +232,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     report = Report.of(compiled.report(),
                        stages=stages.Pipeline(lowered, compiled), run=result,
                        results=_results(lowered, result, prog.grad is not None))
+    _given(report)
     failure = _check_failure(result)
     if failure is not None:
         failure.report = report

@@ -54,9 +54,12 @@ class Side:
 
     path: str
     report: dict[str, Any]
+    name: str | None = None        # the label given, where not the file's
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         r = self.report
         what = r.get("function") or r.get("module")
         return f"{os.path.basename(self.path.rstrip(os.sep)) or self.path}" \
@@ -164,6 +167,28 @@ def load(path: str, module: str | None = None, stage: str = "optimized") -> Side
     return Side(path, _pick([r.to_json() for r in reports], path, module))
 
 
+def side(value: Any, label: str | None = None) -> Side:
+    """A side from a report (`irshard.compile`'s), a report's JSON form,
+    or a path (as `irshard diff` reads one)."""
+    if isinstance(value, (str, os.PathLike)):
+        found = load(os.fspath(value))
+        return Side(found.path, found.report, label)
+    if _is_report(value):
+        return Side(value.get("source") or "-", value, label)
+    to_json = getattr(value, "to_json", None)
+    if to_json is None or not hasattr(value, "collectives"):
+        raise UsageError(f"diff: expected a report (irshard.compile's), its "
+                         f"JSON form or a path, not {type(value).__name__}")
+    report = to_json()
+    if label is None:
+        what = report.get("function") or report.get("module")
+        mesh = ",".join(f"{a['name']}={a['size']}"
+                        for a in (report.get("mesh") or {}).get("axes", ()))
+        label = os.path.basename(report.get("source") or "-") \
+            + (f" ({what})" if what else "") + (f" mesh {mesh}" if mesh else "")
+    return Side(report.get("source") or "-", report, label)
+
+
 @dataclass(frozen=True)
 class Change:
     file: str
@@ -242,8 +267,25 @@ class Diff:
         from irshard.report import dumps_json
         return dumps_json(self.to_json()) + "\n"
 
+    def to_html(self) -> str:
+        """The diff's page (`--format html`): both reports side by side."""
+        from irshard import htmlreport
+        return htmlreport.render_diff(self)
+
+    def __repr__(self) -> str:
+        from irshard import notebook
+        return notebook.diff_text(self)
+
+    def _repr_html_(self) -> str:
+        from irshard import notebook
+        return notebook.diff_html(self, self.to_html())
+
+    def _repr_markdown_(self) -> str:
+        from irshard import notebook
+        return notebook.diff_markdown(self)
+
     def render_text(self) -> str:
-        from irshard.report import human_bytes, human_time, table
+        from irshard.report import change_text, human_bytes, human_time, table
         lines = [f"A: {self.a.label}", f"B: {self.b.label}", ""]
         changed = [c for c in self.changes if c.status != "same"]
         timed = any(c.a.time_s is not None or c.b.time_s is not None
@@ -272,17 +314,17 @@ class Diff:
                  _signed(b["count"] - a["count"])],
                 ["bytes per run", human_bytes(a["bytes_per_run"]),
                  human_bytes(b["bytes_per_run"]),
-                 _change(a["bytes_per_run"], b["bytes_per_run"], human_bytes)],
+                 change_text(a["bytes_per_run"], b["bytes_per_run"], human_bytes)],
                 ["wire bytes per run", human_bytes(a["wire_bytes_per_run"]),
                  human_bytes(b["wire_bytes_per_run"]),
-                 _change(a["wire_bytes_per_run"], b["wire_bytes_per_run"], human_bytes)]]
+                 change_text(a["wire_bytes_per_run"], b["wire_bytes_per_run"], human_bytes)]]
         if "time_s" in a and "time_s" in b:
             rows.append(["time per run", human_time(a["time_s"]), human_time(b["time_s"]),
-                         _change(a["time_s"], b["time_s"], human_time)])
+                         change_text(a["time_s"], b["time_s"], human_time)])
         if "memory_bytes" in a and "memory_bytes" in b:
             rows.append(["memory per device", human_bytes(a["memory_bytes"]),
                          human_bytes(b["memory_bytes"]),
-                         _change(a["memory_bytes"], b["memory_bytes"], human_bytes)])
+                         change_text(a["memory_bytes"], b["memory_bytes"], human_bytes)])
         lines += table(["", "A", "B", "change"], rows)
         regressions = self.regressions()
         lines.append("")
@@ -298,16 +340,6 @@ def _signed(n: int) -> str:
 def _time(t: float | None) -> str:
     from irshard.report import human_time
     return "-" if t is None else human_time(t)
-
-
-def _change(a: float, b: float, fmt) -> str:
-    if a == b:
-        return "="
-    sign = "+" if b > a else "-"
-    text = f"{sign}{fmt(abs(b - a))}"
-    if a:
-        text += f" ({sign}{abs(b - a) / a * 100:.3g}%)"
-    return text
 
 
 def _same_files(ga, gb) -> dict[str, str]:

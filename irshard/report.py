@@ -515,6 +515,17 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def change_text(a: float, b: float, fmt) -> str:
+    """`+2.0 MiB (+49.6%)`: from `a` to `b`, each shown by `fmt`."""
+    if a == b:
+        return "="
+    sign = "+" if b > a else "-"
+    text = f"{sign}{fmt(abs(b - a))}"
+    if a:
+        text += f" ({sign}{abs(b - a) / a * 100:.3g}%)"
+    return text
+
+
 def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
     """Left-aligned columns; numeric columns (all digits) right-aligned."""
     if not rows:
@@ -656,10 +667,9 @@ def render_text_lines(report: CollectiveReport, tensors: bool = True,
     return list(text_lines(report, tensors, fold))
 
 
-def text_lines(report: CollectiveReport, tensors: bool = True,
-               fold: bool = False) -> Iterator[str]:
-    """The text report's lines, the collectives table's made as they come
-    (a module's hundred thousand rows are never all held)."""
+def headline(report: CollectiveReport) -> list[str]:
+    """What the report is about, in parts: the program, its mesh, the
+    target (where not the CPU), the stage, the module."""
     what = report.source + (f":{report.function}" if report.function else "")
     if report.mesh:
         devices = " ".join(filter(None, [str(report.mesh.num_devices),
@@ -668,14 +678,21 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
         where = f"mesh {report.mesh}{f' {types}' if types else ''} ({devices})"
     else:
         where = "no mesh"
-    lines = [f"{what}  {where}  stage {report.stage_name}"]
+    parts = [what, where]
     if report.target and report.target.get("kind") != "cpu":
-        lines[0] = lines[0].replace(
-            "  stage ", f"  target {report.target['name']}"
-            + (" (estimated)" if report.target.get("estimated") else "")
-            + "  stage ")
+        parts.append(f"target {report.target['name']}"
+                     + (" (estimated)" if report.target.get("estimated") else ""))
+    parts.append(f"stage {report.stage_name}")
     if report.module:
-        lines[0] += f"  module {report.module}"
+        parts.append(f"module {report.module}")
+    return parts
+
+
+def text_lines(report: CollectiveReport, tensors: bool = True,
+               fold: bool = False) -> Iterator[str]:
+    """The text report's lines, the collectives table's made as they come
+    (a module's hundred thousand rows are never all held)."""
+    lines = ["  ".join(headline(report))]
     limit = FOLDED_ROWS if fold else None
     if report.inputs and tensors:
         lines += ["", "inputs"]

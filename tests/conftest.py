@@ -2,10 +2,13 @@
 imports it."""
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+
+pytest_plugins = ("pytester",)
 
 from irshard import backend
 
@@ -52,3 +55,29 @@ def write(tmp_path):
         path.write_text(text)
         return str(path)
     return write
+
+
+def chromium() -> str | None:
+    for name in (os.environ.get("IRSHARD_CHROMIUM"), "chromium", "chromium-browser",
+                 "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if executable is None or sync_playwright is None:
+        what = "chromium" if executable is None else "playwright"
+        if os.environ.get("IRSHARD_REQUIRE_BROWSER"):
+            pytest.fail(f"no {what}: the HTML report cannot be tested")
+        pytest.skip(f"no {what} (make test installs Debian's chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield b
+        b.close()

@@ -10,7 +10,6 @@ sets it), where that is a failure.
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -27,32 +26,6 @@ GPT_TP = ["--fn", "train_step", "--args", "example_args", "--mesh", "fsdp=4,tp=2
 CUBE = os.path.join(ROOT, "tests", "programs", "cube.py")
 REMAT = os.path.join(EXAMPLES, "remat.py")
 HEAT = os.path.join(EXAMPLES, "heat1d.py")
-
-
-def _chromium() -> str | None:
-    for name in (os.environ.get("IRSHARD_CHROMIUM"), "chromium", "chromium-browser",
-                 "google-chrome"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = _chromium()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    if executable is None or sync_playwright is None:
-        what = "chromium" if executable is None else "playwright"
-        if os.environ.get("IRSHARD_REQUIRE_BROWSER"):
-            pytest.fail(f"no {what}: the HTML report cannot be tested")
-        pytest.skip(f"no {what} (make test installs Debian's chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 class Page:

@@ -22,8 +22,9 @@ FLOORS = {
     # Shardings, HLO text and modules, targets: what the readers stand on.
     "ir": ["tiling", "replica_groups", "hlo", "hloscan", "annotation", "gspmd",
            "targets", "cost"],
-    # The report as a value, its JSON and text, and what is held to it.
-    "report": ["report", "budget", "layout"],
+    # The report as a value, its JSON and text, what is held to it, and
+    # how it shows itself in a notebook.
+    "report": ["report", "budget", "layout", "notebook"],
     # Reading a compiled module: collectives, dumps, findings, why; the
     # passes and their pipelines.
     "analysis": ["analysis", "dumps", "findings", "explain", "pipeline", "opt",
