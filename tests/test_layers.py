@@ -38,8 +38,9 @@ FLOORS = {
                "calibrate"],
     # Running on a mesh, on one host or several; trying other strategies.
     "running": ["execution", "distributed", "raylaunch", "suggest"],
-    # The ways in: files, the Python API, pytest helpers, the command line.
-    "front": ["frontend", "api", "testing", "cli", "__main__"],
+    # The ways in: files, the Python API, pytest helpers and plugin, the
+    # command line.
+    "front": ["frontend", "api", "testing", "pytest_plugin", "cli", "__main__"],
 }
 
 

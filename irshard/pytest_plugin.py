@@ -1,0 +1,191 @@
+"""irshard's pytest plugin (entry point `pytest11`): collective budgets on
+a model's own tests.
+
+    @pytest.mark.collective_budget("all-gather@fsdp<=14", "bytes<=8MiB")
+    def test_train_step_stays_within_budget():
+        return irshard.compile(train_step, *example_args(), mesh="fsdp=8",
+                               rules=FSDP_RULES)
+
+A marked test returns a report, or calls `irshard.compile` or `irshard.run`:
+the report it returns, else every report it was given, is held to the
+budgets of all its markers (module, class and function markers add up; the
+grammar is `--budget`'s). A breach fails the test with each exceeded budget
+and the source lines its value comes from; the report's text follows in the
+test's `irshard` section. A marked test that gives no report, or a budget
+that does not parse, fails it too.
+
+`--irshard-report DIR` writes the JSON and HTML report of every budgeted
+test to `DIR/<test id>.json` and `.html`, with its budgets' outcomes.
+The `irshard_reports` fixture holds the reports a test has been given.
+
+Loaded into every pytest run where irshard is installed: nothing here
+imports JAX, or irshard's pipeline, until a marked test runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+from typing import Any
+
+import pytest
+
+MARKER = "collective_budget"
+_WRITTEN = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("irshard", "irshard collective budgets")
+    group.addoption("--irshard-report", metavar="DIR", default=None,
+                    help="write the JSON and HTML report of every test marked "
+                         f"{MARKER} to DIR")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}(*budgets): hold the report the test returns, or "
+        f"the reports irshard.compile/run give it, to irshard budgets such as "
+        f"'all-gather@fsdp<=14' or 'bytes<=8MiB'")
+    config.stash[_WRITTEN] = []
+
+
+def _budgets(item) -> list[str]:
+    """The budgets of every marker on the test, the closest first, each
+    once."""
+    found: list[str] = []
+    for mark in item.iter_markers(MARKER):
+        wrong = [f"{k}=" for k in sorted(mark.kwargs)] + \
+            [repr(a) for a in mark.args if not isinstance(a, str)]
+        if wrong or not mark.args:
+            pytest.fail(f"{MARKER}: expected budgets as strings, such as "
+                        f"'all-gather@fsdp<=14' or 'bytes<=8MiB', not "
+                        f"{', '.join(wrong) or 'none'}", pytrace=False)
+        for text in mark.args:
+            if text not in found:
+                found.append(text)
+    return found
+
+
+class _Given(list):
+    """The reports `irshard.compile` and `irshard.run` give while it is
+    open."""
+
+    def __enter__(self) -> "_Given":
+        from irshard import api
+        api._observers.append(self.append)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from irshard import api
+        api._observers.remove(self.append)
+
+
+@pytest.fixture
+def irshard_reports():
+    """The reports `irshard.compile` and `irshard.run` have given the test."""
+    with _Given() as given:
+        yield given
+
+
+def _is_report(value: Any) -> bool:
+    from irshard.report import CollectiveReport
+    return isinstance(value, CollectiveReport)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    budgets = _budgets(pyfuncitem)
+    if not budgets:
+        return (yield)
+    original = pyfuncitem.obj
+    returned: list[Any] = []
+    if not inspect.iscoroutinefunction(original):
+        @functools.wraps(original)
+        def keeping_result(*args: Any, **kwargs: Any) -> None:
+            returned.append(original(*args, **kwargs))
+        pyfuncitem.obj = keeping_result
+    try:
+        with _Given() as given:
+            outcome = yield
+    finally:
+        pyfuncitem.obj = original
+    _hold(pyfuncitem, budgets, returned[0] if returned else None, list(given))
+    return outcome
+
+
+def _held_reports(value: Any, given: list) -> list:
+    if _is_report(value):
+        return [value]
+    if isinstance(value, (list, tuple)) and value and all(map(_is_report, value)):
+        return list(value)
+    return given
+
+
+def _label(report) -> str:
+    """`model.py:train_step  mesh fsdp=8 (8 cpu devices)`."""
+    from irshard.report import headline
+    what, where = headline(report)[:2]
+    return f"{os.path.basename(what)}  {where}"
+
+
+def _hold(item, budgets: list[str], value: Any, given: list) -> None:
+    from irshard import budget
+    from irshard.errors import IrshardError
+    from irshard.report import render_text_lines
+    reports = _held_reports(value, given)
+    if not reports:
+        pytest.fail(f"{MARKER}: the test gave no report to hold to its budgets; "
+                    f"return the report of irshard.compile(...), or call "
+                    f"irshard.compile or irshard.run in it", pytrace=False)
+    try:
+        parsed = [budget.parse_budget(text) for text in budgets]
+        held = [(r, budget.evaluate(r, parsed)) for r in reports]
+    except IrshardError as e:
+        _write(item, [(r, None) for r in reports])
+        pytest.fail(f"{MARKER}: {e}", pytrace=False)
+    _write(item, held)
+    broken = [(r, outcomes) for r, outcomes in held
+              if any(not o.passed for o in outcomes)]
+    if not broken:
+        return
+    lines = []
+    for report, outcomes in broken:
+        lines += [f"{MARKER}: {_label(report)}"]
+        lines += budget.breach_lines(report, outcomes)
+        item.add_report_section(
+            "call", "irshard report",
+            "\n".join(render_text_lines(budget.recorded(report, outcomes),
+                                        tensors=False, fold=True)))
+    pytest.fail("\n".join(lines), pytrace=False)
+
+
+def _write(item, held: list) -> None:
+    """The reports' JSON and HTML pages under --irshard-report, named by the
+    test's id."""
+    folder = item.config.getoption("irshard_report")
+    if not folder:
+        return
+    from irshard import budget, files
+    os.makedirs(folder, exist_ok=True)
+    stem = re.sub(r"[^\w.-]+", "-", item.nodeid).strip("-")
+    for i, (report, outcomes) in enumerate(held):
+        if outcomes is not None:
+            report = budget.recorded(report, outcomes)
+        name = stem if len(held) == 1 else f"{stem}-{i + 1}"
+        path = os.path.join(folder, name)
+        files.write(path + ".json", report.render_json())
+        to_html = getattr(report, "to_html", None)
+        if to_html is not None:
+            files.write(path + ".html", to_html())
+        item.config.stash[_WRITTEN].append(path)
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    written = config.stash.get(_WRITTEN, [])
+    if written:
+        folder = config.getoption("irshard_report")
+        terminalreporter.write_line(
+            f"irshard: {len(written)} report{'' if len(written) == 1 else 's'} "
+            f"written to {folder}")

@@ -1,0 +1,170 @@
+"""The pytest plugin (entry point `pytest11`): `collective_budget` markers,
+`--irshard-report DIR` and the `irshard_reports` fixture, run by pytest
+itself in a fresh process (pytester), as a model's test suite would."""
+
+import json
+import os
+from importlib.metadata import entry_points
+
+import pytest
+
+# A model's test file: one layer whose weight is gathered (line 14) and
+# whose output is summed over the batch (line 15).
+MODEL_TESTS = '''
+import jax
+import jax.numpy as jnp
+import pytest
+
+import irshard
+
+irshard.configure(devices=4)
+
+X = jax.ShapeDtypeStruct((16, 64), jnp.float32)
+W = jax.ShapeDtypeStruct((64, 32), jnp.float32)
+RULES = [("w", "fsdp,_"), ("x", "fsdp,_")]
+
+def layer(w, x):
+    h = jnp.tanh(x @ w)
+    return h.sum(axis=0)
+
+def compile_layer(mesh="fsdp=4", rules=RULES):
+    return irshard.compile(layer, W, X, mesh=mesh, rules=rules)
+
+@pytest.mark.collective_budget("all-gather<=1", "bytes<=1MiB")
+def test_returned_within():
+    return compile_layer()
+
+@pytest.mark.collective_budget("all-gather<=0", "bytes<=16", "all-reduce<=8")
+def test_returned_over():
+    return compile_layer()
+
+@pytest.mark.collective_budget("collectives<=0")
+def test_compiled_and_not_returned():
+    compile_layer(rules=[])              # replicated: no collective
+    compile_layer(mesh="fsdp=2,tp=2")    # three collectives
+
+@pytest.mark.collective_budget("collectives<=0")
+def test_returns_the_replicated_one():
+    compile_layer()
+    return compile_layer(rules=[])
+
+@pytest.mark.collective_budget("all-gather@tp<=0")
+def test_axis_not_in_mesh():
+    return compile_layer()
+
+@pytest.mark.collective_budget("all-gathers<=1")
+def test_bad_budget():
+    return compile_layer()
+
+@pytest.mark.collective_budget("all-gather<=1")
+def test_gives_no_report():
+    pass
+
+@pytest.mark.collective_budget(limit=3)
+def test_budget_as_keyword():
+    return compile_layer()
+
+@pytest.mark.collective_budget("bytes<=1MiB")
+class TestMarkersAddUp:
+    @pytest.mark.collective_budget("all-reduce<=0")
+    def test_class_and_function_budgets(self):
+        return compile_layer()
+
+def test_fixture_holds_given_reports(irshard_reports):
+    compile_layer()
+    compile_layer(rules=[])
+    assert [len(r.collectives) for r in irshard_reports] == [2, 0]
+
+def test_unmarked_test_is_untouched():
+    compile_layer()
+'''
+
+
+def test_entry_point_is_registered():
+    assert "irshard.pytest_plugin" in {e.value for e in entry_points(group="pytest11")}
+
+
+@pytest.mark.slow
+def test_collective_budget_marker(pytester):
+    pytester.makepyfile(test_model=MODEL_TESTS)
+    result = pytester.runpytest_subprocess("--irshard-report", "reports", "-p",
+                                           "no:cacheprovider")
+    result.assert_outcomes(passed=4, failed=7)
+    out = result.stdout.str()
+
+    # A breach: each exceeded budget, then the source lines it comes from.
+    result.stdout.fnmatch_lines([
+        "*_ test_returned_over _*",
+        "collective_budget: test_model.py:layer  mesh fsdp=4 (4 cpu devices)",
+        "2 of 3 collective budgets exceeded:",
+        "  all-gather<=0: 1 all-gather",
+        "    test_model.py:14 (layer): 1 all-gather, 8.0 KiB per run",
+        "  bytes<=16: 8320 bytes per run (8.1 KiB)",
+        "    test_model.py:14 (layer): 1 all-gather, 8.0 KiB per run",
+        "    test_model.py:15 (layer): 1 all-reduce, 128 B per run",
+        "*Captured irshard report call*",
+        "*all-gather  f32?64,32?*test_model.py:14 (layer)*",
+        "*all-gather<=0      1  EXCEEDED",
+    ])
+    # Every report the test compiled is held; only the one that breaks
+    # the budget is named.
+    result.stdout.fnmatch_lines([
+        "*_ test_compiled_and_not_returned _*",
+        "collective_budget: test_model.py:layer  mesh fsdp=2,tp=2 (4 cpu devices)",
+        "1 of 1 collective budgets exceeded:",
+        "  collectives<=0: 3 collectives",
+    ])
+    assert "collective_budget: test_model.py:layer  mesh fsdp=4 " \
+        "(4 cpu devices)\n1 of 1" not in out
+    # The returned report is the one held.
+    for name, message in [
+            ("test_returns_the_replicated_one", None),
+            ("test_axis_not_in_mesh",
+             "collective_budget: budget 'all-gather@tp<=0': the mesh has no "
+             "axis 'tp'; its axes are fsdp"),
+            ("test_bad_budget", "collective_budget: budget 'all-gathers<=1': "
+             "unknown quantity 'all-gathers'*"),
+            ("test_gives_no_report", "collective_budget: the test gave no report "
+             "to hold to its budgets; return the report of irshard.compile(...), "
+             "or call irshard.compile or irshard.run in it"),
+            ("test_budget_as_keyword", "collective_budget: expected budgets as "
+             "strings, such as 'all-gather@fsdp<=14' or 'bytes<=8MiB', not limit="),
+            ("test_class_and_function_budgets", "  all-reduce<=0: 1 all-reduce")]:
+        if message is None:
+            assert f"_ {name} _" not in out
+        else:
+            result.stdout.fnmatch_lines([f"*_ *{name} _*", message])
+    # Budget failures are pytest failures, without a traceback into the plugin.
+    assert "pytest_plugin.py" not in out and "Traceback" not in out
+
+    # --irshard-report: every budgeted test's report, with its outcomes.
+    reports = pytester.path / "reports"
+    names = sorted(os.listdir(reports))
+    assert "test_model.py-test_returned_over.json" in names
+    assert "test_model.py-test_returned_over.html" in names
+    assert "test_model.py-test_compiled_and_not_returned-2.json" in names
+    assert "test_model.py-TestMarkersAddUp-test_class_and_function_budgets.json" in names
+    assert not any("unmarked" in n or "fixture" in n or "no_report" in n for n in names)
+    over = json.loads((reports / "test_model.py-test_returned_over.json").read_text())
+    assert [(b["budget"], b["value"], b["passed"]) for b in over["budgets"]] == [
+        ("all-gather<=0", 1, False), ("bytes<=16", 8320, False),
+        ("all-reduce<=8", 1, True)]
+    both = json.loads((reports / "test_model.py-TestMarkersAddUp-"
+                       "test_class_and_function_budgets.json").read_text())
+    assert [b["budget"] for b in both["budgets"]] == ["all-reduce<=0", "bytes<=1MiB"]
+    bad = json.loads((reports / "test_model.py-test_bad_budget.json").read_text())
+    assert "budgets" not in bad and bad["totals"]["count"] == 2
+    page = (reports / "test_model.py-test_returned_over.html").read_text()
+    assert page.startswith("<!doctype html>") and '"all-gather\\u003c=0"' in page
+    result.stdout.fnmatch_lines(["irshard: * reports written to reports"])
+
+
+def test_plugin_imports_no_jax_where_no_test_is_marked(pytester):
+    pytester.makepyfile(test_plain='''
+        import sys
+        def test_plain():
+            assert "irshard.pytest_plugin" in sys.modules
+            assert "jax" not in sys.modules and "irshard.api" not in sys.modules
+    ''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
