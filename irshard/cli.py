@@ -541,11 +541,13 @@ def add_opt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE.mlir", nargs="?",
                    help="a StableHLO + Shardy module, as text or bytecode "
                         "('-' reads stdin)")
-    p.add_argument("-p", "--pipeline", metavar="PIPELINE",
+    p.add_argument("-p", "--pipeline", "--pass-pipeline", metavar="PIPELINE",
                    help="passes in MLIR's textual syntax, irshard's and "
                         "registered ones mixed, e.g. "
                         "'irshard-annotate{mesh=\"x=4\" args=\"0=x\"},"
-                        "sdy-propagation-pipeline,irshard-print-shardings'")
+                        "sdy-propagation-pipeline,irshard-print-shardings'; "
+                        "or each pass as a flag, as mlir-opt takes them: "
+                        "--sdy-propagation-pipeline --canonicalize")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the module to PATH instead of stdout")
     p.add_argument("--list-passes", action="store_true",
@@ -559,9 +561,10 @@ def add_opt_arguments(p: argparse.ArgumentParser) -> None:
                         "mlir-opt does; exit 1 on any mismatch")
     p.add_argument("--allow-unregistered-dialect", action="store_true",
                    help="accept operations of dialects MLIR does not know")
-    p.add_argument("--print-ir-after-all", action="store_true",
+    p.add_argument("--print-ir-after-all", "--mlir-print-ir-after-all",
+                   action="store_true",
                    help="print the module to stderr after every pass")
-    p.add_argument("--debug-info", action="store_true",
+    p.add_argument("--debug-info", "--mlir-print-debuginfo", action="store_true",
                    help="print locations")
 
 
@@ -864,6 +867,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments; `opt` also takes mlir-opt's spellings: single-dash long
+    options, and passes as flags (`-sdy-propagation-pipeline`)."""
+    if argv[:1] != ["opt"]:
+        return parser.parse_args(argv)
+    from irshard import pipeline
+    probe = argparse.ArgumentParser(add_help=False)
+    add_opt_arguments(probe)
+    options = {s for a in probe._actions for s in a.option_strings}
+    valued = {s for a in probe._actions if a.nargs is None and a.option_strings
+              and not isinstance(a.const, bool) for s in a.option_strings}
+    args, flags = parser.parse_known_args(
+        ["opt", *pipeline.long_options(argv[1:], options | {"--help"}, valued)])
+    if flags:
+        if args.pipeline is not None:
+            raise UsageError(f"give passes either as -p PIPELINE or as flags "
+                             f"({flags[0]}), not both")
+        args.pipeline = pipeline.from_flags(flags)
+    return args
+
+
 def _check_one_line(args, argv: Sequence[str]) -> None:
     """Every argument is one line of printable text, so every message that
     quotes one stays one line. A pipeline may span lines: its whitespace is
@@ -895,7 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         interrupts.install()
         argv = list(sys.argv[1:] if argv is None else argv)
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         args.argv = argv
         _check_one_line(args, argv)
         handler: Callable | None = getattr(args, "handler", None)

@@ -319,6 +319,23 @@ def expected_diagnostics(text: str) -> tuple[list[Expected], list[tuple[int, str
     return found, problems
 
 
+# An operation as MLIR prints it: its results, then `dialect.op` (or its
+# quoted generic form).
+_OPERATION = re.compile(r'(?:%[\w#:.$-]+(?:\s*,\s*%[\w#:.$-]+)*\s*=\s*)?'
+                        r'"?[A-Za-z_][\w$]*\.[\w$.]+"?(?:\s|\(|<|\{|$)')
+
+
+def _prints_operation(diagnostic: Diagnostic, note: Diagnostic) -> bool:
+    """Whether `note` is the one MLIR attaches to print the operation at
+    fault: mlir-opt turns it off while it verifies diagnostics (MLIR's own
+    `see current operation:`, and Shardy's warnings that print the op
+    alone), where MLIR's Python context cannot."""
+    if note.message.startswith("see current operation:"):
+        return True
+    return note.kind == "note" and note.line == diagnostic.line \
+        and note.other == diagnostic.other and _OPERATION.match(note.message) is not None
+
+
 def verify(diagnostics: list[Diagnostic], expected: list[Expected],
            source: str, first_line: int) -> list[str]:
     """What differs between the diagnostics a chunk produced and those it
@@ -331,10 +348,7 @@ def verify(diagnostics: list[Diagnostic], expected: list[Expected],
         return f"{source}:{line + first_line - 1}" + (f":{column}" if column else "")
 
     for d in diagnostics:
-        # mlir-opt turns off the note printing the failing operation while
-        # it verifies diagnostics; MLIR's Python context always adds it.
-        for one in [d] + [n for n in d.notes
-                          if not n.message.startswith("see current operation:")]:
+        for one in [d] + [n for n in d.notes if not _prints_operation(d, n)]:
             near = None
             done = False
             for e in expected:

@@ -45,6 +45,51 @@ class Element:
         return self.name + (f"{{{self.options}}}" if self.options else "")
 
 
+# How mlir-opt and sdy_opt take passes on the command line: one flag each,
+# `-sdy-propagation-pipeline='keep-sharding-rules=true'`, single-dash long
+# options (`-split-input-file`) as well as double-dash ones.
+_FLAG = re.compile(r"--([A-Za-z][A-Za-z0-9_.\-]*)(?:=(.*))?\Z", re.S)
+
+
+def long_options(argv: list[str], options: set[str], valued: set[str]) -> list[str]:
+    """`argv` with mlir-opt's single-dash long options (`-split-input-file`,
+    a pass `-canonicalize`) written with two dashes; `options` are the
+    tool's own (`--pipeline`, ...), `valued` those that take the next
+    argument as their value, which is left as it is."""
+    out: list[str] = []
+    value_next = False
+    for arg in argv:
+        if value_next:
+            out.append(arg)
+            value_next = False
+            continue
+        name = arg[1:].partition("=")[0]
+        # `-ofile` and `-pcse` stay short options with their values.
+        short = f"-{name[:1]}" in options and "-" not in name
+        if len(arg) > 2 and arg[0] == "-" and arg[1] != "-" and \
+                (f"--{name}" in options or not short):
+            arg = "-" + arg
+        out.append(arg)
+        value_next = arg in valued
+    return out
+
+
+def from_flags(flags: list[str]) -> str:
+    """The pipeline that pass flags (`--canonicalize`, `--sdy-foo=a=1 b=2`)
+    name, in their order."""
+    elements = []
+    for flag in flags:
+        m = _FLAG.match(flag)
+        if m is None:
+            raise PassError(f"unrecognized argument '{flag}'; irshard opt takes "
+                            f"the options in its --help, and passes as flags "
+                            f"(--sdy-propagation-pipeline, "
+                            f"--canonicalize='max-iterations=2') or as -p PIPELINE")
+        name, options = m.group(1), m.group(2)
+        elements.append(name + (f"{{{options}}}" if options else ""))
+    return ",".join(elements)
+
+
 def _error(text: str, column: int, message: str) -> PassError:
     return PassError(f"pipeline '{text}': {message} at column {column}")
 
