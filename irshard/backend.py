@@ -626,13 +626,19 @@ def run_registered_passes(module, pipeline: str) -> None:
             raise PassFailure(e) from None
 
 
-def run_registered_passes_isolated(module, pipeline: str) -> tuple[Any, str | None]:
+def run_registered_passes_isolated(module, pipeline: str,
+                                   diagnostics: list | None = None,
+                                   record: Callable[[Any], Any] | None = None
+                                   ) -> tuple[Any, str | None]:
     """`run_registered_passes` in a forked child, so that a native crash in
     a pass (a Shardy debug option on IR it does not expect) cannot take this
     process down. Returns `(operation, None)` with the child's result, or
     `(None, why)` when the child died of a signal (`why` names it). A pass
     that fails with a diagnostic is run again here, so its `PassFailure`
-    is raised as usual. Where `fork` is missing, the passes run in-process."""
+    is raised as usual. The diagnostics of a child that succeeds (warnings,
+    remarks), each as `record` makes it (picklable), are added to
+    `diagnostics`. Where `fork` is missing, the passes run in-process."""
+    import pickle
     import faulthandler
     import signal as signals
     import warnings
@@ -662,12 +668,18 @@ def run_registered_passes_isolated(module, pipeline: str) -> tuple[Any, str | No
                 null = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(null, 1)
                 os.dup2(null, 2)
+                said: list = []
                 with operation.context:
                     # The parent's thread pool has no threads here.
                     operation.context.enable_multithreading(False)
+                    if record is not None:
+                        operation.context.attach_diagnostic_handler(
+                            lambda info: said.append(record(info)) and False)
                     _run_pipeline(operation, pipeline)
                     with open(result, "wb") as f:
                         operation.write_bytecode(f)
+                with open(result + ".said", "wb") as f:
+                    pickle.dump(said, f)
                 status = 0
             finally:
                 os._exit(status)
@@ -689,6 +701,9 @@ def run_registered_passes_isolated(module, pipeline: str) -> tuple[Any, str | No
             return operation, None
         with open(result, "rb") as f:
             data = f.read()
+        if diagnostics is not None:
+            with open(result + ".said", "rb") as f:
+                diagnostics += pickle.load(f)
         with operation.context:
             # A clone owns itself; the parsed module's operation would go
             # with the module.

@@ -106,7 +106,9 @@ def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
 
 def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
               stderr: TextIO, debug_info: bool = False, source: str = "-",
-              first_line: int = 1) -> None:
+              first_line: int = 1, diagnostics: list | None = None) -> None:
+    """Runs the steps on `module`; a step run apart in a child process adds
+    the diagnostics it made to `diagnostics`."""
     for step in steps:
         if step.irshard_pass is not None:
             step.irshard_pass.apply(module)
@@ -114,7 +116,7 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
             risky = _check_entry(module, step)
             try:
                 if risky:
-                    _run_isolated(module, step, risky)
+                    _run_isolated(module, step, risky, diagnostics)
                 else:
                     backend.run_registered_passes(
                         module, f"builtin.module({step.mlir_text})")
@@ -129,12 +131,22 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
             stderr.write(print_module(module, debug_info) + "\n")
 
 
+# Shardy's passes that take the entry function by name (and abort without
+# one); Shardy's pipelines are taken to contain one. Others run in this
+# process, where a warning Shardy gives once per process stays once.
+_ENTRY_SEEKING = ("sdy-basic-propagate", "sdy-aggressive-propagate",
+                  "sdy-op-priority-propagate", "sdy-user-priority-propagate",
+                  "sdy-add-func-data-flow-edges", "sdy-propagate-to-func-results",
+                  "sdy-remove-sub-axes-in-input-output-shardings")
+
+
 def _check_entry(module, step: pipeline.Step) -> list[str]:
     """Shardy's passes look for the module's entry and abort the process
     when there is no public function: say so instead. Where they would
     take the entry by name (a function named main, else the module's only
     function) and the module has several functions and no @main, the
-    functions' names: the step runs apart, where an abort is survived."""
+    functions' names: the step runs apart, where an abort is survived.
+    Empty for the passes that do not look for the entry."""
     from irshard import shardy
     if "sdy-" not in step.mlir_text:
         return []
@@ -147,14 +159,17 @@ def _check_entry(module, step: pipeline.Step) -> list[str]:
         raise PassError(f"pass '{step.label}' needs a public entry function, "
                         f"and the module has {what}; declare one "
                         f"'func.func @main'")
-    return names if "@main" not in names and len(names) > 1 else []
+    entry_seeking = any(name in step.mlir_text for name in _ENTRY_SEEKING) \
+        or "-pipeline" in step.mlir_text
+    return names if entry_seeking and "@main" not in names and len(names) > 1 else []
 
 
-def _run_isolated(module, step: pipeline.Step, names: list[str]) -> None:
+def _run_isolated(module, step: pipeline.Step, names: list[str],
+                  diagnostics: list | None = None) -> None:
     """Runs `step` on `module` in a child process and takes its result in
     place; a child that dies (Shardy's check for @main) is an error line."""
     operation, why = backend.run_registered_passes_isolated(
-        module, f"builtin.module({step.mlir_text})")
+        module, f"builtin.module({step.mlir_text})", diagnostics, _diagnostic)
     if operation is None:
         raise PassError(
             f"pass '{step.label}' aborted ({why}): Shardy takes the function "
@@ -411,7 +426,7 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
         try:
             module = parse_module(chunk.text, context, source, chunk.first_line)
             run_steps(module, steps, print_ir_after_all, stderr, debug_info,
-                      source, chunk.first_line)
+                      source, chunk.first_line, diagnostics)
             outputs.append(print_module(module, debug_info))
         except IrshardError as e:
             if not verify_diagnostics:
