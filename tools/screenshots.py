@@ -8,6 +8,9 @@ opens each page from file://, and saves:
 - `html-report.png`: the top of the GPT page (summary, charts) and the
   collective table, one row expanded to its why and IR;
 - `html-layout.png`: the layout viewer on a 3-D array over a 3-D mesh.
+
+`notebook.png` is taken by the example notebook's browser test:
+`IRSHARD_SCREENSHOT=docs/notebook.png pytest tests/test_notebook.py -k chromium`.
 """
 
 from __future__ import annotations
