@@ -18,7 +18,8 @@ where the command line prints its error line.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+import contextlib
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from irshard.errors import CheckFailed, UsageError
 from irshard.report import CollectiveReport
@@ -67,6 +68,16 @@ class Report(CollectiveReport):
 # Called with every report `compile` and `run` give (the pytest plugin
 # holds a test's reports to its budgets).
 _observers: list[Callable[[Report], None]] = []
+
+
+@contextlib.contextmanager
+def observing(observe: Callable[[Report], None]) -> Iterator[None]:
+    """Calls `observe` with every report `compile` and `run` give while open."""
+    _observers.append(observe)
+    try:
+        yield
+    finally:
+        _observers.remove(observe)
 
 
 def _given(report: Report) -> Report:

@@ -669,12 +669,16 @@ def run_registered_passes_isolated(module, pipeline: str,
                 os.dup2(null, 1)
                 os.dup2(null, 2)
                 said: list = []
+
+                def keep(info) -> bool:
+                    said.append(record(info))
+                    return False                # the others see it too
+
                 with operation.context:
                     # The parent's thread pool has no threads here.
                     operation.context.enable_multithreading(False)
                     if record is not None:
-                        operation.context.attach_diagnostic_handler(
-                            lambda info: said.append(record(info)) and False)
+                        operation.context.attach_diagnostic_handler(keep)
                     _run_pipeline(operation, pipeline)
                     with open(result, "wb") as f:
                         operation.write_bytecode(f)

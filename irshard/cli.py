@@ -876,8 +876,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     probe = argparse.ArgumentParser(add_help=False)
     add_opt_arguments(probe)
     options = {s for a in probe._actions for s in a.option_strings}
-    valued = {s for a in probe._actions if a.nargs is None and a.option_strings
-              and not isinstance(a.const, bool) for s in a.option_strings}
+    valued = {s for a in probe._actions if a.nargs is None for s in a.option_strings}
     args, flags = parser.parse_known_args(
         ["opt", *pipeline.long_options(argv[1:], options | {"--help"}, valued)])
     if flags:

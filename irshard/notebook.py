@@ -16,6 +16,7 @@ Pure Python: nothing here imports JAX.
 from __future__ import annotations
 
 import html
+import os
 from typing import Any, Sequence
 
 # The collectives (or a diff's changes) the summary lists, heaviest first.
@@ -105,8 +106,6 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
 
 def _headline(report) -> tuple[str, str]:
     """The program (its file's name, not its path) and the rest."""
-    import os
-
     from irshard.report import headline
     what, *rest = headline(report)
     path, colon, function = what.rpartition(":") if report.function else (what, "", "")
@@ -187,8 +186,8 @@ def report_html(report, page: str) -> str:
 def report_markdown(report) -> str:
     what, rest = _headline(report)
     lines = [f"**irshard** `{what}` " + _md(rest), ""]
-    lines += _md_table([name for name, _ in _report_facts(report)],
-                       [[value for _, value in _report_facts(report)]])
+    facts = _report_facts(report)
+    lines += _md_table([name for name, _ in facts], [[value for _, value in facts]])
     rows, more = _heaviest(report)
     if rows:
         of = f" (of {len(report.collectives)})" if more else ""
@@ -268,8 +267,8 @@ def diff_html(diff, page: str) -> str:
 
 def diff_markdown(diff) -> str:
     lines = [f"**irshard diff** A {_md(diff.a.label)}, B {_md(diff.b.label)}", ""]
-    lines += _md_table([name for name, _ in _diff_facts(diff)],
-                       [[value for _, value in _diff_facts(diff)]])
+    facts = _diff_facts(diff)
+    lines += _md_table([name for name, _ in facts], [[value for _, value in facts]])
     rows, _ = _diff_rows(diff)
     if rows:
         lines += [""] + _md_table(_DIFF_HEADER, rows)

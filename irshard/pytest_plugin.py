@@ -24,11 +24,12 @@ imports JAX, or irshard's pipeline, until a marked test runs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -68,24 +69,19 @@ def _budgets(item) -> list[str]:
     return found
 
 
-class _Given(list):
-    """The reports `irshard.compile` and `irshard.run` give while it is
-    open."""
-
-    def __enter__(self) -> "_Given":
-        from irshard import api
-        api._observers.append(self.append)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        from irshard import api
-        api._observers.remove(self.append)
+@contextlib.contextmanager
+def _given() -> Iterator[list]:
+    """The reports `irshard.compile` and `irshard.run` give while open."""
+    from irshard import api
+    given: list = []
+    with api.observing(given.append):
+        yield given
 
 
 @pytest.fixture
 def irshard_reports():
     """The reports `irshard.compile` and `irshard.run` have given the test."""
-    with _Given() as given:
+    with _given() as given:
         yield given
 
 
@@ -107,7 +103,7 @@ def pytest_pyfunc_call(pyfuncitem):
             returned.append(original(*args, **kwargs))
         pyfuncitem.obj = keeping_result
     try:
-        with _Given() as given:
+        with _given() as given:
             outcome = yield
     finally:
         pyfuncitem.obj = original
