@@ -67,13 +67,25 @@ def check_pattern(pattern: str) -> None:
 
 
 def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:
-    if not pattern:
-        return not path
-    head, rest = pattern[0], pattern[1:]
-    if head == "**":
-        return any(_match(rest, path[i:]) for i in range(len(path) + 1))
-    return bool(path) and fnmatch.fnmatchcase(path[0], head) \
-        and _match(rest, path[1:])
+    """Whether the segments of `pattern` match those of `path`: one pass
+    over the pattern keeping the set of path positions reached so far, so
+    any number of `**` segments costs O(len(pattern) * len(path)) segment
+    matches, never backtracking."""
+    reached = [True] + [False] * len(path)      # reached[i]: path[:i] matched
+    for head in pattern:
+        if head == "**":
+            # Once a position is reached, every later one is too.
+            for i in range(1, len(path) + 1):
+                reached[i] = reached[i] or reached[i - 1]
+            continue
+        step = [False] * (len(path) + 1)
+        for i in range(len(path)):
+            if reached[i] and fnmatch.fnmatchcase(path[i], head):
+                step[i + 1] = True
+        reached = step
+        if not any(reached):
+            return False
+    return reached[-1]
 
 
 def matches(pattern: str, path: str) -> bool:

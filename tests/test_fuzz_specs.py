@@ -100,3 +100,39 @@ def test_a_name_given_twice_is_an_error():
         assert "--shard a is given twice" in str(e)
     else:
         raise AssertionError("no error")
+
+
+def _reference_match(pattern, path):
+    """The glob semantics written the slow, obvious way: try every split."""
+    import fnmatch
+    if not pattern:
+        return not path
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_reference_match(rest, path[i:]) for i in range(len(path) + 1))
+    return bool(path) and fnmatch.fnmatchcase(path[0], head) \
+        and _reference_match(rest, path[1:])
+
+
+segments = st.sampled_from(["a", "b", "ab", "0"])
+pattern_segments = st.sampled_from(["a", "b", "*", "?", "a*", "[ab]", "**", "**"])
+
+
+@SETTINGS
+@given(st.lists(pattern_segments, min_size=1, max_size=7),
+       st.lists(segments, min_size=1, max_size=7))
+def test_glob_matches_as_the_obvious_backtracking_does(pattern, path):
+    from irshard import tree
+    assert tree.matches("/".join(pattern), "/".join(path)) == \
+        _reference_match(pattern, path)
+
+
+def test_glob_of_many_double_stars_does_not_backtrack():
+    # With backtracking this is exponential in the number of '**' segments
+    # and never returns; matched position by position it is immediate.
+    from irshard import tree
+    pattern = "/".join(["**"] * 400 + ["x"])
+    assert not tree.matches(pattern, "/".join(["a"] * 400 + ["y"]))
+    assert tree.matches(pattern, "/".join(["a"] * 400 + ["x"]))
+    rule = tree.Rule("/".join(["**"] * 60 + ["w"]), "x")
+    assert tree.unmatched([rule], ["params/" + "/".join(["l"] * 60) + "/b"]) == [rule]
