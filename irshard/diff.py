@@ -18,6 +18,7 @@ from typing import Any
 from irshard.errors import UsageError
 
 SCHEMA = 1
+_HINT = "give a report written by irshard compile --format json"
 
 
 @dataclass
@@ -141,25 +142,21 @@ def load(path: str, module: str | None = None, stage: str = "optimized") -> Side
                          f"(irshard compile --format json -o FILE), an HLO "
                          f"file or an XLA dump directory")
     if os.path.isfile(path) and path.endswith(".json"):
-        files.check_regular(path, "report")
-        try:
-            with open(path, encoding="utf-8") as f:
-                value = json.load(f)
-        except (OSError, UnicodeDecodeError) as e:
-            raise UsageError(f"cannot read '{path}': {e}") from None
-        except json.JSONDecodeError as e:
-            raise UsageError(f"'{path}' is not JSON ({e.msg} at line {e.lineno}); "
-                             f"give a report written by irshard compile "
-                             f"--format json") from None
+        from irshard import schema
+        value = schema.load_json(path, "report", _HINT)
         if isinstance(value, dict) and isinstance(value.get("modules"), list):
-            value = _pick([m for m in value["modules"] if _is_report(m)], path, module)
+            modules = [m for m in value["modules"] if _is_report(m)]
+            for i, m in enumerate(modules):
+                schema.check(m, schema.REPORT, f"report {path}, module {i}")
+            value = _pick(modules, path, module)
         if not _is_report(value):
             raise UsageError(f"'{path}' is not an irshard report (no "
-                             f"'collectives' list); give a report written by "
-                             f"irshard compile --format json")
+                             f"'collectives' list); {_HINT}")
         if value.get("schema", SCHEMA) != SCHEMA:
-            raise UsageError(f"'{path}' is a schema {value.get('schema')} report; "
-                             f"this irshard reads schema {SCHEMA}")
+            raise UsageError(f"'{path}' has \"schema\": "
+                             f"{json.dumps(value.get('schema'))}; this irshard "
+                             f"reads reports of schema {SCHEMA}")
+        schema.check(value, schema.REPORT, f"report {path}")
         return Side(path, value)
     from irshard import backend, dumps
     backend.configure(1, "cpu")
@@ -174,6 +171,8 @@ def side(value: Any, label: str | None = None) -> Side:
         found = load(os.fspath(value))
         return Side(found.path, found.report, label)
     if _is_report(value):
+        from irshard import schema
+        schema.check(value, schema.REPORT, "diff: the report")
         return Side(value.get("source") or "-", value, label)
     to_json = getattr(value, "to_json", None)
     if to_json is None or not hasattr(value, "collectives"):

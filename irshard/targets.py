@@ -229,17 +229,9 @@ def profile(name: str, path: str | None = None) -> Profile:
 
 
 def load_saved(path: str) -> dict[str, Any]:
-    """A profile `irshard calibrate` saved."""
-    from irshard import files
-    from irshard.errors import InputError
-    files.check_regular(path, "--profile")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError(f"--profile {path}: cannot read it as a profile: "
-                         f"{e}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("links"), dict):
-        raise InputError(f"--profile {path}: not a profile (irshard calibrate "
-                         f"-o PATH writes one)")
+    """A profile `irshard calibrate` saved, its shape checked."""
+    from irshard import schema
+    hint = "give a profile written by irshard calibrate -o PATH"
+    data = schema.load_json(path, "--profile", hint)
+    schema.check(data, schema.PROFILE, f"--profile {path}")
     return data

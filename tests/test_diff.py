@@ -115,7 +115,9 @@ def test_dump_directories(tmp_path, write):
 @pytest.mark.parametrize("content, message", [
     ("{not json", "is not JSON"),
     ('{"schema": 1, "source": "x"}', "is not an irshard report"),
-    ('{"schema": 7, "collectives": []}', "is a schema 7 report"),
+    ('{"schema": 7, "collectives": []}', 'has "schema": 7; this irshard reads '
+                                         'reports of schema 1'),
+    ('{"schema": "1", "collectives": []}', 'has "schema": "1"'),
 ])
 def test_bad_reports_are_one_line_errors(write, heat_reports, content, message):
     bad = write("bad.json", content)

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Lowest first. A module imports from its own floor or lower ones.
 FLOORS = {
     "base": ["irshard", "errors", "syntax", "files", "interrupts", "frames",
-             "specs", "tree", "matching"],
+             "specs", "tree", "matching", "schema"],
     # MLIR's dialects through jaxlib's bindings: Shardy's attributes,
     # locations, diagnostics.
     "mlir": ["shardy"],
