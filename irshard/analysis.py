@@ -21,7 +21,8 @@ from irshard import replica_groups as rg
 from irshard.frames import Frame, SourceLocation, UserCode
 from irshard.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
 from irshard.report import Collective, PackedCollective
-from irshard.specs import MeshSpec, lookup_dtype
+from irshard.errors import IRError
+from irshard.specs import MeshSpec, lookup_dtype, shown
 
 # Printed opcode -> report kind. `-start` forms are the async halves; their
 # `-done` partners are not counted again.
@@ -117,8 +118,14 @@ _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
 def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
     """Iterations of a `while`: XLA's `known_trip_count` when it has one,
     else from the pattern `for (i = c0; i < N; i += step)` in the loop."""
-    known = loop.backend_config.get("known_trip_count", {}).get("n")
+    counted = loop.backend_config.get("known_trip_count")
+    known = counted.get("n") if isinstance(counted, dict) else counted
     if known is not None:
+        if isinstance(known, bool) or not isinstance(known, (int, str)) \
+                or not str(known).isdigit():
+            raise IRError(f"%{loop.name} (while): known_trip_count "
+                          f"{shown(str(known))} is not a whole number of "
+                          f"iterations")
         return int(known)
     called = dict(loop.called_computations())
     cond = _root(view, called.get("condition", ""))
@@ -393,6 +400,18 @@ def _groups(printed: tuple[str, str], mesh: MeshSpec | None, devices: int
     return groups, axes, len(groups[0]) if groups else devices
 
 
+def _read_groups(inst: Instruction, printed: tuple[str, str],
+                 mesh: MeshSpec | None, devices: int):
+    """`_groups`, with a malformed list named as the user's IR error."""
+    try:
+        return _groups(printed, mesh, devices)
+    except (ValueError, IndexError, ZeroDivisionError, OverflowError,
+            MemoryError) as e:
+        what = "source_target_pairs" if printed[0] == "pairs" else "replica_groups"
+        raise IRError(f"%{inst.name} ({inst.opcode}): malformed {what}="
+                      f"{shown(printed[1])}: {e}") from None
+
+
 def collectives(view: HloModuleView, mesh: MeshSpec | None,
                 user_dir: str | None,
                 programs: dict[int, _Moved] | None = None,
@@ -428,11 +447,12 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
             axes = cost.slice_axes(mesh) if cost is not None and mesh else None
             group = len(groups[0]) if groups else 1
         elif kind == "collective-permute" and "source_target_pairs" in inst.attrs:
-            groups, axes, group = _groups(
-                ("pairs", inst.attrs["source_target_pairs"]), mesh, devices)
+            groups, axes, group = _read_groups(
+                inst, ("pairs", inst.attrs["source_target_pairs"]), mesh, devices)
         else:
-            groups, axes, group = _groups(
-                ("groups", inst.attrs.get("replica_groups", "{}")), mesh, devices)
+            groups, axes, group = _read_groups(
+                inst, ("groups", inst.attrs.get("replica_groups", "{}")), mesh,
+                devices)
         backend_dtype = None
         if own is not None:
             backend_dtype = hlo_dtype(leaves[0].dtype)

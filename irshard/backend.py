@@ -489,7 +489,12 @@ def describe_leaf(x) -> tuple | None:
     jax = _jax()
     sharding, weak = None, False
     if isinstance(x, jax.ShapeDtypeStruct):
-        shape, dtype, sharding, weak = x.shape, x.dtype, x.sharding, x.weak_type
+        shape, dtype, weak = x.shape, x.dtype, x.weak_type
+        # A bare PartitionSpec stands for the context mesh, which is --mesh
+        # here; reading `.sharding` would look for a `jax.set_mesh` context.
+        sharding = getattr(x, "_sharding", None)
+        if not isinstance(sharding, jax.sharding.PartitionSpec):
+            sharding = x.sharding
     elif isinstance(x, jax.Array):
         shape, dtype, sharding = x.shape, x.dtype, x.sharding
         weak = bool(getattr(x, "weak_type", False))
@@ -500,7 +505,8 @@ def describe_leaf(x) -> tuple | None:
         dtype = jax.numpy.asarray(x).dtype
     else:
         return None
-    if not isinstance(sharding, jax.sharding.NamedSharding):
+    if not isinstance(sharding, (jax.sharding.NamedSharding,
+                                 jax.sharding.PartitionSpec)):
         sharding = None
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         data = jax.eval_shape(jax.random.key_data,
@@ -548,17 +554,28 @@ def key_data_outputs(outputs) -> tuple[Any, list[str | None]]:
     return jax.tree_util.tree_map(unwrap, outputs), keys
 
 
-def partition_entries(value, mesh_names: Sequence[str], what: str):
+def partition_entries(value, mesh_axes: dict[str, int], what: str):
     """[(axes, open), ...] of a PartitionSpec or NamedSharding; None for
-    anything else. A NamedSharding's mesh must use the program's axes."""
+    anything else. A NamedSharding's mesh must have the program's axes, each
+    of the size `mesh_axes` gives it."""
     jax = _jax()
     from jax.sharding import NamedSharding, PartitionSpec
     if isinstance(value, NamedSharding):
+        sizes = dict(value.mesh.shape)
         names = tuple(value.mesh.axis_names)
+        mesh_names = list(mesh_axes)
         if not set(names) <= set(mesh_names):
             raise SpecError(f"{what}: its sharding's mesh has axes "
                             f"{', '.join(names)}, but --mesh has "
                             f"{', '.join(mesh_names)}")
+        differ = [n for n in names if sizes[n] != mesh_axes[n]]
+        if differ:
+            raise SpecError(
+                f"{what}: its sharding's mesh has "
+                + ", ".join(f"{n}={sizes[n]}" for n in differ)
+                + ", but --mesh has "
+                + ", ".join(f"{n}={mesh_axes[n]}" for n in differ)
+                + "; make them agree")
         value = value.spec
     if not isinstance(value, PartitionSpec):
         return None
@@ -803,8 +820,80 @@ def _hlo_sharding(op_sharding):
     return _hlo.HloSharding.from_proto(op_sharding)
 
 
+# XLA CHECK-fails (aborting the process) on a device list whose size does
+# not match its tiles; the text is checked before XLA sees it.
+_IOTA = re.compile(r"\[([-\d,\s]*)\]<=\[([-\d,\s]*)\](?:T\(([-\d,\s]*)\))?")
+_LISTED = re.compile(r"devices=\[([-\d,\s]*)\]((?:-?\d+,)*-?\d+)")
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{}=]*\{([^{}]*)\}")
+MAX_DEVICES = 1 << 24
+
+
+def device_list_problem(text: str) -> str | None:
+    """What is wrong with the iota (`[2,2]<=[4]`, `[4]<=[2,2]T(1,0)`) and
+    listed (`devices=[2]0,1`) device lists in printed HLO, or None."""
+    def ints(t):
+        return [int(x) for x in t.split(",") if x.strip()] if t else []
+    for m in _IOTA.finditer(text):
+        dims, reshape, perm = ints(m.group(1)), ints(m.group(2)), ints(m.group(3))
+        shown = m.group(0)
+        if not dims or not reshape or min(dims + reshape) < 1:
+            return f"'{shown}': every dimension must be at least 1"
+        if math.prod(reshape) > MAX_DEVICES:
+            return f"'{shown}': more than {MAX_DEVICES} devices"
+        if math.prod(dims) != math.prod(reshape):
+            return (f"'{shown}': {math.prod(dims)} tiles or groups but an iota "
+                    f"of {math.prod(reshape)} devices")
+        if m.group(3) is not None and sorted(perm) != list(range(len(reshape))):
+            return (f"'{shown}': T({m.group(3)}) is not a permutation of the "
+                    f"{len(reshape)} iota dimensions")
+    for m in _MESH_GROUPS.finditer(text):
+        axes = re.findall(r"'?([\w.\-]+)'?\s*=\s*(-?\d+)", m.group(1))
+        names = [a for a, _ in axes]
+        if not axes or min(int(n) for _, n in axes) < 1:
+            return f"'{m.group(0)}': every mesh axis must have a size of at least 1"
+        for item in filter(None, (i.strip() for i in m.group(2).split(","))):
+            name = re.match(r"'?([\w.\-]*)'?", item).group(1)
+            if name not in names and not (name.isdigit() and int(name) < len(names)):
+                return f"'{m.group(0)}': '{name}' is not an axis of the mesh"
+    for m in _LISTED.finditer(text):
+        dims, ids = ints(m.group(1)), ints(m.group(2))
+        if not dims or min(dims) < 1 or math.prod(dims) > MAX_DEVICES:
+            return f"'{m.group(0)}': tile counts must be from 1 to {MAX_DEVICES}"
+        if math.prod(dims) != len(ids) or min(ids) < 0:
+            return (f"'{m.group(0)}': {math.prod(dims)} tiles but "
+                    f"{len(ids)} device ids")
+    return None
+
+
+def parameter_problem(text: str) -> str | None:
+    """A computation whose `parameter(N)` numbers are not below its number
+    of parameters (XLA's parser CHECK-fails on one), or None."""
+    numbers: list[int] = []
+    name = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith("{") and "=" not in stripped.split("(", 1)[0]:
+            name, numbers = stripped.split(" ", 1)[0], []
+        elif stripped == "}" and name is not None:
+            if numbers and max(numbers) >= len(numbers):
+                return (f"computation {name} has {len(numbers)} parameters "
+                        f"but a parameter({max(numbers)})")
+            name = None
+        elif name is not None and " parameter(" in stripped:
+            m = re.search(r" parameter\((\d+)\)", stripped)
+            if m:
+                numbers.append(int(m.group(1)))
+    return None
+
+
 def hlo_sharding_from_text(text: str):
+    """XLA's sharding of printed text: IRError for a malformed device list
+    (XLA would abort), RuntimeError for what XLA's parser rejects."""
     from jaxlib import _hlo
+    problem = device_list_problem(text)
+    if problem:
+        from irshard.errors import IRError
+        raise IRError(f"malformed sharding {text}: {problem}")
     return _hlo.HloSharding.from_string(text)
 
 
@@ -891,6 +980,12 @@ def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
 def hlo_module_from_text(text: str):
     """Parses HLO text with XLA's own parser (raises ValueError)."""
     from jaxlib import _hlo
+    problem = device_list_problem(text)
+    if problem:
+        raise ValueError(f"malformed device list {problem}")
+    problem = parameter_problem(text)
+    if problem:
+        raise ValueError(problem)
     try:
         return _hlo.hlo_module_from_text(text)
     except RuntimeError as e:

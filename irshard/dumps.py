@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from irshard import analysis, backend, files
+from irshard import analysis, backend, files, hloscan
 from irshard.errors import InputError, IRError, SpecError
 from irshard.hlo import ArrayShape, HloModuleView, parse_instruction_text
 from irshard.report import CollectiveReport, TensorInfo, tensor_info
@@ -159,7 +159,6 @@ def load_view(found: FoundModule):
     (`hloscan`), or, for a serialized module or a printed form the scan
     does not read, parsed by XLA's own parser."""
     if not found.path.endswith(".pb"):
-        from irshard import hloscan
         try:
             return hloscan.ScannedModule.from_file(found.path)
         except OSError as e:
@@ -280,6 +279,18 @@ class MeshMismatch(SpecError):
 
 def report(found: FoundModule, source: str, mesh: MeshSpec | None) -> CollectiveReport:
     view = load_view(found)
+    try:
+        return _report(view, found, source, mesh)
+    except (hloscan.NeedsParser, ValueError):
+        # The scan reads lazily: a form it does not read may show only now.
+        # XLA's parser reads the module, or says what is wrong with it.
+        if isinstance(view, HloModuleView):
+            raise
+        return _report(_parsed_view(found), found, source, mesh)
+
+
+def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None
+            ) -> CollectiveReport:
     devices = view.num_partitions * view.num_replicas
     if mesh is not None and mesh.num_devices != devices:
         raise MeshMismatch(f"--mesh {mesh} has {mesh.num_devices} devices but "

@@ -27,6 +27,8 @@ from irshard.specs import MeshSpec
 from irshard.syntax import matching_bracket
 
 Groups = list[list[int]]
+MAX_DEVICES = 1 << 24
+_INTS = re.compile(r"\s*\d+(?:\s*,\s*\d+)*\s*")
 
 
 def _ints(text: str) -> list[int]:
@@ -37,8 +39,15 @@ def iota_groups(group_dims: list[int], reshape_dims: list[int],
                 perm: list[int]) -> Groups:
     """Expands `[group_dims]<=[reshape_dims]T(perm)`."""
     total = math.prod(reshape_dims)
+    if not group_dims or not reshape_dims or min(group_dims + reshape_dims) < 1:
+        raise ValueError("every dimension must be at least 1")
+    if total > MAX_DEVICES:
+        raise ValueError(f"more than {MAX_DEVICES} devices")
     if math.prod(group_dims) != total:
         raise ValueError(f"iota groups {group_dims} do not hold {total} devices")
+    if sorted(perm) != list(range(len(reshape_dims))):
+        raise ValueError(f"T({','.join(map(str, perm))}) is not a permutation "
+                         f"of the {len(reshape_dims)} iota dimensions")
     # Row-major strides of the reshaped iota, read in transposed order.
     strides = [math.prod(reshape_dims[i + 1:]) for i in range(len(reshape_dims))]
     dims = [reshape_dims[p] for p in perm]
@@ -156,21 +165,39 @@ def _parse_replica_groups(text: str, num_devices: int) -> Groups:
     if text.startswith("{"):
         if matching_bracket(text, 0) != len(text) - 1:
             raise ValueError(f"unbalanced replica groups: {text!r}")
-        groups = [_ints(g) for g in re.findall(r"\{([^{}]*)\}", text[1:-1])]
-        groups = [g for g in groups if g] if text != "{}" else []
-        return groups or [list(range(num_devices))]
+        if re.fullmatch(r"\{\s*\}", text):
+            return [list(range(num_devices))]
+        if not re.fullmatch(r"\{\s*\{[^{}]*\}(?:\s*,\s*\{[^{}]*\})*\s*\}", text):
+            raise ValueError("expected groups such as {{0,1},{2,3}}")
+        bodies = re.findall(r"\{([^{}]*)\}", text[1:-1])
+        if not all(_INTS.fullmatch(b) for b in bodies):
+            raise ValueError("each group must list device ids, e.g. {0,1}")
+        groups = [_ints(g) for g in bodies]
+        _check_ids([d for g in groups for d in g], num_devices)
+        return groups
     raise ValueError(f"unrecognised replica groups: {text!r}")
 
 
 def parse_pairs(text: str) -> list[tuple[int, int]]:
     """`{{0,1},{1,2}}` -> [(0, 1), (1, 2)]."""
+    text = text.strip()
+    if not re.fullmatch(r"\{\s*(?:\{[^{}]*\}(?:\s*,\s*\{[^{}]*\})*)?\s*\}", text):
+        raise ValueError("expected pairs such as {{0,1},{1,0}}")
     pairs = []
-    for pair in re.findall(r"\{([^{}]*)\}", text.strip()[1:-1]):
-        values = _ints(pair)
+    for pair in re.findall(r"\{([^{}]*)\}", text[1:-1]):
+        values = _ints(pair) if _INTS.fullmatch(pair) else []
         if len(values) != 2:
-            raise ValueError(f"source_target_pairs entry {{{pair}}} is not a pair")
+            raise ValueError(f"entry {{{pair}}} is not a pair of device ids")
         pairs.append((values[0], values[1]))
     return pairs
+
+
+def _check_ids(ids: list[int], num_devices: int) -> None:
+    if len(set(ids)) != len(ids):
+        raise ValueError("a device appears in more than one place")
+    if ids and max(ids) >= num_devices:
+        raise ValueError(f"device {max(ids)} is not among the program's "
+                         f"{num_devices} devices")
 
 
 def _axis_label(mesh: MeshSpec, axis: int, values: list[int]) -> str | None:
