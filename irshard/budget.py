@@ -19,6 +19,7 @@ Pure Python: nothing here imports JAX.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -72,7 +73,21 @@ def parse_budget(text: str) -> Budget:
     names = tuple(a.strip() for a in axes.split("+")) if axes else ()
     if axes and quantity in ("memory", "remat"):
         raise SpecError(f"budget '{text}': '{quantity}' is not per mesh axis")
+    twice = sorted({a for a in names if names.count(a) > 1})
+    if twice:
+        raise SpecError(f"budget '{text}': mesh axis '{twice[0]}' is named "
+                        f"twice; name each axis once, e.g. "
+                        f"'{quantity}@{'+'.join(dict.fromkeys(names))}'")
     limit = float(number) * UNITS[unit]
+    if not math.isfinite(limit) or limit > 2.0 ** 63:
+        raise SpecError(f"budget '{text}': {number}{unit} is beyond any "
+                        f"report's values; give a limit below 2^63")
+    counts = quantity in KINDS + ("collectives", "remat")
+    if counts and limit != int(limit):
+        raise SpecError(f"budget '{text}': '{quantity}' is a count; "
+                        f"give a whole number, e.g. '{quantity}"
+                        f"{'@' + axes.strip() if axes else ''}{op}"
+                        f"{math.floor(limit)}'")
     return Budget(text.strip(), quantity, names, op, limit)
 
 

@@ -48,6 +48,60 @@ class Measurement:
                 "seconds": self.seconds}
 
 
+MAX_REPEATS = 1000
+MIN_SIZES = 4           # two to fit latency and bandwidth on, two to judge
+_COMPILE_SECONDS = 0.15  # compiling one measurement's loop, about
+
+
+def check_plan(mesh: MeshSpec, sizes: Sequence[int] | None,
+               repeats: int) -> list[int]:
+    """The distinct sizes to measure, after checking that `mesh`, `sizes`
+    and `repeats` make a calibration that fits this host and ends."""
+    import os
+    from irshard.errors import UsageError
+    from irshard.report import human_bytes
+    if not any(a.size > 1 for a in mesh.axes):
+        raise UsageError(f"--mesh {mesh}: calibration needs an axis of at "
+                         f"least 2 devices")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats {repeats}: give a number of runs from 1 "
+                         f"to {MAX_REPEATS}")
+    chosen = sorted(set(sizes or DEFAULT_SIZES))
+    if len(chosen) < MIN_SIZES:
+        raise UsageError(
+            f"--sizes: {len(chosen)} different size"
+            f"{'s' if len(chosen) > 1 else ''}; give at least "
+            f"{MIN_SIZES} (half fit the latency and bandwidth, half check "
+            f"the fit), e.g. 4KiB,64KiB,1MiB,4MiB")
+    # A reduce-scatter's carry is n times its result on each of n devices,
+    # and a run holds about three copies of it.
+    n = max(a.size for a in mesh.axes)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 8 << 30
+    largest = max(1 << 12, memory // 2 // (3 * n * n))
+    if chosen[-1] > largest:
+        raise UsageError(
+            f"--sizes: {human_bytes(chosen[-1])} per device does not fit this "
+            f"host's memory over {n} devices; give sizes up to "
+            f"{human_bytes(largest)}")
+    return chosen
+
+
+def count(mesh: MeshSpec, sizes: Sequence[int]) -> int:
+    """How many measurements a calibration takes."""
+    return sum(len(KINDS) * len(sizes) for a in mesh.axes if a.size > 1)
+
+
+def expected_seconds(mesh: MeshSpec, sizes: Sequence[int], repeats: int) -> float:
+    """Roughly how long `calibrate` runs: each measurement compiles, probes
+    and times the loop `repeats` times at two trip counts, the longer aiming
+    at `_TARGET_SECONDS` more than the shorter."""
+    return count(mesh, sizes) * (_COMPILE_SECONDS
+                                 + repeats * (2 * _TARGET_SECONDS + 0.002))
+
+
 def _steps(kind: str, n: int) -> int:
     if kind == "collective-permute":
         return 1

@@ -515,15 +515,15 @@ def cmd_calibrate(args) -> int:
     from irshard import backend
     mesh = parse_mesh(args.mesh)
     check_output_path(args.output)
-    if args.repeats < 1:
-        raise UsageError(f"--repeats {args.repeats}: give at least 1")
-    backend.configure(mesh.num_devices, "cpu")
     from irshard import calibrate
-    if not any(a.size > 1 for a in mesh.axes):
-        raise UsageError(f"--mesh {mesh}: calibration needs an axis of at "
-                         f"least 2 devices")
-    result = calibrate.calibrate(mesh, args.sizes or calibrate.DEFAULT_SIZES,
-                                 args.repeats)
+    sizes = calibrate.check_plan(mesh, args.sizes, args.repeats)
+    seconds = calibrate.expected_seconds(mesh, sizes, args.repeats)
+    if seconds > 60:
+        print(f"irshard: calibrate: {calibrate.count(mesh, sizes)} "
+              f"measurements x {args.repeats} runs, about "
+              f"{seconds / 60:.0f} min", file=sys.stderr, flush=True)
+    backend.configure(mesh.num_devices, "cpu")
+    result = calibrate.calibrate(mesh, sizes, args.repeats)
     if args.output:
         from irshard.report import dumps_json
         from irshard import files

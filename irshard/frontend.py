@@ -99,6 +99,17 @@ class Placement:
         self.cluster = cluster
         self.profile = profile
         self.target = targets.parse_target(target)
+        wanted = {"tpu": ("cpu",), "gpu": ("cpu", "gpu")}.get(self.target.kind)
+        if wanted and platform not in wanted:
+            raise UsageError(
+                f"--target {self.target.text} --platform {platform}: a "
+                f"{self.target.kind.upper()} target is compiled "
+                + ("by libtpu on this host; leave --platform out"
+                   if self.target.kind == "tpu" else
+                   "for the GPUs present (--platform gpu) or estimated "
+                   "(no --platform)"))
+        if profile is not None:
+            targets.load_saved(profile)     # before anything compiles
         # A GPU target is compiled for the GPUs when asked (--platform gpu),
         # else estimated from a compile for simulated devices.
         self.platform = {"tpu": "tpu", "gpu": platform}.get(
@@ -218,7 +229,7 @@ def parse_constraints(items) -> tuple[tuple[str, str], ...]:
     from irshard.errors import SpecError
     from irshard.specs import parse_sharding
     from irshard.matching import parse_match
-    result = []
+    result, seen = [], {}
     for item in items:
         match, sep, spec = item.rpartition("=")
         if not sep or not match:
@@ -229,6 +240,11 @@ def parse_constraints(items) -> tuple[tuple[str, str], ...]:
             parse_sharding(spec)
         except SpecError as e:
             raise UsageError(f"--constrain '{item}': {e}") from None
+        if match in seen:
+            raise UsageError(
+                f"--constrain {match} is given twice ('{seen[match]}' and "
+                f"'{item}'); constrain each match once")
+        seen[match] = item
         result.append((match, spec))
     return tuple(result)
 

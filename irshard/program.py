@@ -32,7 +32,8 @@ from typing import Any, Callable, Mapping, Sequence
 from irshard import loader, tree
 from irshard.errors import InputError, SpecError, UsageError
 from irshard.specs import (MeshSpec, ShardingSpec, TensorType,
-                           check_one_line, check_sharding, lookup_dtype,
+                           check_one_line, check_sharding, check_size,
+                           lookup_dtype,
                            parse_sharding, parse_size, parse_type)
 
 
@@ -198,7 +199,8 @@ def spec_of(value: Any, rank: int, mesh: MeshSpec, what: str) -> ShardingSpec | 
         return value
     if isinstance(value, str):
         return parse_sharding(value)
-    entries = backend.partition_entries(value, mesh.names, what)
+    entries = backend.partition_entries(
+        value, {a.name: a.size for a in mesh.axes}, what)
     if entries is None:
         raise SpecError(f"{what}: {value!r} is not a sharding; give a spec "
                         f"such as 'x,_', a PartitionSpec or a NamedSharding")
@@ -218,10 +220,29 @@ def leaves_of(name: str, value: Any, mesh: MeshSpec
     among all its leaves, paths and values."""
     from irshard import backend
     import jax
-    flat, treedef = jax.tree_util.tree_flatten_with_path(value)
-    leaves, others = [], []
+    try:
+        flat, treedef = jax.tree_util.tree_flatten_with_path(value)
+    except (RecursionError, SystemError) as e:
+        if not isinstance(e, RecursionError) and \
+                not isinstance(e.__cause__, RecursionError):
+            raise
+        raise SpecError(f"argument '{name}' contains itself (or nests too "
+                        f"deeply to flatten); give it as a finite pytree of "
+                        f"arrays") from None
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"argument '{name}' is not a pytree JAX can flatten: "
+                        f"{backend.message(e)} (a dict's keys must all be of "
+                        f"one sortable type, e.g. all strings)") from None
+    leaves, others, seen = [], [], {}
     for position, (keys, x) in enumerate(flat):
         path = tree.path_of(name, keys)
+        if path in seen:
+            raise SpecError(
+                f"argument '{name}': two leaves have the path '{path}' "
+                f"({seen[path]} and {jax.tree_util.keystr(keys)}), so rules "
+                f"and reports could not tell them apart; rename a key "
+                f"(a '/' inside a key reads as a path separator)")
+        seen[path] = jax.tree_util.keystr(keys)
         ref = backend.is_ref(x)
         if ref:
             x = backend.ref_value(x)
@@ -234,6 +255,7 @@ def leaves_of(name: str, value: Any, mesh: MeshSpec
         if dtype is None:
             raise SpecError(f"input '{path}' has dtype {dtype_name}, which "
                             f"irshard cannot make values of")
+        check_size(tuple(shape), dtype, f"input '{path}'")
         ttype = TensorType(dtype, tuple(shape))
         spec = spec_of(sharding, len(shape) - (1 if key else 0), mesh,
                        f"input '{path}'") if sharding is not None else None
@@ -511,6 +533,10 @@ def parse_names(text: str | None, option: str,
         what = "argument names or numbers" if numbers else "argument names"
         raise UsageError(f"{option} {text!r}: expected {what}, comma "
                          f"separated, e.g. params,opt_state")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"{option} {text!r}: {', '.join(twice)} is named "
+                         f"twice; name each argument once")
     return names
 
 

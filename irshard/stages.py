@@ -413,9 +413,12 @@ def trace(program: Program, platform: str = "cpu",
         if raised_by_user_code(e):
             raise UserCodeError(_with_hints(describe_user_exception(e, user_dir),
                                             e, mesh)) from None
-        if program.grad is not None and "scalar" in str(e):
+        if program.grad is not None and ("scalar" in str(e)
+                                         or "real-valued" in str(e)
+                                         or "float0" in str(e)):
             raise UserCodeError(
-                f"--grad needs '{program.function}' to return a scalar: "
+                f"--grad needs '{program.function}' to return a real "
+                f"floating-point scalar: "
                 f"{backend.message(e)}") from None
         raise BackendError(f"JAX could not trace '{program.function}': "
                            f"{type(e).__name__}: {backend.message(e)}") from None

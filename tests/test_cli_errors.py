@@ -170,7 +170,7 @@ def test_grad_of_a_non_scalar_function(write, capsys):
     path = write("vec.py", "def f(a: 'f32[8]'):\n    return a * 2\n")
     assert cli.main(["compile", path, "--mesh", "x=2", "--grad"]) == 2
     err = capsys.readouterr().err
-    assert "--grad needs 'f' to return a scalar" in err
+    assert "--grad needs 'f' to return a real floating-point scalar" in err
 
 
 def test_help_does_not_import_jax():

@@ -1,0 +1,190 @@
+"""Odd inputs from an audit of the newer surfaces: each once crashed, hung,
+exited 3 or was accepted without a word. Each now ends in one
+`irshard: error:` line with exit 2 naming what is accepted, or works."""
+
+import os
+import textwrap
+
+import pytest
+
+from irshard import cli
+from irshard.budget import parse_budget
+from irshard.errors import SpecError
+from tests.conftest import EXAMPLES, run_irshard
+
+MATMUL = os.path.join(EXAMPLES, "matmul.py")
+
+ARGS = textwrap.dedent("""\
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    def f(x):
+        return x * 2
+
+    def g(p):
+        return jax.tree_util.tree_reduce(lambda a, b: a + b.sum(), p, 0.0)
+
+    def h(a, b):
+        return (a.astype(jnp.float32) * b).sum()
+
+    def huge():
+        return (jax.ShapeDtypeStruct((2 ** 63,), jnp.float32),)
+
+    def overflowing():
+        return (jax.ShapeDtypeStruct((2 ** 40, 2 ** 30), jnp.float32),)
+
+    def bare():
+        return (jax.ShapeDtypeStruct((8,), jnp.float32, sharding=P("x")),)
+
+    def bare_unknown():
+        return (jax.ShapeDtypeStruct((8,), jnp.float32, sharding=P("z")),)
+
+    def other_mesh():
+        mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+        return (jax.ShapeDtypeStruct((8,), jnp.float32,
+                                     sharding=NamedSharding(mesh, P("x"))),)
+
+    def itself():
+        d = {}
+        d["a"] = d
+        return (d,)
+
+    def mixed_keys():
+        return ({0: jnp.ones(4), "0": jnp.ones(4)},)
+
+    def slashed():
+        return ({"a/b": jnp.ones(4), "a": {"b": jnp.ones(4)}},)
+
+    def complex_args():
+        return (jnp.ones(4, jnp.complex64),)
+
+    def int_and_float():
+        return (jnp.ones(4, jnp.int32), jnp.ones(4))
+    """)
+
+
+@pytest.fixture
+def args_file(write):
+    return write("args.py", ARGS)
+
+
+CASES = [
+    # (argv after FILE, the message's essential part)
+    (["--fn", "f", "--args", "huge", "--mesh", "x=2"],
+     "input 'x': the tensor is 36893488147419103232 bytes (2^65 or more); "
+     "irshard handles tensors below 2^60 bytes"),
+    (["--fn", "f", "--args", "bare_unknown", "--mesh", "x=2"],
+     "unknown mesh axis 'z'; the mesh has axes x"),
+    (["--fn", "f", "--args", "other_mesh", "--mesh", "x=2"],
+     "input 'x': its sharding's mesh has x=1, but --mesh has x=2"),
+    (["--fn", "g", "--args", "itself", "--mesh", "x=2"],
+     "argument 'p' contains itself (or nests too deeply to flatten)"),
+    (["--fn", "g", "--args", "mixed_keys", "--mesh", "x=2"],
+     "argument 'p' is not a pytree JAX can flatten"),
+    (["--fn", "g", "--args", "slashed", "--mesh", "x=2"],
+     "argument 'p': two leaves have the path 'p/a/b'"),
+    (["--fn", "g", "--args", "complex_args", "--mesh", "x=2", "--grad"],
+     "--grad needs 'g' to return a real floating-point scalar"),
+    (["--fn", "h", "--args", "int_and_float", "--mesh", "x=2", "--grad", "a"],
+     "--grad: 'h' has no floating-point leaf in a"),
+    (["--fn", "h", "--args", "int_and_float", "--mesh", "x=2", "--grad", "b,b"],
+     "--grad 'b,b': b is named twice; name each argument once"),
+    (["--fn", "h", "--args", "int_and_float", "--mesh", "x=2", "--static", "a,a"],
+     "--static 'a,a': a is named twice"),
+]
+
+
+@pytest.mark.parametrize("argv, message", CASES)
+def test_args_functions(argv, message, args_file, tmp_path, capsys):
+    output = str(tmp_path / "r.txt")
+    assert cli.main(["compile", args_file, *argv, "-o", output]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("irshard: error: "), captured.err
+    assert message in lines[0]
+    assert not os.path.exists(output)
+
+
+def test_an_overflowing_shape_never_reaches_xla(args_file):
+    # XLA aborts on it, its message lost in the redirected native stderr.
+    done = run_irshard("compile", args_file, "--fn", "f", "--args",
+                       "overflowing", "--mesh", "x=2")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "the tensor is 4722366482869645213696 bytes" in done.stderr
+
+
+def test_a_bare_partition_spec_means_the_mesh_given(args_file, capsys):
+    assert cli.main(["compile", args_file, "--fn", "f", "--args", "bare",
+                     "--mesh", "x=2", "--format", "json"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["inputs"][0]["sharding"] == ["x"]
+    assert report["inputs"][0]["local_shape"] == [4]
+
+
+OTHER_CASES = [
+    (["compile", MATMUL, "--mesh", "x=2,y=2", "--constrain", "dot_general=x,_",
+      "--constrain", "dot_general=_,y"],
+     "--constrain dot_general is given twice"),
+    (["compile", MATMUL, "--mesh", "x=2,y=2", "--target", "tpu-v5e:2x2",
+      "--platform", "gpu"],
+     "--target tpu-v5e:2x2 --platform gpu: a TPU target is compiled by libtpu "
+     "on this host; leave --platform out"),
+    (["compile", MATMUL, "--mesh", "x=2,y=2", "--budget", "all-gather@x+x<=2"],
+     "mesh axis 'x' is named twice"),
+    (["compile", MATMUL, "--mesh", "x=2,y=2", "--budget", "all-gather<=2.5"],
+     "'all-gather' is a count; give a whole number, e.g. 'all-gather<=2'"),
+    (["compile", MATMUL, "--mesh", "x=2,y=2", "--budget", "bytes<=1e400"],
+     "1e400 is beyond any report's values"),
+    (["calibrate", "--mesh", "x=2", "--repeats", "99999999999999999999"],
+     "--repeats 99999999999999999999: give a number of runs from 1 to 1000"),
+    (["calibrate", "--mesh", "x=2", "--repeats", "0"], "from 1 to 1000"),
+    (["calibrate", "--mesh", "x=2", "--sizes", "4KiB"],
+     "--sizes: 1 different size; give at least 4"),
+    (["calibrate", "--mesh", "x=2", "--sizes", "4KiB,4KiB,8KiB"],
+     "--sizes: 2 different sizes; give at least 4"),
+    (["calibrate", "--mesh", "x=2", "--sizes", "4KiB,8KiB,16KiB,1000GiB"],
+     "--sizes: 1000.0 GiB per device does not fit this host's memory over 2 "
+     "devices; give sizes up to"),
+    (["calibrate", "--mesh", "x=1"], "calibration needs an axis of at least 2"),
+]
+
+
+@pytest.mark.parametrize("argv, message", OTHER_CASES)
+def test_other_options(argv, message, capsys):
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == ""
+    assert len(lines) == 1 and lines[0].startswith("irshard: error: "), captured.err
+    assert message in lines[0]
+
+
+def test_budget_limits_that_are_counts_and_finite():
+    assert parse_budget("collectives<=2.0").limit == 2
+    assert parse_budget("bytes<=1.5KiB").limit == 1536
+    assert parse_budget("time<=1e-3").limit == 1e-3
+    assert parse_budget("all-gather@x+y<=2").axes == ("x", "y")
+    for text in ("remat==0.5", "bytes<=1e400", "wire_bytes<=inf",
+                 "all-reduce@y+x+y<=1"):
+        with pytest.raises(SpecError):
+            parse_budget(text)
+
+
+def test_a_long_calibration_says_how_long(monkeypatch, capsys):
+    from irshard import calibrate
+    seen = {}
+
+    def fake(mesh, sizes, repeats):
+        seen.update(sizes=sizes, repeats=repeats)
+        return {"mesh": str(mesh), "links": {"host": {
+            "bandwidth": {"value": 1e9}, "latency": {"value": 1e-6}}},
+            "error": 0.1, "held_out": 0, "measurements": []}
+    monkeypatch.setattr(calibrate, "calibrate", fake)
+    assert cli.main(["calibrate", "--mesh", "x=2", "--repeats", "1000"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("irshard: calibrate: 30 measurements x 1000 runs, about ")
+    assert err.rstrip().endswith(" min")
+    assert seen == {"sizes": sorted(calibrate.DEFAULT_SIZES), "repeats": 1000}
