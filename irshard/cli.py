@@ -896,7 +896,10 @@ def _check_one_line(args, argv: Sequence[str]) -> None:
     if pipeline is not None:
         args.pipeline = re.sub(r"\s", " ", pipeline)
     for arg in argv:
-        if arg is not pipeline and not all(c.isprintable() for c in arg):
+        # A path that is not UTF-8 (legal on Linux) arrives with its bytes
+        # as lone surrogates (PEP 383): those are one line too.
+        if arg is not pipeline and not all(c.isprintable() or "\udc80" <= c <= "\udcff"
+                                           for c in arg):
             raise UsageError(f"argument {arg!r} contains a control character "
                              f"(a newline, tab, ...); give it on one line")
 

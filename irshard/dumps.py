@@ -300,7 +300,7 @@ def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None
         if mesh is not None and mesh.num_devices != devices:
             mesh = None
     return CollectiveReport(
-        source=source, function=None, stage_name=found.stage, mesh=mesh,
+        source=files.shown_path(source), function=None, stage_name=found.stage, mesh=mesh,
         platform=None, inputs=_parameters(view, mesh, found.sibling_text),
         outputs=(),
         collectives=tuple(analysis.collectives(view, mesh, None)),

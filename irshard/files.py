@@ -25,6 +25,11 @@ from typing import IO, Iterable, Iterator
 from irshard.errors import InputError, OutputError
 
 
+# Text out is UTF-8; a path that is not (its bytes held as lone surrogates)
+# is written back as its own bytes.
+_TEXT = {"encoding": "utf-8", "errors": "surrogateescape"}
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -63,7 +68,7 @@ def _through(real: str, binary: bool) -> Iterator[IO]:
     names) without replacing it."""
     fd = os.open(real, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "wb" if binary else "w",
-                   **({} if binary else {"encoding": "utf-8"})) as f:
+                   **({} if binary else _TEXT)) as f:
         yield f
 
 
@@ -76,7 +81,7 @@ def _replacing(real: str, binary: bool) -> Iterator[IO]:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".irshard-")
     try:
         with os.fdopen(fd, "wb" if binary else "w",
-                       **({} if binary else {"encoding": "utf-8"})) as f:
+                       **({} if binary else _TEXT)) as f:
             yield f
             f.flush()
             if existing is not None:
@@ -148,8 +153,7 @@ class _Stdout:
                 sys.stdout.flush()
                 self._saved_fd = os.dup(1)
                 os.dup2(2, 1)
-                real = os.fdopen(self._saved_fd, "w", encoding="utf-8",
-                                 closefd=False)
+                real = os.fdopen(self._saved_fd, "w", closefd=False, **_TEXT)
             except OSError:
                 self._saved_fd = None
         self.stream = real
@@ -261,3 +265,24 @@ def check_regular(path: str, what: str) -> None:
     if not stat.S_ISREG(mode):
         raise InputError(f"{what} '{path}' is not a regular file (a FIFO or "
                          f"device); give a file")
+
+
+def shown_path(path: str) -> str:
+    """`path` as text every writer can print: a name that is not UTF-8
+    (its bytes held as lone surrogates, PEP 383) shows those bytes as
+    `\\xNN`, as Python prints them."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def real_path(shown: str) -> str:
+    """The path `shown_path` showed as `shown` (`\\xNN` of a byte that is
+    not UTF-8 back to that byte)."""
+    if "\\x" not in shown:
+        return shown
+    import re
+    return re.sub(r"\\x([89a-f][0-9a-f])", lambda m: chr(0xdc00 + int(m.group(1), 16)),
+                  shown)

@@ -18,6 +18,8 @@ import os
 import re
 from typing import Any, Iterable, Sequence
 
+from irshard import files
+
 # A file larger than this is not embedded in the source view.
 MAX_SOURCE_BYTES = 2 << 20
 # Lines of IR shown before and after a collective's own, within its
@@ -112,17 +114,44 @@ def read_sources(report: dict[str, Any], user_dir: str | None = None
                          os.getcwd()) if r is not None]
     result: dict[str, list[str]] = {}
     for name in _sources_named(report):
-        path = _resolve(name, roots)
+        path = _resolve(name, roots) or _resolve(files.real_path(name), roots)
         if path is None:
             continue
         try:
             if os.path.getsize(path) > MAX_SOURCE_BYTES:
                 continue
-            with open(path, encoding="utf-8", errors="replace") as f:
-                result[name] = f.read().splitlines()
+            result[name] = source_lines(_decoded(path))
         except OSError:
             continue
     return result
+
+
+def _decoded(path: str) -> str:
+    """A source file's text: Python's own decoding for a .py file (its
+    coding declaration), else UTF-8; undecodable bytes replaced."""
+    with open(path, "rb") as f:
+        data = f.read()
+    encoding = "utf-8"
+    if path.endswith(".py"):
+        import io
+        import tokenize
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError:
+            pass
+    try:
+        return data.decode(encoding, errors="replace")
+    except LookupError:
+        return data.decode("utf-8", errors="replace")
+
+
+def source_lines(text: str) -> list[str]:
+    """Lines as Python numbers them (\n, \r\n and \r end a line; a form
+    feed or U+2028 does not, where `str.splitlines` would split)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 _INSTRUCTION = re.compile(r"\s*(?:ROOT\s+)?%?([^\s=%]+)\s*=")

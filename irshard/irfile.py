@@ -81,7 +81,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     from irshard.annotation import annotate
     context = backend.ir_context()
     module = opt.parse_module(data, context, path)
-    shardy.name_locations(module, path)
+    shardy.name_locations(module, files.shown_path(path))
     with context:
         main = shardy.entry_function(module)
         gspmd.import_frontend_attributes(module)
@@ -104,7 +104,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     if note:
         notes = (note,) + notes
     info = stages.ProgramInfo(
-        source=path, function="main",
+        source=files.shown_path(path), function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
         platform=place.platform, inputs=inputs, outputs=tuple(outputs),
         notes=notes, target=place.target, profile=place.profile,

@@ -52,6 +52,14 @@ def describe_user_exception(exc: BaseException, user_dir: str) -> str:
     return f"{display_path(frame.filename)}:{frame.lineno}: in {frame.name}: {text}"
 
 
+def read_source(path: str) -> str:
+    """A Python file's text, decoded as Python does: UTF-8 unless a coding
+    declaration (PEP 263) or a BOM says otherwise."""
+    import tokenize
+    with tokenize.open(path) as f:
+        return f.read()
+
+
 def load_module(path: str) -> types.ModuleType:
     """Imports the Python file at `path` as a module."""
     if not os.path.exists(path):
@@ -63,12 +71,13 @@ def load_module(path: str) -> types.ModuleType:
         raise InputError(f"'{path}' is not a Python file; expected a .py file "
                          f"(or a .mlir module)")
     try:
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+        source = read_source(path)
+    except (OSError, UnicodeDecodeError, SyntaxError) as e:
         raise InputError(f"cannot read '{path}': {e}") from None
     try:
-        code = compile(source, path, "exec")
+        # The code's file name goes into JAX's locations (C++ strings): a
+        # path that is not UTF-8 goes as it is shown.
+        code = compile(source, files.shown_path(path), "exec")
     except SyntaxError as e:
         where = f"{display_path(path)}:{e.lineno}"
         if e.offset:
@@ -81,7 +90,7 @@ def load_module(path: str) -> types.ModuleType:
     stem = os.path.splitext(os.path.basename(path))[0]
     name = stem if stem.isidentifier() and stem not in sys.modules \
         else "_irshard_user_" + hashlib.sha1(
-            os.path.abspath(path).encode()).hexdigest()[:12]
+            os.fsencode(os.path.abspath(path))).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
-from irshard import analysis, backend, tree
+from irshard import analysis, backend, files, tree
 from irshard.errors import BackendError, UserCodeError
 from irshard.hlo import HloModuleView
 from irshard.loader import describe_user_exception, raised_by_user_code
@@ -426,7 +426,8 @@ def trace(program: Program, platform: str = "cpu",
              {i: leaf.sharding for i, leaf in enumerate(program.inputs)},
              dict(program.out_shardings))
     info = ProgramInfo(
-        source=program.source, function=program.function, user_dir=user_dir,
+        source=files.shown_path(program.source), function=program.function,
+        user_dir=user_dir,
         mesh=mesh, platform=platform,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
                                 leaf.key, leaf.sharding,

@@ -188,3 +188,80 @@ def test_a_long_calibration_says_how_long(monkeypatch, capsys):
     assert err.startswith("irshard: calibrate: 30 measurements x 1000 runs, about ")
     assert err.rstrip().endswith(" min")
     assert seen == {"sizes": sorted(calibrate.DEFAULT_SIZES), "repeats": 1000}
+
+
+NOT_UTF8 = b"mat\xffmul"
+
+
+def test_a_path_that_is_not_utf8(tmp_path, capsys):
+    """Legal on Linux: the file is read and written, and every report
+    shows the name as Python prints it (\\xff)."""
+    import json
+    import shutil
+    raw = os.fsencode(str(tmp_path)) + b"/" + NOT_UTF8
+    source = os.fsdecode(raw + b".py")
+    shutil.copy(MATMUL, source)
+    for fmt in ("text", "json", "html"):
+        out = os.fsdecode(raw + b"." + fmt.encode())
+        assert cli.main(["compile", source, "--mesh", "x=2,y=2", "--format", fmt,
+                         "-o", out]) == 0, capsys.readouterr().err
+    report = json.loads(open(os.fsdecode(raw + b".json"), encoding="utf-8").read())
+    assert report["source"].endswith("mat\\xffmul.py")
+    assert {c["source"]["file"] for c in report["collectives"]} == {"mat\\xffmul.py"}
+    with open(os.fsdecode(raw + b".text"), "rb") as f:
+        assert f.readline().startswith(
+            os.fsencode(str(tmp_path)) + b"/mat\\xffmul.py:matmul")
+    # The page's source view finds the file behind the shown name.
+    from irshard import htmlreport
+    assert "def matmul" in "\n".join(htmlreport.read_sources(report)["mat\\xffmul.py"])
+    # A module at such a path, and HLO.
+    mlir = os.fsdecode(raw + b".mlir")
+    assert cli.main(["compile", source, "--mesh", "x=2,y=2", "--emit", "stablehlo",
+                     "-o", mlir]) == 0
+    assert cli.main(["compile", mlir, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"].endswith("mat\\xffmul.mlir")
+    hlo = os.fsdecode(raw + b".hlo")
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data",
+                             "known_trip_count.hlo"), hlo)
+    assert cli.main(["collectives", hlo, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"].endswith("mat\\xffmul.hlo")
+
+
+SOURCE = (
+    "# -*- coding: latin-1 -*-\n"
+    "# caf\xe9\n"
+    "# a form feed: \x0c and a line separator: \u2028 mid-line\n"
+    "def f(a: 'f32[8,8]'):\n"
+    "    return a @ a.T\n")
+
+
+def _compiled_json(path, capsys):
+    import json
+    assert cli.main(["compile", str(path), "--mesh", "x=2", "--shard", "a=x,_",
+                     "--format", "json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_latin1_source_and_python_s_line_numbers(tmp_path, capsys):
+    """A coding declaration is honoured (in the import and the source view),
+    and lines are numbered as Python numbers them: a form feed or U+2028
+    does not end a line."""
+    from irshard import htmlreport
+    path = tmp_path / "lat.py"
+    path.write_bytes(SOURCE.replace("\u2028", "").encode("latin-1"))
+    report = _compiled_json(path, capsys)
+    (line,) = {c["source"]["line"] for c in report["collectives"]}
+    assert line == 5
+    lines = htmlreport.read_sources(report)["lat.py"]
+    assert lines[1] == "# caf\xe9" and lines[line - 1] == "    return a @ a.T"
+    assert cli.main(["compile", str(path), "--mesh", "x=2", "--shard", "a=x,_",
+                     "--format", "html", "-o", str(tmp_path / "lat.html")]) == 0
+    # UTF-8, with a real U+2028 inside a comment.
+    utf8 = tmp_path / "sep.py"
+    utf8.write_text(SOURCE.replace("latin-1", "utf-8"), encoding="utf-8")
+    report = _compiled_json(utf8, capsys)
+    (line,) = {c["source"]["line"] for c in report["collectives"]}
+    lines = htmlreport.read_sources(report)["sep.py"]
+    assert line == 5 and lines[line - 1] == "    return a @ a.T" and len(lines) == 5
+    assert htmlreport.source_lines("a\r\nb\rc\x0cd\u2028e\n") == \
+        ["a", "b", "c\x0cd\u2028e"]
