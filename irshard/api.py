@@ -99,11 +99,96 @@ def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     return diffing.compare(diffing.side(a, name_a), diffing.side(b, name_b))
 
 
+# ---------------------------------------------------------------------------
+# Arguments, checked before anything starts: a wrong type is a UsageError
+# naming the argument and what it takes, never a TypeError from deep inside.
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _wrong(name: str, value: Any, wanted: str) -> UsageError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return UsageError(f"{name}={shown}: expected {wanted}")
+
+
+def _check_platform(platform: Any) -> None:
+    from irshard.backend import PLATFORMS
+    if platform not in PLATFORMS:
+        raise _wrong("platform", platform, " or ".join(repr(p) for p in PLATFORMS))
+
+
+def _number_list(name: str, value: Any) -> tuple[int, ...]:
+    """An int or a sequence of ints, as `jax.jit`'s `static_argnums`."""
+    if _is_int(value):
+        return (value,)
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) \
+            or not all(_is_int(v) for v in value):
+        raise _wrong(name, value, "an argument number or a sequence of them, "
+                                  "e.g. 0 or (0, 2)")
+    return tuple(value)
+
+
+def _pairs(name: str, value: Any, example: str) -> list[tuple[str, Any]]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or \
+            not all(isinstance(p, (tuple, list)) and len(p) == 2
+                    and isinstance(p[0], str) for p in value):
+        raise _wrong(name, value, f"a list of (pattern, spec) pairs, e.g. {example}")
+    return [tuple(p) for p in value]
+
+
+def _check_common(rules, static_argnums, grad, out_shardings, target, profile,
+                  constraints, platform, axis_types) -> tuple:
+    rules = _pairs("rules", rules, "[('params/**/w', 'x,_')]")
+    constraints = _pairs("constraints", constraints, "[('dot_general', '_,tp')]")
+    numbers = _number_list("static_argnums", static_argnums)
+    if not (grad is None or isinstance(grad, (bool, str))
+            or (isinstance(grad, Sequence) and all(isinstance(g, str) for g in grad))):
+        raise _wrong("grad", grad, "True, an argument name, or a list of names")
+    if out_shardings is not None and (not isinstance(out_shardings, Mapping) or
+                                      not all(_is_int(k) for k in out_shardings)):
+        raise _wrong("out_shardings", out_shardings,
+                     "a mapping of output index to spec, e.g. {0: '_,tp'}")
+    for name, value in (("target", target), ("profile", profile)):
+        if value is not None and not isinstance(value, str):
+            raise _wrong(name, value, "a string (as --" + name + ")")
+    if axis_types is not None and not (isinstance(axis_types, str) or (
+            isinstance(axis_types, Sequence)
+            and all(isinstance(t, str) for t in axis_types))):
+        raise _wrong("axis_types", axis_types, "a string such as 'explicit' or "
+                                               "one per axis")
+    _check_platform(platform)
+    return rules, numbers, constraints
+
+
+def _check_run(seed, rtol, atol, repeat, ranges, check) -> None:
+    import math
+    if not _is_int(seed):
+        raise _wrong("seed", seed, "an integer")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise _wrong(name, value, "a non-negative number")
+    if repeat is not None and (not _is_int(repeat) or repeat < 1):
+        raise _wrong("repeat", repeat, "a positive integer")
+    if ranges is not None and not isinstance(ranges, Mapping):
+        raise _wrong("ranges", ranges, "a mapping of path pattern to (low, high)")
+    if not isinstance(check, bool):
+        raise _wrong("check", check, "True or False")
+
+
 def configure(devices: int = 8, platform: str = "cpu") -> None:
     """Asks for `devices` simulated CPU devices. Call it before anything
     uses JAX; it does nothing when the platform already has enough, and
     says so when JAX started with fewer."""
     from irshard import backend
+    if not _is_int(devices) or not 1 <= devices <= backend.MAX_CPU_DEVICES:
+        raise _wrong("devices", devices, f"a whole number of devices from 1 "
+                                         f"to {backend.MAX_CPU_DEVICES}")
+    _check_platform(platform)
     if backend.started():
         have = backend.device_count(platform)
         if have < devices:
@@ -128,11 +213,17 @@ def _mesh(mesh: Any, axis_types: str | Sequence[str] | None
                 axis_types = ",".join(str(t) for t in axis_types)
             spec = parse_axis_types(axis_types, spec)
         return spec, None
-    shape = getattr(mesh, "shape", None)
-    devices = getattr(mesh, "devices", None)
+    try:
+        shape = getattr(mesh, "shape", None)
+        devices = getattr(mesh, "devices", None)
+        devices.flat
+    except Exception:
+        # An AbstractMesh has no devices (reading them raises).
+        shape = devices = None
     if not hasattr(shape, "items") or devices is None:
         raise UsageError(f"mesh: expected a spec such as 'dp=2,tp=4' or a "
-                         f"jax.sharding.Mesh, not {type(mesh).__name__}")
+                         f"jax.sharding.Mesh (with devices), not "
+                         f"{type(mesh).__name__}")
     if axis_types is not None:
         raise UsageError("axis_types: a jax.sharding.Mesh brings its own axis "
                          "types; give them to jax.make_mesh(axis_types=...)")
@@ -148,6 +239,9 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               platform: str, reference=None, target=None, profile=None,
               runnable=False, constraints=(), axis_types=None):
     from irshard import frontend, program, stages
+    rules, static_argnums, constraints = _check_common(
+        rules, static_argnums, grad, out_shardings, target, profile,
+        constraints, platform, axis_types)
     mesh_spec, devices = _mesh(mesh, axis_types)
     place = frontend.Placement(target, platform, profile)
     if runnable:
@@ -171,7 +265,7 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
 
 def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
-            static_argnums: Sequence[int] = (),
+            static_argnums: int | Sequence[int] = (),
             grad: bool | str | Sequence[str] | None = None,
             out_shardings: Mapping[int, str] | None = None,
             target: str | None = None, profile: str | None = None,
@@ -197,14 +291,16 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     shardings in their types; a `jax.sharding.Mesh` brings its own."""
     from irshard import explain as explaining
     from irshard import stages
+    if not isinstance(explain, bool):
+        raise _wrong("explain", explain, "True or False")
+    if stage not in ("optimized", "partitioned"):
+        raise UsageError(f"stage '{stage}': the report reads optimized or "
+                         f"partitioned HLO")
     _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                      static_argnums, grad, out_shardings, platform,
                                      target=target, profile=profile,
                                      constraints=constraints,
                                      axis_types=axis_types)
-    if stage not in ("optimized", "partitioned"):
-        raise UsageError(f"stage '{stage}': the report reads optimized or "
-                         f"partitioned HLO")
     read = compiled.partitioned() if stage == "partitioned" else compiled
     report = read.report()
     if explain:
@@ -214,7 +310,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
 
 def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
-        static_argnums: Sequence[int] = (),
+        static_argnums: int | Sequence[int] = (),
         grad: bool | str | Sequence[str] | None = None,
         out_shardings: Mapping[int, str] | None = None,
         check: bool = False, rtol: float | None = None, atol: float | None = None,
@@ -230,6 +326,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     `report` attribute holds the report)."""
     from irshard import execution as running
     from irshard import stages
+    _check_run(seed, rtol, atol, repeat, ranges, check)
     prog, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                         static_argnums, grad, out_shardings,
                                         platform, reference, runnable=True,

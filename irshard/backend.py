@@ -53,7 +53,18 @@ def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> N
             flags = flags.replace(m.group(0),
                                   f"{_DEVICE_COUNT_FLAG}={num_devices}")
         os.environ["XLA_FLAGS"] = flags
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # Only the platform asked for (and the CPU, which hosts a program's
+    # callbacks) starts: another's plugin (libtpu) would print its own
+    # start-up failures. JAX reads the variable when it is imported; a
+    # process that imported it already is told through its config.
+    wanted = "cpu" if platform == "cpu" else f"{platform},cpu"
+    if "JAX_PLATFORMS" not in os.environ:
+        os.environ["JAX_PLATFORMS"] = wanted
+        import sys
+        if "jax" in sys.modules and not started():
+            config = sys.modules["jax"].config
+            if not config.jax_platforms:
+                config.update("jax_platforms", wanted)
     # XLA's warnings (level 1) are kept: the partitioner's are captured while
     # compiling and reported as findings; its informational chatter is not.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

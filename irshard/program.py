@@ -305,7 +305,8 @@ def parse_overrides(items: Sequence[str]) -> list[tree.Rule]:
         if pattern in seen:
             continue
         seen.add(pattern)
-        rules.append(tree.Rule(pattern, parse_sharding(spec), f"{pattern}={spec}"))
+        rules.append(tree.Rule(pattern, parse_sharding(spec), f"{pattern}={spec}",
+                               "--override-shard"))
     return rules
 
 
@@ -317,15 +318,17 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
     against its shape and the mesh; errors name the leaf and the rule."""
     paths = [leaf.path for leaf in leaves]
     for rule in tree.unmatched(rules, paths):
-        raise SpecError(f"{option} {rule.text}: '{rule.pattern}' matches no "
-                        f"input; the inputs are {tree.listing(paths)}")
+        raise SpecError(f"{rule.option or option} {rule.text}: "
+                        f"'{rule.pattern}' matches no input; the inputs are "
+                        f"{tree.listing(paths)}")
     result = []
     for leaf in leaves:
         rank = leaf.type.rank - (1 if leaf.key else 0)
         rule = tree.first_match(rules, leaf.path)
         sharding, subject = leaf.sharding, f"input '{leaf.path}'"
         if rule is not None:
-            subject = f"input '{leaf.path}' (rule {option} {rule.text})"
+            subject = (f"input '{leaf.path}' (rule {rule.option or option} "
+                       f"{rule.text})")
             sharding = spec_of(rule.value, rank, mesh, subject)
         elif prefixes:
             found = tree.prefix_value(dict(prefixes), leaf.path)

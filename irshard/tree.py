@@ -100,6 +100,8 @@ class Rule(Generic[T]):
     pattern: str
     value: T
     text: str = ""          # as the user wrote it, for messages
+    option: str = ""        # where it was given (--override-shard), if not
+                            # where its list's messages say
 
     def __post_init__(self):
         check_pattern(self.pattern)

@@ -265,3 +265,101 @@ def test_a_latin1_source_and_python_s_line_numbers(tmp_path, capsys):
     assert line == 5 and lines[line - 1] == "    return a @ a.T" and len(lines) == 5
     assert htmlreport.source_lines("a\r\nb\rc\x0cd\u2028e\n") == \
         ["a", "b", "c\x0cd\u2028e"]
+
+
+API_CASES = [
+    (dict(rules="**=x"), "rules='**=x': expected a list of (pattern, spec) pairs"),
+    (dict(static_argnums="0"), "static_argnums='0': expected an argument number"),
+    (dict(static_argnums=[True]), "static_argnums=[True]"),
+    (dict(grad=5), "grad=5: expected True, an argument name, or a list of names"),
+    (dict(target=5), "target=5: expected a string (as --target)"),
+    (dict(profile=["p.json"]), "profile=['p.json']: expected a string"),
+    (dict(out_shardings=[1]), "out_shardings=[1]: expected a mapping of output index"),
+    (dict(constraints="dot_general=x"), "constraints='dot_general=x': expected a list"),
+    (dict(platform="xpu"), "platform='xpu': expected 'cpu' or 'gpu' or 'tpu'"),
+    (dict(axis_types=3), "axis_types=3: expected a string"),
+    (dict(explain="yes"), "explain='yes': expected True or False"),
+    (dict(stage="hlo"), "stage 'hlo': the report reads optimized or partitioned"),
+]
+
+
+def _matmul(a, b):
+    return (a @ b).sum()
+
+
+@pytest.mark.parametrize("kwargs, message", API_CASES)
+def test_api_arguments_of_the_wrong_type(kwargs, message):
+    import jax
+    import jax.numpy as jnp
+
+    import irshard
+    x = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    with pytest.raises(irshard.UsageError) as e:
+        irshard.compile(_matmul, x, x, mesh="x=2", **kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(seed="a"), "seed='a': expected an integer"),
+    (dict(rtol=-1), "rtol=-1: expected a non-negative number"),
+    (dict(atol=float("nan")), "atol=nan"),
+    (dict(repeat=0), "repeat=0: expected a positive integer"),
+    (dict(ranges=[("a", (0, 1))]), "ranges="),
+    (dict(check=1), "check=1: expected True or False"),
+])
+def test_run_arguments_of_the_wrong_type(kwargs, message):
+    import jax.numpy as jnp
+
+    import irshard
+    with pytest.raises(irshard.UsageError) as e:
+        irshard.run(_matmul, jnp.ones((8, 8)), jnp.ones((8, 8)), mesh="x=2", **kwargs)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("devices", [2.5, 0, -1, True, "4", 100000])
+def test_configure_refuses_what_would_break_jax(devices):
+    import irshard
+    with pytest.raises(irshard.UsageError, match="expected a whole number of "
+                                                 "devices from 1 to 2048"):
+        irshard.configure(devices=devices)
+
+
+def test_an_abstract_mesh_and_an_int_static_argnum():
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AbstractMesh
+
+    import irshard
+    x = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    try:
+        abstract = AbstractMesh((2,), ("x",))
+    except TypeError:
+        abstract = AbstractMesh((("x", 2),))
+    with pytest.raises(irshard.UsageError, match="a jax.sharding.Mesh .with "
+                                                 "devices., not AbstractMesh"):
+        irshard.compile(_matmul, x, x, mesh=abstract)
+    # An int, as jax.jit takes it: the first argument is static.
+    with pytest.raises(irshard.UsageError, match="'a' matches no input; the "
+                                                 "inputs are b"):
+        irshard.compile(_matmul, x, x, mesh="x=2", static_argnums=0,
+                        rules=[("a", "x,_")])
+
+
+def test_another_platform_s_plugin_stays_quiet():
+    # libtpu (installed for TPU targets) printed its start-up failures
+    # before the error line.
+    done = run_irshard("compile", MATMUL, "--mesh", "x=2,y=2", "--platform", "gpu")
+    assert done.returncode == 2
+    assert done.stderr.startswith("irshard: error: platform 'gpu' is not available")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--override-shard", "a=x"], "(rule --override-shard a=x) has 1 entry"),
+    (["--override-shard", "c=x"], "--override-shard c=x: 'c' matches no input"),
+    (["--shard", "a=x,_", "--override-shard", "a=z,_"],
+     "(rule --override-shard a=z,_): unknown mesh axis 'z'"),
+])
+def test_messages_name_the_option_given(argv, message, capsys):
+    assert cli.main(["compile", MATMUL, "--mesh", "x=2,y=2", *argv]) == 2
+    assert message in capsys.readouterr().err
