@@ -220,8 +220,11 @@ def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
         raise SpecError(f"--target {what}: libtpu cannot describe '{topology}': "
                         f"{first_line(error)}") from None
     del noise
-    _SLICES[topology, slices] = list(topo.devices)
-    return _SLICES[topology, slices]
+    # libtpu describes a v4 chip as its two cores; JAX on a v4 slice runs
+    # one device per chip (megacore), and meshes must be built that way.
+    chips = [d for d in topo.devices if getattr(d, "core_on_chip", 0) == 0]
+    _SLICES[topology, slices] = chips
+    return chips
 
 
 class visible_devices:

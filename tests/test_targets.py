@@ -178,6 +178,24 @@ def test_tpu_counts_and_bytes_equal_plain_jax():
     assert report.memory["capacity_bytes"] == 16 * 2 ** 30
 
 
+@pytest.mark.tpu
+def test_a_v4_slice_is_one_device_per_chip(capsys):
+    """libtpu describes a v4 chip as two cores; JAX on v4 runs one device
+    per chip (megacore), so a 2x2x2 slice takes a mesh of 8 devices."""
+    require("libtpu", "TPU targets")
+    from irshard import cli
+    assert cli.main(["compile", os.path.join(EXAMPLES, "matmul.py"), "--mesh",
+                     "x=4,y=2", "--target", "tpu-v4:2x2x2", "--format",
+                     "json"]) == 0, capsys.readouterr().err
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["mesh"]["devices"] == 8 and report["target"]["name"] == "tpu-v4:2x2x2"
+    assert report["collectives"] and {c["link"] for c in report["collectives"]} == {"ici"}
+    assert cli.main(["compile", os.path.join(EXAMPLES, "matmul.py"), "--mesh",
+                     "x=4,y=4", "--target", "tpu-v4:2x2x2"]) == 2
+    assert "has 16 devices but --target tpu-v4:2x2x2 has 8" in capsys.readouterr().err
+
+
 def test_without_libtpu_a_tpu_target_says_what_to_install(tmp_path):
     fake = tmp_path / "libtpu"
     fake.mkdir()
