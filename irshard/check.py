@@ -233,6 +233,9 @@ def _float64_reference(fn: Callable, lowered: StableHLO, info,
         return None
 
 
+_GSPMD_MANUAL = ("SPMDFullToShardShape", "SPMDShardToFullShape")
+
+
 def _module_reference(lowered: StableHLO, arrays, device) -> list[np.ndarray]:
     import jax
 
@@ -240,16 +243,28 @@ def _module_reference(lowered: StableHLO, arrays, device) -> list[np.ndarray]:
     from irshard.annotation import strip_shardings
     module = shardy.clone_module(lowered.module)
     with module.context:
-        if any(op.name == "sdy.manual_computation"
-               for fn in shardy.functions(module) for op in shardy.walk(fn.operation)):
+        ops = [op for fn in shardy.functions(module) for op in shardy.walk(fn.operation)]
+        if any(op.name == "sdy.manual_computation" for op in ops):
             raise UsageError(
                 "--check cannot make a single-device reference of this module: "
                 "its manual computations (sdy.manual_computation) are written "
                 "per device")
+        if any(op.name == "stablehlo.custom_call" and str(
+                op.attributes["call_target_name"]).strip('"') in _GSPMD_MANUAL
+               for op in ops if "call_target_name" in op.attributes):
+            raise UsageError(
+                "--check cannot make a single-device reference of this module: "
+                "its GSPMD manual regions (SPMDFullToShardShape ... "
+                "SPMDShardToFullShape) are written per device")
     strip_shardings(module, num_partitions=True)
     count = len(lowered.info.inputs), len(lowered.info.outputs)
-    compiled = backend.compile_module(module, [device], [True] * count[0],
-                                      [True] * count[1])
+    try:
+        compiled = backend.compile_module(module, [device], [True] * count[0],
+                                          [True] * count[1])
+    except BackendError as e:
+        raise BackendError(f"--check: the single-device reference (the module "
+                           f"with its shardings stripped) does not compile: "
+                           f"{e}") from None
     args = [jax.device_put(a, device) for a in arrays]
     per_output = backend.execute(compiled, args)
     return [np.asarray(arrays[0]) for arrays in per_output]

@@ -100,3 +100,30 @@ def test_shard_rules_override_gspmd_shardings(write):
     # Both operands now split the contraction the same way: one sum over x.
     assert [(c["kind"], c["mesh_axes"]) for c in report["collectives"]] == [
         ("all-reduce", ["x"])]
+
+
+MANUAL = """\
+module @m attributes {mhlo.num_partitions = 2 : i32} {
+  func.func public @main(%arg0: tensor<8xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}) -> (tensor<8xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}) {
+    %0 = stablehlo.custom_call @Sharding(%arg0) {mhlo.sharding = "{devices=[2]<=[2]}"} : (tensor<8xf32>) -> tensor<8xf32>
+    %1 = stablehlo.custom_call @SPMDFullToShardShape(%0) {mhlo.sharding = "{manual}"} : (tensor<8xf32>) -> tensor<4xf32>
+    %2 = stablehlo.multiply %1, %1 : tensor<4xf32>
+    %3 = stablehlo.custom_call @Sharding(%2) {mhlo.sharding = "{manual}"} : (tensor<4xf32>) -> tensor<4xf32>
+    %4 = stablehlo.custom_call @SPMDShardToFullShape(%3) {mhlo.sharding = "{devices=[2]<=[2]}"} : (tensor<4xf32>) -> tensor<8xf32>
+    return %4 : tensor<8xf32>
+  }
+}
+"""
+
+
+def test_a_gspmd_manual_module_runs_and_check_says_why_it_cannot(write, capsys):
+    # XLA's one-device compile of the stripped module fails in its
+    # sharding-remover pass; the error said nothing of the reference.
+    from irshard import cli
+    path = write("manual.mlir", MANUAL)
+    assert cli.main(["run", path]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", path, "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("irshard: error: --check cannot make a single-device "
+                          "reference of this module: its GSPMD manual regions")
