@@ -467,7 +467,10 @@ def relay(run, output: str | None = None) -> int:
     try:
         result = run()
     except KeyboardInterrupt:
-        print("irshard: interrupted; stopped every process", file=sys.stderr)
+        # Ended here, past the interpreter's exit hooks (a cluster runtime's
+        # would stop again what is stopped, or crash on the way).
+        from irshard import interrupts
+        interrupts.exit_now("irshard: interrupted; stopped every process")
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -190,27 +190,65 @@ def _reachable(address: str, seconds: float) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or "/" in host:
         return                        # "auto", "ray://...": Ray's to resolve
+    hint = ("check --ray-address (the head node's GCS address, as `ray start "
+            "--head` prints it)")
+    wait = min(5.0, max(seconds, 0.5))
     try:
         with socket.create_connection((host.strip("[]"), int(port)),
-                                      timeout=min(5.0, max(seconds, 0.5))):
-            pass
+                                      timeout=wait) as connection:
+            # A GCS serves gRPC: HTTP/2, which answers the client's preface
+            # with its SETTINGS frame. Anything else (an HTTP/1 server, a
+            # silent port) would hold ray.init in native code for a minute.
+            connection.sendall(_HTTP2_PREFACE)
+            answer = b""
+            while len(answer) < 9:
+                part = connection.recv(9 - len(answer))
+                if not part:
+                    break
+                answer += part
+    except socket.timeout:
+        raise UsageError(f"the server at {address} does not answer as a Ray "
+                         f"cluster's GCS (nothing within {wait:g} s); "
+                         f"{hint}") from None
     except OSError as e:
         reason = e.strerror or type(e).__name__
         raise UsageError(f"cannot reach the Ray cluster at {address}: "
-                         f"{reason}; check --ray-address (the head node's "
-                         f"GCS address, as `ray start --head` prints it)") from None
+                         f"{reason}; {hint}") from None
+    if len(answer) < 9 or answer[3] != 0x4:
+        said = "an HTTP/1 server" if answer.startswith(b"HTTP/") else \
+            "not an HTTP/2 (gRPC) server"
+        raise UsageError(f"the server at {address} is not a Ray cluster's GCS "
+                         f"({said}); {hint}")
+
+
+# HTTP/2's client preface and an empty SETTINGS frame.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 class _keep_handlers:
+    """While the block runs, attempts to replace the handlers of `signals`
+    are ignored (Ray's `init` installs its own for SIGTERM and SIGINT,
+    which exit the process at once: a signal during start-up left Ray's
+    processes and directory behind); after it, the handlers are as before."""
+
     def __init__(self, *signals: int):
         self.signals = signals
 
     def __enter__(self):
         self.saved = {s: signal.getsignal(s) for s in self.signals}
+        self.original = signal.signal
+        kept = self
+
+        def guarded(signum, handler):
+            if signum in kept.signals:
+                return kept.saved.get(signum)
+            return kept.original(signum, handler)
+        signal.signal = guarded
         return self
 
     def __exit__(self, *exc):
         import threading
+        signal.signal = self.original
         if threading.current_thread() is threading.main_thread():
             for s, handler in self.saved.items():
                 if handler is not None:
@@ -273,18 +311,19 @@ def _init(ray, address: str | None, num_processes: int, seconds: float,
         # Ray retries an unreachable address for minutes (and must start on
         # the main thread): an alarm keeps --timeout. Ray installs handlers
         # of its own for SIGTERM and SIGINT, which would end this process
-        # without stopping the run: the launcher's are put back.
+        # without stopping the run: the launcher's stay.
         with distributed.quiet_stderr(), _alarm(max(seconds, 1.0)), \
                 _keep_handlers(signal.SIGTERM, signal.SIGINT):
             ray.init(**options)
-    except _Late:
-        if session is not None:
-            interrupts.remove(session)
-        raise UsageError(f"cannot {where} within --timeout {timeout:g} s"
-                         + ("; check --ray-address" if address else "")) from None
-    except Exception as e:     # ConnectionError and Ray's own errors
-        if session is not None:
-            interrupts.remove(session)
+    except BaseException as e:
+        # Interrupted, late or refused: whatever of Ray started is stopped.
+        _shutdown(ray, session)
+        if isinstance(e, _Late):
+            raise UsageError(
+                f"cannot {where} within --timeout {timeout:g} s"
+                + ("; check --ray-address" if address else "")) from None
+        if not isinstance(e, Exception):
+            raise
         raise UsageError(f"cannot {where}: "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
                          + ("; check --ray-address" if address else "")) from None
@@ -304,10 +343,83 @@ def launch(argv: Sequence[str], num_processes: int, timeout: float,
         return _run(ray, argv, num_processes, deadline, timeout, total_devices,
                     platform)
     finally:
-        with distributed.quiet_stderr():
+        _shutdown(ray, session)
+
+
+def _shutdown(ray, session: str | None) -> None:
+    """Disconnects from Ray; a local instance (`session`, its directory) is
+    stopped whole: Ray's `shutdown` knows only the processes of an instance
+    that finished starting, so every process this one started (the GCS,
+    the raylet, the dashboard and their agents, the workers) is ended too,
+    then the directory removed."""
+    with distributed.quiet_stderr():
+        try:
             ray.shutdown()
-        if session is not None:
-            interrupts.remove(session)
+        except Exception:
+            pass
+    if session is not None:
+        _end_descendants()
+        interrupts.remove(session)
+
+
+def _descendants() -> list[int]:
+    """The processes below this one (Linux: read from /proc)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _end_descendants(grace: float = 2.0) -> None:
+    pids = _descendants()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        end = time.monotonic() + grace
+        while time.monotonic() < end and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        pids = [p for p in pids if _alive(p)]
+        if not pids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie left for its parent to reap."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2:][:1]
+    if state == b"Z":
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except OSError:
+            pass
+        return False
+    return True
 
 
 @dataclass

@@ -326,6 +326,68 @@ def test_an_address_that_refuses_is_said_at_once(tmp_path, short_tmp):
         f"address, as `ray start --head` prints it)\n")
 
 
+def test_an_address_that_is_not_a_gcs_is_said_within_the_timeout(tmp_path, short_tmp):
+    """An HTTP server, or a port that accepts and says nothing: `ray.init`
+    would wait for it in native code for a minute or more."""
+    import socket
+    import threading
+    http = socket.socket()
+    http.bind(("127.0.0.1", 0))
+    http.listen(4)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+
+    def serve():
+        while True:
+            try:
+                connection, _ = http.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        for server, message in [(http, "is not a Ray cluster's GCS (an HTTP/1 server)"),
+                                (silent, "does not answer as a Ray cluster's GCS")]:
+            address = "127.0.0.1:%d" % server.getsockname()[1]
+            start = time.monotonic()
+            result = _irshard("run", os.path.join(EXAMPLES, "heat1d.py"), "--fn",
+                              "simulate_roll", "--mesh", "x=4", "--processes", "2",
+                              "--launcher", "ray", "--ray-address", address,
+                              "--timeout", "0.5", env=_environment(tmp_path, short_tmp))
+            assert time.monotonic() - start < 15
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.startswith(f"irshard: error: the server at {address} ")
+            assert message in result.stderr and result.stderr.count("\n") == 1
+    finally:
+        http.close()
+        silent.close()
+
+
+@pytest.mark.parametrize("after", [1.0, 2.0, 3.0])
+def test_a_signal_during_start_up_stops_everything(after, tmp_path, short_tmp):
+    """SIGTERM while Ray starts (its own handlers would end the process at
+    once, leaving its processes and directory): exit 130 with the line,
+    nothing of Ray's left running, no directory left."""
+    before = _ray_processes()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "irshard", "run", os.path.join(EXAMPLES, "heat1d.py"),
+         "--fn", "simulate_roll", "--mesh", "x=4", "--processes", "2",
+         "--launcher", "ray"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=_environment(tmp_path, short_tmp))
+    time.sleep(after)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    if process.returncode == 0:
+        pytest.skip("the run finished before the signal")
+    assert process.returncode == 130, err
+    assert err.splitlines()[-1] == "irshard: interrupted; stopped every process"
+    assert _left_behind(before) == []
+    assert not [p for p in os.listdir(short_tmp) if p.startswith("irshard-ray-")]
+
+
 @pytest.mark.skipif(os.path.exists("/dev/nvidia0"), reason="this machine has GPUs")
 def test_tasks_no_node_can_hold_are_named(tmp_path, short_tmp):
     """`--platform gpu` asks each task for its share of the mesh's GPUs; a
