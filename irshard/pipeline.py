@@ -24,6 +24,8 @@ from irshard.syntax import matching_bracket
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 IRSHARD_PREFIX = "irshard-"
+# Upstream passes irshard runs its own version of (see irshard.passes).
+STAND_INS = ("inline",)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class Element:
 
     @property
     def is_irshard(self) -> bool:
-        return self.nested is None and self.name.startswith(IRSHARD_PREFIX)
+        return self.nested is None and (self.name.startswith(IRSHARD_PREFIX)
+                                        or self.name in STAND_INS)
 
     def text(self) -> str:
         if self.nested is not None:

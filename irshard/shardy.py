@@ -185,7 +185,7 @@ sdy-update-non-divisible-input-output-shardings sdy-user-priority-propagate
 sdy-verify-unreduced-axes
 stablehlo-aggressive-simplification stablehlo-legalize-to-vhlo
 stablehlo-refine-shapes chlo-legalize-to-stablehlo
-canonicalize cse inline symbol-dce symbol-privatize sccp strip-debuginfo
+canonicalize cse symbol-dce symbol-privatize sccp strip-debuginfo
 remove-dead-values loop-invariant-code-motion topological-sort
 control-flow-sink print-op-stats
 """.split()

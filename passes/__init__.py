@@ -20,6 +20,9 @@ from typing import Any, ClassVar
 from irshard.errors import PassError
 
 PASSES: dict[str, str] = {
+    # Upstream's `inline` cannot work in jaxlib's context (no inliner
+    # interface for func): irshard's stands in for it under its name.
+    "inline": "irshard.passes.inline:InlinePass",
     "irshard-annotate": "irshard.passes.annotate:AnnotatePass",
     "irshard-collectives": "irshard.passes.collectives:CollectivesPass",
     "irshard-constrain": "irshard.passes.constrain:ConstrainPass",

@@ -4,7 +4,8 @@
 // RUN: irshard-opt --list-passes | filecheck %s
 
 // CHECK: irshard's passes:
-// CHECK-NEXT: irshard-annotate
+// CHECK-NEXT: inline
+// CHECK: irshard-annotate
 // CHECK-NEXT: Attach a Shardy mesh and argument/result shardings to @main.
 // CHECK-NEXT: mesh       the mesh, e.g. `x=2,y=2`; empty keeps the module's own mesh.
 // CHECK: irshard-constrain

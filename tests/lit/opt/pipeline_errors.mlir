@@ -17,7 +17,7 @@
 
 // SYNTAX: irshard: error: pipeline 'canonicalize,,cse': expected a pass name, found ',' at column 14
 // UNKNOWN: irshard: error: pipeline 'sdy-propagation-pipeline,sdy-propagate-everything': unknown pass 'sdy-propagate-everything' (see 'irshard opt --list-passes') at column 26
-// IRSHARD: irshard: error: pipeline 'irshard-shard-everything': unknown pass 'irshard-shard-everything' (irshard's passes: irshard-annotate, irshard-collectives, irshard-constrain, irshard-print-shardings, irshard-strip-shardings) at column 1
+// IRSHARD: irshard: error: pipeline 'irshard-shard-everything': unknown pass 'irshard-shard-everything' (irshard's passes: inline, irshard-annotate, irshard-collectives, irshard-constrain, irshard-print-shardings, irshard-strip-shardings) at column 1
 // OPTION: irshard: error: pass 'irshard-annotate' has no option 'bogus'; its options are: mesh, args, results, mesh-name
 // MLIROPTION: irshard: error: pipeline 'canonicalize{bogus=1}': pass 'canonicalize' has no option 'bogus' at column 1
 // NESTED: irshard: error: pipeline 'func.func(irshard-print-shardings)': irshard's passes work on the whole module; put them outside 'func.func(...)' at column 1
