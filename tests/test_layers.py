@@ -29,7 +29,7 @@ FLOORS = {
     # passes and their pipelines.
     "analysis": ["analysis", "dumps", "findings", "explain", "pipeline", "opt",
                  "passes", "passes.annotate", "passes.collectives",
-                 "passes.constrain", "passes.print_shardings",
+                 "passes.constrain", "passes.inline", "passes.print_shardings",
                  "passes.strip_shardings"],
     # A program: loaded from a file or given from Python, its inputs' data.
     "program": ["loader", "program", "data"],
