@@ -145,7 +145,12 @@ def parse_target(text: str | None) -> Target:
     dims = [int(d) for d in shape.split("x") if d.isdigit()]
     if not dims or len(dims) != len(shape.split("x")) or min(dims) < 1:
         raise SpecError(f"--target '{text}': '{shape}' is not a shape; {_HELP}")
-    opts = dict(o.split("=") for o in options.split(",") if o)
+    pairs = [o.split("=") for o in options.split(",") if o]
+    opts = dict(pairs)
+    if len(opts) != len(pairs):
+        twice = next(k for k, _ in pairs if [p[0] for p in pairs].count(k) > 1)
+        raise SpecError(f"--target '{text}': option '{twice}' is given twice; "
+                        f"give it once")
     if kind == "tpu":
         if chip not in TPU_CHIPS:
             raise SpecError(f"--target '{text}': unknown TPU '{chip}'; TPUs are "

@@ -26,6 +26,7 @@ def test_targets_parse(text, kind, devices):
     ("tpu-v5e", "expected cpu, tpu-v4|v5e|v5p|v6e:TOPOLOGY"),
     ("tpu-v5e:4x4x4", "a v5e slice is a 2-D torus"),
     ("tpu-v5e:4x4,cores=2", "unknown option 'cores'"),
+    ("tpu-v5e:4x4,slices=1,slices=2", "option 'slices' is given twice"),
     ("gpu-a100:1x8", "unknown GPU 'a100'"),
     ("gpu-h100:8", "give NODESxGPUS"),
 ])
