@@ -175,8 +175,10 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     """The program of `source` as stage `stablehlo`; with `cluster` (a
     multi-process run), after joining the other processes."""
     from irshard import distributed, irfile
+    from irshard.program import replaced_overrides
     mesh = source.mesh_spec()
     constraints = parse_constraints(source.constraints)
+    notes = replaced_overrides(source.overrides)
     place = Placement(source.target, source.platform, source.profile, cluster)
 
     def join() -> None:
@@ -192,11 +194,11 @@ def load(source: Source, cluster=None, timeout: float | None = None):
         from irshard.program import (parse_out_shardings, parse_overrides,
                                      parse_rules)
         distributed.report_stage("tracing")
-        return constrain(irfile.load(source.path, data, mesh,
-                                     parse_overrides(source.overrides)
-                                     + parse_rules(source.shards),
-                                     parse_out_shardings(source.out_shards), place),
-                         constraints)
+        return _noted(constrain(irfile.load(source.path, data, mesh,
+                                            parse_overrides(source.overrides)
+                                            + parse_rules(source.shards),
+                                            parse_out_shardings(source.out_shards),
+                                            place), constraints), notes)
     place.configure(mesh.num_devices)
     join()
     from irshard import backend, program, stages
@@ -219,7 +221,16 @@ def load(source: Source, cluster=None, timeout: float | None = None):
             devices = own
         traced = stages.trace(prog, place.platform, devices, place.target,
                               place.profile, place.estimated)
-    return constrain(traced, constraints)
+    return _noted(constrain(traced, constraints), notes)
+
+
+def _noted(stage, notes: tuple[str, ...]):
+    """`stage` with `notes` added to what its report will say."""
+    if not notes:
+        return stage
+    import dataclasses
+    return dataclasses.replace(stage, info=dataclasses.replace(
+        stage.info, notes=stage.info.notes + notes))
 
 
 def parse_constraints(items) -> tuple[tuple[str, str], ...]:

@@ -310,6 +310,20 @@ def parse_overrides(items: Sequence[str]) -> list[tree.Rule]:
     return rules
 
 
+def replaced_overrides(items: Sequence[str]) -> tuple[str, ...]:
+    """A note for each `--override-shard` a later one of the same pattern
+    replaces (the last given wins, so that one appended to a command -- a
+    suggestion's -- takes over)."""
+    notes, last = [], {}
+    for item in items:
+        pattern, spec = split_assignment(item, "--override-shard", "SPEC")
+        if pattern in last and last[pattern] != spec:
+            notes.append(f"--override-shard {pattern}={spec} replaces the "
+                         f"earlier --override-shard {pattern}={last[pattern]}")
+        last[pattern] = spec
+    return tuple(notes)
+
+
 def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
                     rules: Sequence[tree.Rule] = (),
                     prefixes: Mapping[str, Any] | None = None,

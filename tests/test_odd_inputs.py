@@ -363,3 +363,18 @@ def test_another_platform_s_plugin_stays_quiet():
 def test_messages_name_the_option_given(argv, message, capsys):
     assert cli.main(["compile", MATMUL, "--mesh", "x=2,y=2", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_override_given_again_says_it_replaces_the_earlier(capsys):
+    # The last given wins (a suggestion's, appended to a command, takes
+    # over), and the report says so.
+    import json
+    assert cli.main(["compile", MATMUL, "--mesh", "x=2,y=2", "--override-shard",
+                     "a=x,_", "--override-shard", "a=_,y", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["inputs"][0]["sharding"] == ["_", "y"]
+    assert report["notes"] == ["--override-shard a=_,y replaces the earlier "
+                               "--override-shard a=x,_"]
+    assert cli.main(["compile", MATMUL, "--mesh", "x=2,y=2", "--override-shard",
+                     "a=x,_", "--override-shard", "a=x,_", "--format", "json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out)
