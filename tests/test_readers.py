@@ -222,6 +222,21 @@ def _paths(value, prefix=()):
             yield from _paths(v, prefix + (i,))
 
 
+def _garbage_file(tmp_path_factory, data, bases):
+    """A JSON file holding one of `bases` with a value replaced or deleted
+    somewhere, or a generated value."""
+    base = data.draw(st.sampled_from(bases))
+    paths = [p for p in _paths(base) if p]
+    if paths and data.draw(st.booleans()):
+        target = data.draw(st.sampled_from(paths))
+        value = _with(base, target, data.draw(json_values | st.just(...)))
+    else:
+        value = data.draw(json_values)
+    path = tmp_path_factory.mktemp("g") / "g.json"
+    path.write_text(json.dumps(value))
+    return path
+
+
 def _one_line_or_fine(read):
     try:
         return read()
@@ -233,15 +248,7 @@ def _one_line_or_fine(read):
 @GARBAGE
 @given(st.data())
 def test_garbage_reports_never_crash_diff(tmp_path_factory, data):
-    base = data.draw(st.sampled_from([REPORT, PROFILE, {}]))
-    paths = [p for p in _paths(base) if p]
-    if paths and data.draw(st.booleans()):
-        target = data.draw(st.sampled_from(paths))
-        value = _with(base, target, data.draw(json_values | st.just(...)))
-    else:
-        value = data.draw(json_values)
-    path = tmp_path_factory.mktemp("r") / "r.json"
-    path.write_text(json.dumps(value))
+    path = _garbage_file(tmp_path_factory, data, [REPORT, PROFILE, {}])
     side = _one_line_or_fine(lambda: diff.load(str(path)))
     if side is not None:
         # What the schema let through compares without a fault, in finite
@@ -257,15 +264,7 @@ def test_garbage_reports_never_crash_diff(tmp_path_factory, data):
 @GARBAGE
 @given(st.data())
 def test_garbage_profiles_never_crash(tmp_path_factory, data):
-    base = data.draw(st.sampled_from([PROFILE, REPORT, {}]))
-    paths = [p for p in _paths(base) if p]
-    if paths and data.draw(st.booleans()):
-        target = data.draw(st.sampled_from(paths))
-        value = _with(base, target, data.draw(json_values | st.just(...)))
-    else:
-        value = data.draw(json_values)
-    path = tmp_path_factory.mktemp("p") / "p.json"
-    path.write_text(json.dumps(value))
+    path = _garbage_file(tmp_path_factory, data, [PROFILE, REPORT, {}])
     found = _one_line_or_fine(lambda: targets.profile("cpu-host", str(path)))
     if found is not None:
         for link in found.links.values():
