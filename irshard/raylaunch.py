@@ -91,14 +91,18 @@ class _Finished:
 
 
 def _run_process(index: int, argv: list[str], seconds: float, stopper,
-                 cwd: str) -> dict:
+                 cwd: str, temp: str | None = None) -> dict:
     """Inside a Ray task: runs `irshard ARGV` (in the launcher's directory
     `cwd` where this node has it, for the paths on the command line) and
-    watches it until it exits, `seconds` pass, or `stopper` says stop."""
+    watches it until it exits, `seconds` pass, or `stopper` says stop. Its
+    files go under `temp` (a local instance's directory, removed with it
+    however the task ends) where given."""
     import subprocess
     stopper.start.remote(index)
+    if temp is not None and not os.path.isdir(temp):
+        temp = None
 
-    with tempfile.TemporaryDirectory(prefix="irshard-ray-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="irshard-ray-", dir=temp) as tmp:
         stage_file = os.path.join(tmp, "stage")
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         env = dict(os.environ, IRSHARD_STAGE_FILE=stage_file)
@@ -341,7 +345,7 @@ def launch(argv: Sequence[str], num_processes: int, timeout: float,
                     timeout)
     try:
         return _run(ray, argv, num_processes, deadline, timeout, total_devices,
-                    platform)
+                    platform, session)
     finally:
         _shutdown(ray, session)
 
@@ -443,7 +447,8 @@ class _Stopper:
         return sorted(self.begun)
 
 
-def _run(ray, argv, num_processes, deadline, timeout, total_devices, platform):
+def _run(ray, argv, num_processes, deadline, timeout, total_devices, platform,
+         session=None):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     def left() -> float:
@@ -476,7 +481,7 @@ def _run(ray, argv, num_processes, deadline, timeout, total_devices, platform):
         strategy = NodeAffinitySchedulingStrategy(node_id, soft=False) if i == 0 \
             else "SPREAD"
         refs.append(task.options(scheduling_strategy=strategy, **resources)
-                    .remote(i, child, left(), stopper, os.getcwd()))
+                    .remote(i, child, left(), stopper, os.getcwd(), session))
     index_of = {ref: i for i, ref in enumerate(refs)}
     results: dict[int, dict] = {}
     exited: dict[int, float] = {}

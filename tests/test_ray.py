@@ -366,7 +366,7 @@ def test_an_address_that_is_not_a_gcs_is_said_within_the_timeout(tmp_path, short
         silent.close()
 
 
-@pytest.mark.parametrize("after", [1.0, 2.0, 3.0])
+@pytest.mark.parametrize("after", [1.0, 2.0, 3.0, 5.0])
 def test_a_signal_during_start_up_stops_everything(after, tmp_path, short_tmp):
     """SIGTERM while Ray starts (its own handlers would end the process at
     once, leaving its processes and directory): exit 130 with the line,
