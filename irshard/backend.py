@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from irshard import syntax
 from irshard.errors import BackendError, SpecError
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -834,77 +835,11 @@ def _hlo_sharding(op_sharding):
     return _hlo.HloSharding.from_proto(op_sharding)
 
 
-# XLA CHECK-fails (aborting the process) on a device list whose size does
-# not match its tiles; the text is checked before XLA sees it.
-_IOTA = re.compile(r"\[([-\d,\s]*)\]<=\[([-\d,\s]*)\](?:T\(([-\d,\s]*)\))?")
-_LISTED = re.compile(r"devices=\[([-\d,\s]*)\]((?:-?\d+,)*-?\d+)")
-_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{}=]*\{([^{}]*)\}")
-MAX_DEVICES = 1 << 24
-
-
-def device_list_problem(text: str) -> str | None:
-    """What is wrong with the iota (`[2,2]<=[4]`, `[4]<=[2,2]T(1,0)`) and
-    listed (`devices=[2]0,1`) device lists in printed HLO, or None."""
-    def ints(t):
-        return [int(x) for x in t.split(",") if x.strip()] if t else []
-    for m in _IOTA.finditer(text):
-        dims, reshape, perm = ints(m.group(1)), ints(m.group(2)), ints(m.group(3))
-        shown = m.group(0)
-        if not dims or not reshape or min(dims + reshape) < 1:
-            return f"'{shown}': every dimension must be at least 1"
-        if math.prod(reshape) > MAX_DEVICES:
-            return f"'{shown}': more than {MAX_DEVICES} devices"
-        if math.prod(dims) != math.prod(reshape):
-            return (f"'{shown}': {math.prod(dims)} tiles or groups but an iota "
-                    f"of {math.prod(reshape)} devices")
-        if m.group(3) is not None and sorted(perm) != list(range(len(reshape))):
-            return (f"'{shown}': T({m.group(3)}) is not a permutation of the "
-                    f"{len(reshape)} iota dimensions")
-    for m in _MESH_GROUPS.finditer(text):
-        axes = re.findall(r"'?([\w.\-]+)'?\s*=\s*(-?\d+)", m.group(1))
-        names = [a for a, _ in axes]
-        if not axes or min(int(n) for _, n in axes) < 1:
-            return f"'{m.group(0)}': every mesh axis must have a size of at least 1"
-        for item in filter(None, (i.strip() for i in m.group(2).split(","))):
-            name = re.match(r"'?([\w.\-]*)'?", item).group(1)
-            if name not in names and not (name.isdigit() and int(name) < len(names)):
-                return f"'{m.group(0)}': '{name}' is not an axis of the mesh"
-    for m in _LISTED.finditer(text):
-        dims, ids = ints(m.group(1)), ints(m.group(2))
-        if not dims or min(dims) < 1 or math.prod(dims) > MAX_DEVICES:
-            return f"'{m.group(0)}': tile counts must be from 1 to {MAX_DEVICES}"
-        if math.prod(dims) != len(ids) or min(ids) < 0:
-            return (f"'{m.group(0)}': {math.prod(dims)} tiles but "
-                    f"{len(ids)} device ids")
-    return None
-
-
-def parameter_problem(text: str) -> str | None:
-    """A computation whose `parameter(N)` numbers are not below its number
-    of parameters (XLA's parser CHECK-fails on one), or None."""
-    numbers: list[int] = []
-    name = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.endswith("{") and "=" not in stripped.split("(", 1)[0]:
-            name, numbers = stripped.split(" ", 1)[0], []
-        elif stripped == "}" and name is not None:
-            if numbers and max(numbers) >= len(numbers):
-                return (f"computation {name} has {len(numbers)} parameters "
-                        f"but a parameter({max(numbers)})")
-            name = None
-        elif name is not None and " parameter(" in stripped:
-            m = re.search(r" parameter\((\d+)\)", stripped)
-            if m:
-                numbers.append(int(m.group(1)))
-    return None
-
-
 def hlo_sharding_from_text(text: str):
     """XLA's sharding of printed text: IRError for a malformed device list
     (XLA would abort), RuntimeError for what XLA's parser rejects."""
     from jaxlib import _hlo
-    problem = device_list_problem(text)
+    problem = syntax.device_list_problem(text)
     if problem:
         from irshard.errors import IRError
         raise IRError(f"malformed sharding {text}: {problem}")
@@ -994,10 +929,10 @@ def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
 def hlo_module_from_text(text: str):
     """Parses HLO text with XLA's own parser (raises ValueError)."""
     from jaxlib import _hlo
-    problem = device_list_problem(text)
+    problem = syntax.device_list_problem(text)
     if problem:
         raise ValueError(f"malformed device list {problem}")
-    problem = parameter_problem(text)
+    problem = syntax.parameter_problem(text)
     if problem:
         raise ValueError(problem)
     try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from irshard.errors import BudgetExceeded, SpecError
+from irshard.specs import repeated
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
          "collective-permute", "ragged-all-to-all", "collective-broadcast")
@@ -73,7 +74,7 @@ def parse_budget(text: str) -> Budget:
     names = tuple(a.strip() for a in axes.split("+")) if axes else ()
     if axes and quantity in ("memory", "remat"):
         raise SpecError(f"budget '{text}': '{quantity}' is not per mesh axis")
-    twice = sorted({a for a in names if names.count(a) > 1})
+    twice = repeated(names)
     if twice:
         raise SpecError(f"budget '{text}': mesh axis '{twice[0]}' is named "
                         f"twice; name each axis once, e.g. "

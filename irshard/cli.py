@@ -898,8 +898,8 @@ def _check_one_line(args, argv: Sequence[str]) -> None:
     for arg in argv:
         # A path that is not UTF-8 (legal on Linux) arrives with its bytes
         # as lone surrogates (PEP 383): those are one line too.
-        if arg is not pipeline and not all(c.isprintable() or "\udc80" <= c <= "\udcff"
-                                           for c in arg):
+        if arg is not pipeline and not all(
+                c.isprintable() or "\udc80" <= c <= "\udcff" for c in arg):
             raise UsageError(f"argument {arg!r} contains a control character "
                              f"(a newline, tab, ...); give it on one line")
 

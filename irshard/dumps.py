@@ -300,8 +300,8 @@ def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None
         if mesh is not None and mesh.num_devices != devices:
             mesh = None
     return CollectiveReport(
-        source=files.shown_path(source), function=None, stage_name=found.stage, mesh=mesh,
-        platform=None, inputs=_parameters(view, mesh, found.sibling_text),
-        outputs=(),
+        source=files.shown_path(source), function=None,
+        stage_name=found.stage, mesh=mesh, platform=None,
+        inputs=_parameters(view, mesh, found.sibling_text), outputs=(),
         collectives=tuple(analysis.collectives(view, mesh, None)),
         memory=None, module=found.label)

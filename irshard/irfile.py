@@ -61,8 +61,9 @@ def _argument_shardings(main, rules: Sequence[tree.Rule]) -> dict[int, ShardingS
     keys = [[f"arg{i}"] + ([n] if n else []) for i, n in enumerate(names)]
     every = [k for both in keys for k in both]
     for rule in tree.unmatched(rules, every):
-        raise SpecError(f"{rule.option or '--shard'} {rule.text}: '{rule.pattern}' matches no "
-                        f"argument of @main; its arguments are "
+        raise SpecError(f"{rule.option or '--shard'} {rule.text}: "
+                        f"'{rule.pattern}' matches no argument of @main; its "
+                        f"arguments are "
                         f"{tree.listing([' or '.join(k) for k in keys])}")
     result = {}
     for i, both in enumerate(keys):

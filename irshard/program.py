@@ -33,8 +33,8 @@ from irshard import loader, tree
 from irshard.errors import InputError, SpecError, UsageError
 from irshard.specs import (MeshSpec, ShardingSpec, TensorType,
                            check_one_line, check_sharding, check_size,
-                           lookup_dtype,
-                           parse_sharding, parse_size, parse_type)
+                           lookup_dtype, parse_sharding, parse_size, parse_type,
+                           repeated)
 
 
 @dataclass(frozen=True)
@@ -550,7 +550,7 @@ def parse_names(text: str | None, option: str,
         what = "argument names or numbers" if numbers else "argument names"
         raise UsageError(f"{option} {text!r}: expected {what}, comma "
                          f"separated, e.g. params,opt_state")
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = repeated(names)
     if twice:
         raise UsageError(f"{option} {text!r}: {', '.join(twice)} is named "
                          f"twice; name each argument once")

@@ -24,10 +24,9 @@ import math
 import re
 
 from irshard.specs import MeshSpec
-from irshard.syntax import matching_bracket
+from irshard.syntax import iota_problem, matching_bracket
 
 Groups = list[list[int]]
-MAX_DEVICES = 1 << 24
 _INTS = re.compile(r"\s*\d+(?:\s*,\s*\d+)*\s*")
 
 
@@ -38,16 +37,10 @@ def _ints(text: str) -> list[int]:
 def iota_groups(group_dims: list[int], reshape_dims: list[int],
                 perm: list[int]) -> Groups:
     """Expands `[group_dims]<=[reshape_dims]T(perm)`."""
+    problem = iota_problem(group_dims, reshape_dims, perm)
+    if problem:
+        raise ValueError(problem)
     total = math.prod(reshape_dims)
-    if not group_dims or not reshape_dims or min(group_dims + reshape_dims) < 1:
-        raise ValueError("every dimension must be at least 1")
-    if total > MAX_DEVICES:
-        raise ValueError(f"more than {MAX_DEVICES} devices")
-    if math.prod(group_dims) != total:
-        raise ValueError(f"iota groups {group_dims} do not hold {total} devices")
-    if sorted(perm) != list(range(len(reshape_dims))):
-        raise ValueError(f"T({','.join(map(str, perm))}) is not a permutation "
-                         f"of the {len(reshape_dims)} iota dimensions")
     # Row-major strides of the reshaped iota, read in transposed order.
     strides = [math.prod(reshape_dims[i + 1:]) for i in range(len(reshape_dims))]
     dims = [reshape_dims[p] for p in perm]

@@ -41,6 +41,16 @@ def check_one_line(text: str, what: str) -> None:
                         f"newline, tab, ...); give it on one line")
 
 
+def repeated(items) -> list:
+    """The items given more than once, each once, in the order first seen."""
+    seen, twice = set(), []
+    for item in items:
+        if item in seen and item not in twice:
+            twice.append(item)
+        seen.add(item)
+    return twice
+
+
 def shown(text: str, limit: int = 60) -> str:
     """`text` quoted for a message, cut short when it is long."""
     if len(text) <= limit:

@@ -427,8 +427,7 @@ def trace(program: Program, platform: str = "cpu",
              dict(program.out_shardings))
     info = ProgramInfo(
         source=files.shown_path(program.source), function=program.function,
-        user_dir=user_dir,
-        mesh=mesh, platform=platform,
+        user_dir=user_dir, mesh=mesh, platform=platform,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
                                 leaf.key, leaf.sharding,
                                 i in program.donated)

@@ -1,8 +1,10 @@
 """Brackets and quotes in printed IR: small helpers for the few places that
-read text which no library parses for us (HLO attributes, pass options)."""
+read text which no library parses for us (HLO attributes, pass options),
+and the checks of device lists that stand before XLA's parsers."""
 
 from __future__ import annotations
 
+import math
 import re
 
 _PAIRS = {"(": ")", "{": "}", "[": "]", "<": ">"}
@@ -143,3 +145,84 @@ def unquote(text: str) -> str:
     if len(text) >= 2 and text[0] == text[-1] == '"':
         text = text[1:-1]
     return c_unescape(text)
+
+
+# ---------------------------------------------------------------------------
+# Device lists. XLA CHECK-fails (aborting the process) on one whose size does
+# not match its tiles, so printed text is checked before XLA sees it.
+
+MAX_DEVICES = 1 << 24
+
+_IOTA = re.compile(r"\[([-\d,\s]*)\]<=\[([-\d,\s]*)\](?:T\(([-\d,\s]*)\))?")
+_LISTED = re.compile(r"devices=\[([-\d,\s]*)\]((?:-?\d+,)*-?\d+)")
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{}=]*\{([^{}]*)\}")
+
+
+def _int_list(text: str | None) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()] if text else []
+
+
+def iota_problem(dims: list[int], reshape: list[int],
+                 perm: list[int] | None) -> str | None:
+    """What is wrong with the iota `[dims]<=[reshape]T(perm)` (`perm` None
+    where it has no transpose), or None."""
+    if not dims or not reshape or min(dims + reshape) < 1:
+        return "every dimension must be at least 1"
+    total, tiles = math.prod(reshape), math.prod(dims)
+    if total > MAX_DEVICES:
+        return f"more than {MAX_DEVICES} devices"
+    if tiles != total:
+        return f"{tiles} tiles or groups but an iota of {total} devices"
+    if perm is not None and sorted(perm) != list(range(len(reshape))):
+        return (f"T({','.join(map(str, perm))}) is not a permutation of the "
+                f"{len(reshape)} iota dimensions")
+    return None
+
+
+def device_list_problem(text: str) -> str | None:
+    """What is wrong with the iota (`[2,2]<=[4]`, `[4]<=[2,2]T(1,0)`),
+    listed (`devices=[2]0,1`) and mesh-form (`mesh['x'=4] {'x'}`) device
+    lists in printed HLO, or None."""
+    for m in _IOTA.finditer(text):
+        perm = _int_list(m.group(3)) if m.group(3) is not None else None
+        problem = iota_problem(_int_list(m.group(1)), _int_list(m.group(2)), perm)
+        if problem:
+            return f"'{m.group(0)}': {problem}"
+    for m in _MESH_GROUPS.finditer(text):
+        axes = re.findall(r"'?([\w.\-]+)'?\s*=\s*(-?\d+)", m.group(1))
+        names = [a for a, _ in axes]
+        if not axes or min(int(n) for _, n in axes) < 1:
+            return f"'{m.group(0)}': every mesh axis must have a size of at least 1"
+        for item in filter(None, (i.strip() for i in m.group(2).split(","))):
+            name = re.match(r"'?([\w.\-]*)'?", item).group(1)
+            if name not in names and not (name.isdigit() and int(name) < len(names)):
+                return f"'{m.group(0)}': '{name}' is not an axis of the mesh"
+    for m in _LISTED.finditer(text):
+        dims, ids = _int_list(m.group(1)), _int_list(m.group(2))
+        tiles = math.prod(dims)
+        if not dims or min(dims) < 1 or tiles > MAX_DEVICES:
+            return f"'{m.group(0)}': tile counts must be from 1 to {MAX_DEVICES}"
+        if tiles != len(ids) or min(ids) < 0:
+            return f"'{m.group(0)}': {tiles} tiles but {len(ids)} device ids"
+    return None
+
+
+def parameter_problem(text: str) -> str | None:
+    """A computation whose `parameter(N)` numbers are not below its number
+    of parameters (XLA's parser CHECK-fails on one), or None."""
+    numbers: list[int] = []
+    name = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith("{") and "=" not in stripped.split("(", 1)[0]:
+            name, numbers = stripped.split(" ", 1)[0], []
+        elif stripped == "}" and name is not None:
+            if numbers and max(numbers) >= len(numbers):
+                return (f"computation {name} has {len(numbers)} parameters "
+                        f"but a parameter({max(numbers)})")
+            name = None
+        elif name is not None and " parameter(" in stripped:
+            m = re.search(r" parameter\((\d+)\)", stripped)
+            if m:
+                numbers.append(int(m.group(1)))
+    return None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from irshard.errors import SpecError
-from irshard.specs import MeshSpec
+from irshard.specs import MeshSpec, repeated
 
 TPU_CHIPS = ("v4", "v5e", "v5p", "v6e")
 GPU_CHIPS = ("h100", "h200", "b200")
@@ -146,11 +146,11 @@ def parse_target(text: str | None) -> Target:
     if not dims or len(dims) != len(shape.split("x")) or min(dims) < 1:
         raise SpecError(f"--target '{text}': '{shape}' is not a shape; {_HELP}")
     pairs = [o.split("=") for o in options.split(",") if o]
+    twice = repeated(key for key, _ in pairs)
+    if twice:
+        raise SpecError(f"--target '{text}': option '{twice[0]}' is given "
+                        f"twice; give it once")
     opts = dict(pairs)
-    if len(opts) != len(pairs):
-        twice = next(k for k, _ in pairs if [p[0] for p in pairs].count(k) > 1)
-        raise SpecError(f"--target '{text}': option '{twice}' is given twice; "
-                        f"give it once")
     if kind == "tpu":
         if chip not in TPU_CHIPS:
             raise SpecError(f"--target '{text}': unknown TPU '{chip}'; TPUs are "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from irshard.specs import MeshAxis, MeshSpec
+from irshard.syntax import MAX_DEVICES
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,6 @@ class Tiling:
         return tuple(-(-n // t) for n, t in zip(shape, self.shards()))
 
 
-_MAX_TILES = 1 << 24
 _IOTA_SHARDING = re.compile(
     r"\{devices=\[(\d+(?:,\d+)*)\]<=\[(\d+(?:,\d+)*)\](?:T\((\d+(?:,\d+)*)\))?"
     r"( last_tile_dim_replicate)?\}")
@@ -159,7 +159,7 @@ def _plain_sharding(text: str, rank: int) -> Tiling | None:
     m = _IOTA_SHARDING.fullmatch(text) or _LISTED_SHARDING.fullmatch(text)
     if m:
         dims = _ints(m.group(1))
-        if min(dims) < 1 or math.prod(dims) > _MAX_TILES:
+        if min(dims) < 1 or math.prod(dims) > MAX_DEVICES:
             return None         # malformed: XLA's door says why
         tiled = dims[:-1] if m.group(m.re.groups) else dims
         if math.prod(tiled) == 1 or m.group(m.re.groups) and dims[-1] == 1:

@@ -35,7 +35,7 @@ class InlinePass(ModulePass):
 
     def apply(self, module: ir.Module) -> None:
         with module.context, ir.Location.unknown(module.context):
-            functions = {str(ir.StringAttr(op.operation.attributes["sym_name"]).value):
+            functions = {ir.StringAttr(op.operation.attributes["sym_name"]).value:
                          op.operation for op in module.body.operations
                          if op.operation.name == "func.func"}
             recursive = _recursive(functions)
@@ -136,13 +136,13 @@ def _remap(operation, mapping: dict, call_location) -> None:
 def _erase_dead(module, functions: dict[str, Any]) -> None:
     """Private functions no symbol reference names any more."""
     while True:
-        text_uses = set()
+        used = set()
         for op in _walk(module.operation):
             attributes = op.attributes
             for i in range(len(attributes)):
-                text_uses.update(_symbols(attributes[i].attr))
+                used.update(_symbols(attributes[i].attr))
         dead = [name for name, fn in functions.items()
-                if name not in text_uses and _private(fn)]
+                if name not in used and _private(fn)]
         if not dead:
             return
         for name in dead:
