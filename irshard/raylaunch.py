@@ -260,6 +260,59 @@ class _keep_handlers:
         return False
 
 
+class _keep_dispositions:
+    """While the block runs, the handlers of `signals` stay as they are below
+    Python too. Ray's `shutdown` sets SIGTERM back to the system's default
+    in native code a moment in (Python still believes its handler is
+    there), and a signal in the second that follows ended the process with
+    Ray's agents still running. A thread watches the handlers (sigaction,
+    glibc's layout) and puts them back; elsewhere it does nothing."""
+
+    def __init__(self, *signals: int):
+        self.signals = signals
+        self.thread = None
+
+    def __enter__(self):
+        import ctypes
+        import threading
+        if not sys.platform.startswith("linux"):
+            return self
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return self
+
+        class Sigaction(ctypes.Structure):
+            _fields_ = [("handler", ctypes.c_void_p),
+                        ("mask", ctypes.c_ulong * (128 // ctypes.sizeof(ctypes.c_ulong))),
+                        ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+        saved = {}
+        for s in self.signals:
+            action = Sigaction()
+            if libc.sigaction(int(s), None, ctypes.byref(action)) == 0:
+                saved[int(s)] = action
+        self.done = threading.Event()
+
+        def watch():
+            current = Sigaction()
+            while not self.done.wait(0.002):
+                for s, action in saved.items():
+                    if libc.sigaction(s, None, ctypes.byref(current)) == 0 \
+                            and current.handler != action.handler:
+                        libc.sigaction(s, ctypes.byref(action), None)
+        self.thread = threading.Thread(target=watch, name="irshard-signals",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.thread is not None:
+            self.done.set()
+            self.thread.join()
+        return False
+
+
 class _Late(BaseException):   # not caught by Ray's own retries
     pass
 
@@ -355,15 +408,54 @@ def _shutdown(ray, session: str | None) -> None:
     stopped whole: Ray's `shutdown` knows only the processes of an instance
     that finished starting, so every process this one started (the GCS,
     the raylet, the dashboard and their agents, the workers) is ended too,
-    then the directory removed."""
-    with distributed.quiet_stderr():
-        try:
-            ray.shutdown()
-        except Exception:
-            pass
-    if session is not None:
-        _end_descendants()
-        interrupts.remove(session)
+    then the directory removed. A signal meanwhile is held until all that
+    is done (stopping halfway would leave Ray's agents running)."""
+    with _held(signal.SIGTERM, signal.SIGINT):
+        with distributed.quiet_stderr(), \
+                _keep_dispositions(signal.SIGTERM, signal.SIGINT):
+            try:
+                ray.shutdown()
+            except Exception:
+                pass
+        if session is not None:
+            _end_descendants()
+            interrupts.remove(session)
+
+
+class _held:
+    """SIGTERM and Ctrl-C during the block are noted, not acted on; at its
+    end they interrupt (KeyboardInterrupt), as they would have."""
+
+    def __init__(self, *signals: int):
+        self.signals = signals
+        self.came: list[int] = []
+
+    def __enter__(self):
+        import threading
+        self.saved = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                self.saved[s] = signal.signal(s, lambda n, _: self.came.append(n))
+        return self
+
+    def __exit__(self, kind, *rest):
+        for s, handler in self.saved.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if self.came and kind is None:
+            raise KeyboardInterrupt
+        return False
+
+
+def _stat(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command's name (state, parent,
+    ...); None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+    return stat[stat.rfind(b")") + 2:].split()
 
 
 def _descendants() -> list[int]:
@@ -374,16 +466,8 @@ def _descendants() -> list[int]:
     except OSError:
         return []
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1:
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields and len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry))
     found, todo = [], [os.getpid()]
     while todo:
@@ -411,13 +495,10 @@ def _end_descendants(grace: float = 2.0) -> None:
 
 def _alive(pid: int) -> bool:
     """Running, and not a zombie left for its parent to reap."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+    fields = _stat(pid)
+    if not fields:
         return False
-    state = stat[stat.rfind(b")") + 2:][:1]
-    if state == b"Z":
+    if fields[0] == b"Z":
         try:
             os.waitpid(pid, os.WNOHANG)
         except OSError:

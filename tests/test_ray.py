@@ -380,10 +380,13 @@ def test_a_signal_during_start_up_stops_everything(after, tmp_path, short_tmp):
     time.sleep(after)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
-    if process.returncode == 0:
-        pytest.skip("the run finished before the signal")
-    assert process.returncode == 130, err
-    assert err.splitlines()[-1] == "irshard: interrupted; stopped every process"
+    if "run: seed 0, 2 processes" in out:
+        # The run had finished: the signal came as it exited (0), or while
+        # the interpreter shut down, when Python no longer handles signals.
+        assert process.returncode in (0, -signal.SIGTERM), err
+    else:
+        assert process.returncode == 130, err
+        assert err.splitlines()[-1] == "irshard: interrupted; stopped every process"
     assert _left_behind(before) == []
     assert not [p for p in os.listdir(short_tmp) if p.startswith("irshard-ray-")]
 
