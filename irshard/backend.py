@@ -262,9 +262,17 @@ class visible_devices:
                 answer = (lambda: len(self.devices)) if name.endswith("count") \
                     else (lambda: list(self.devices))
                 setattr(owner, name, self._wrap(original, answer))
+        # Eager work (a PRNG key for `jax.eval_shape`, a constant) runs on
+        # this host's CPU: a described slice's chips cannot execute.
+        self._default = None
+        if self.platform not in (None, "cpu"):
+            self._default = jax.default_device(jax.devices("cpu")[0])
+            self._default.__enter__()
         return self
 
     def __exit__(self, *exc):
+        if self._default is not None:
+            self._default.__exit__(*exc)
         for owner, name, original in self._saved:
             setattr(owner, name, original)
         return False

@@ -197,6 +197,22 @@ def test_a_v4_slice_is_one_device_per_chip(capsys):
     assert "has 16 devices but --target tpu-v4:2x2x2 has 8" in capsys.readouterr().err
 
 
+@pytest.mark.tpu
+def test_args_built_eagerly_on_a_tpu_target():
+    """`--args` that makes a PRNG key and calls `jax.eval_shape` runs its
+    eager work on this host's CPU while the program sees the slice's chips:
+    the GPT step compiles abstractly for a v5e slice."""
+    require("libtpu", "TPU targets")
+    done = run_irshard("compile", os.path.join(EXAMPLES, "gpt.py"), "--fn",
+                       "train_step", "--args", "example_args", "--mesh",
+                       "fsdp=4,tp=4", "--target", "tpu-v5e:4x4",
+                       "--shard", "**/w*=fsdp,tp", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["mesh"]["devices"] == 16 and report["target"]["kind"] == "tpu"
+    assert any("fsdp" in c["mesh_axes"] for c in report["collectives"])
+
+
 def test_without_libtpu_a_tpu_target_says_what_to_install(tmp_path):
     fake = tmp_path / "libtpu"
     fake.mkdir()
