@@ -143,7 +143,7 @@ def _run(name: str, args: tuple[str, ...], out: str) -> None:
     done = subprocess.run([sys.executable, "-m", "irshard", *argv], cwd=ROOT,
                           capture_output=True, text=True)
     with open(stem + ".out", "w") as f:
-        f.write(f"$ irshard {' '.join(args)}\nexit {done.returncode}\n"
+        f.write(f"$ irshard {' '.join(argv).replace(out, 'OUT')}\nexit {done.returncode}\n"
                 f"--- stdout\n{done.stdout}--- stderr\n{done.stderr}")
 
 
