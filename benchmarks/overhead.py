@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from irshard.specs import parse_mesh, parse_type  # noqa: E402  (no JAX)
+from irshard.core.specs import parse_mesh, parse_type  # noqa: E402  (no JAX)
 from timing import timed  # noqa: E402
 
 BASELINE = '''

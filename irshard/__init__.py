@@ -17,7 +17,7 @@ In a notebook a report (or a diff) shows its summary and its HTML page.
 Importing this package does not import JAX; the functions above do.
 """
 
-from irshard.errors import (BackendError, BudgetExceeded, CheckFailed,  # noqa: F401
+from irshard.core.errors import (BackendError, BudgetExceeded, CheckFailed,  # noqa: F401
                             InputError, IRError, IrshardError, SpecError,
                             UsageError, UserCodeError)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from irshard.errors import CheckFailed, UsageError
-from irshard.report import CollectiveReport
-from irshard.specs import MeshSpec, MeshAxis, parse_axis_types, parse_mesh
+from irshard.core.errors import CheckFailed, UsageError
+from irshard.reporting.report import CollectiveReport
+from irshard.core.specs import MeshSpec, MeshAxis, parse_axis_types, parse_mesh
 
 
 class Report(CollectiveReport):
@@ -41,27 +41,27 @@ class Report(CollectiveReport):
         """Holds the report to `budgets` (`'all-gather@fsdp<=2'`, ...):
         raises `irshard.BudgetExceeded` listing every breach; returns the
         outcomes when all hold."""
-        from irshard import budget
+        from irshard.reporting import budget
         return budget.check(self, budgets)
 
     def to_html(self) -> str:
         """The HTML report (`--format html`): one self-contained page."""
-        from irshard import htmlreport
+        from irshard.pipeline import htmlreport
         compiled = getattr(self.stages, "compiled", None)
         return htmlreport.render_report(self, compiled, self.run)
 
     # How a report shows itself: a few lines in a console; in a notebook,
-    # its summary and the full page (irshard.notebook).
+    # its summary and the full page (irshard.reporting.notebook).
     def __repr__(self) -> str:
-        from irshard import notebook
+        from irshard.reporting import notebook
         return notebook.report_text(self)
 
     def _repr_html_(self) -> str:
-        from irshard import notebook
+        from irshard.reporting import notebook
         return notebook.report_html(self, self.to_html())
 
     def _repr_markdown_(self) -> str:
-        from irshard import notebook
+        from irshard.reporting import notebook
         return notebook.report_markdown(self)
 
 
@@ -92,7 +92,7 @@ def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     HLO file or XLA dump. `labels` name the sides (default: the program and
     its mesh). The result prints as text, shows itself in a notebook, and
     has `to_json()`, `to_html()` and `regressions()`."""
-    from irshard import diff as diffing
+    from irshard.pipeline import diff as diffing
     if labels is not None and len(labels) != 2:
         raise UsageError(f"labels: expected two, one per side, not {len(labels)}")
     name_a, name_b = labels if labels is not None else (None, None)
@@ -238,7 +238,9 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               rules, shardings, static_argnums, grad, out_shardings,
               platform: str, reference=None, target=None, profile=None,
               runnable=False, constraints=(), axis_types=None):
-    from irshard import frontend, program, stages
+    from irshard import frontend
+    from irshard.loading import program
+    from irshard.pipeline import stages
     rules, static_argnums, constraints = _check_common(
         rules, static_argnums, grad, out_shardings, target, profile,
         constraints, platform, axis_types)
@@ -289,8 +291,8 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     axes explicit (`"explicit"`, per axis `"dp=explicit"` or
     `("explicit", "auto")`): the function is traced with its inputs'
     shardings in their types; a `jax.sharding.Mesh` brings its own."""
-    from irshard import explain as explaining
-    from irshard import stages
+    from irshard.collectives import explain as explaining
+    from irshard.pipeline import stages
     if not isinstance(explain, bool):
         raise _wrong("explain", explain, "True or False")
     if stage not in ("optimized", "partitioned"):
@@ -324,8 +326,8 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     the check and timings; `results` the outputs (a dict by name under
     `grad`). With `check`, a mismatch raises `irshard.CheckFailed` (its
     `report` attribute holds the report)."""
-    from irshard import execution as running
-    from irshard import stages
+    from irshard.running import execution as running
+    from irshard.pipeline import stages
     _check_run(seed, rtol, atol, repeat, ranges, check)
     prog, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
                                         static_argnums, grad, out_shardings,
@@ -359,5 +361,5 @@ def _results(lowered, result, grad: bool) -> Any:
 
 
 def _check_failure(result) -> CheckFailed | None:
-    from irshard import check
+    from irshard.pipeline import check
     return check.failure(result.checks)

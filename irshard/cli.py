@@ -15,8 +15,8 @@ import sys
 from typing import Callable, Iterator, Sequence
 
 from irshard import REPORT_STAGES, STAGES, __version__
-from irshard.errors import IrshardError, UsageError
-from irshard.specs import parse_mesh
+from irshard.core.errors import IrshardError, UsageError
+from irshard.core.specs import parse_mesh
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 
@@ -156,7 +156,7 @@ def _stages(args) -> list[str]:
 def _source(args):
     """The command line's program options as a `frontend.Source`."""
     from irshard import frontend
-    from irshard.program import parse_names
+    from irshard.loading.program import parse_names
     grad = args.grad
     if isinstance(grad, str):
         grad = parse_names(grad, "--grad")
@@ -175,13 +175,13 @@ def _source(args):
 
 def check_output_path(path: str | None, option: str = "-o") -> None:
     """Fails before any work if `path` cannot be written."""
-    from irshard import files
+    from irshard.core import files
     files.check_writable(path, option)
 
 
 def write_output(path: str | None, text) -> None:
     """Writes to stdout, or whole to `path` (never a half-written file)."""
-    from irshard import files
+    from irshard.core import files
     files.emit(path, text)
 
 
@@ -229,7 +229,7 @@ def join_stage_texts(texts: list[tuple[str, str]]) -> str:
 
 def render_report(report, fmt: str, compiled=None, fold: bool = False):
     if fmt == "html":
-        from irshard import htmlreport
+        from irshard.pipeline import htmlreport
         return htmlreport.render_report(report, compiled)
     return report.render_json_pieces() if fmt == "json" \
         else report.render_text_pieces(fold)
@@ -238,7 +238,7 @@ def render_report(report, fmt: str, compiled=None, fold: bool = False):
 def _folds(args) -> bool:
     """Whether the text goes to a terminal, folded (long tables cut to
     their heaviest rows, layouts left out) unless --full."""
-    from irshard import files
+    from irshard.core import files
     return (not getattr(args, "full", False) and args.output is None
             and files.STDOUT.isatty())
 
@@ -249,14 +249,14 @@ def _folds(args) -> bool:
 
 def _budgets(args) -> list:
     """The --budget expressions, parsed before any work."""
-    from irshard import budget
+    from irshard.reporting import budget
     return [budget.parse_budget(text) for text in args.budget]
 
 
 def _held_to(report, budgets):
     """The report with its budgets' outcomes (JSON `budgets`), and the
     error to exit with when one is exceeded."""
-    from irshard import budget
+    from irshard.reporting import budget
     if not budgets:
         return report, None
     outcomes = budget.evaluate(report, budgets)
@@ -279,7 +279,7 @@ def cmd_compile(args) -> int:
     read = compiled.partitioned() if args.stage == "partitioned" else compiled
     report = read.report()
     if args.explain:
-        from irshard import explain
+        from irshard.collectives import explain
         report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
     write_output(args.output, join_stage_texts(texts) if emits
@@ -320,9 +320,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run_options(args):
-    from irshard.program import split_assignment
-    from irshard.execution import RunOptions
-    from irshard.execution import parse_range
+    from irshard.loading.program import split_assignment
+    from irshard.running.execution import RunOptions
+    from irshard.running.execution import parse_range
     inputs = tuple(split_assignment(item, "--input", "PATH.npy")
                    for item in args.input)
     ranges = tuple(parse_range(item) for item in args.range)
@@ -377,7 +377,7 @@ def _seconds(text: str) -> float:
 
 def _cluster(args):
     """This process's place in a multi-process run, or None."""
-    from irshard import distributed
+    from irshard.running import distributed
     _check_launcher(args)
     if args.processes is not None and (args.coordinator or args.process_id
                                        is not None or args.num_processes):
@@ -389,7 +389,7 @@ def _cluster(args):
 
 
 def _stage(name: str) -> None:
-    from irshard import distributed
+    from irshard.running import distributed
     distributed.report_stage(name)
 
 
@@ -403,13 +403,13 @@ def _check_launcher(args) -> None:
 
 def _launch(args, total_devices: int) -> int:
     """`--processes N`: this process only starts and watches the others."""
-    from irshard import distributed
+    from irshard.running import distributed
     argv = args.argv
     for option in ("--processes", "--timeout", "--launcher", "--ray-address"):
         argv = distributed.strip_option(argv, option, True)
     timeout = args.timeout if args.timeout is not None else distributed.DEFAULT_TIMEOUT
     if args.launcher == "ray":
-        from irshard import raylaunch
+        from irshard.running import raylaunch
         return raylaunch.run_launcher(argv, args.processes, timeout,
                                       total_devices, args.platform,
                                       args.ray_address, args.output)
@@ -438,14 +438,14 @@ def cmd_run(args) -> int:
     args.explain = args.explain or args.format == "html"
     texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
                                   compile_anyway=True, explain=args.explain)
-    from irshard import execution
+    from irshard.running import execution
     _stage("running")
     result = execution.run(lowered, compiled, options)
     _stage("writing")
     read = compiled.partitioned() if args.stage == "partitioned" else compiled
     report = read.report()
     if args.explain:
-        from irshard import explain
+        from irshard.collectives import explain
         report = explain.explained(report, lowered, read)
     report, breach = _held_to(report, budgets)
     text = execution.render(report, result, args.format, compiled, _folds(args))
@@ -453,7 +453,7 @@ def cmd_run(args) -> int:
         text = join_stage_texts(texts) + text
     if _is_reporting_process():
         write_output(args.output, text)
-    from irshard import check
+    from irshard.pipeline import check
     failure = check.failure(result.checks) or breach
     if failure is not None:
         raise failure
@@ -471,7 +471,7 @@ def cmd_show(args) -> int:
     check_output_path(args.output)
     lowered = _load(source)
     compiled = lowered.compile()
-    from irshard import show
+    from irshard.pipeline import show
     inputs, outputs = show.placed(compiled)
     write_output(args.output, show.render(compiled.info, inputs, outputs,
                                           args.format))
@@ -479,7 +479,8 @@ def cmd_show(args) -> int:
 
 
 def cmd_devices(args) -> int:
-    from irshard import backend, distributed
+    from irshard import backend
+    from irshard.running import distributed
     cluster = _cluster(args)
     processes = args.processes or (cluster.num_processes if cluster else 1)
     count = parse_mesh(args.mesh).num_devices if args.mesh else processes
@@ -492,14 +493,14 @@ def cmd_devices(args) -> int:
     if not _is_reporting_process():
         return 0
     listing = backend.describe_devices(args.platform)
-    from irshard import layout
+    from irshard.reporting import layout
     write_output(None, layout.render_devices(listing, args.format))
     return 0
 
 
 def _byte_sizes(text: str) -> list[int]:
     """`4KiB,64KiB,1MiB` -> bytes (argparse type)."""
-    from irshard.budget import UNITS
+    from irshard.reporting.budget import UNITS
     import re
     sizes = []
     for item in text.split(","):
@@ -515,7 +516,7 @@ def cmd_calibrate(args) -> int:
     from irshard import backend
     mesh = parse_mesh(args.mesh)
     check_output_path(args.output)
-    from irshard import calibrate
+    from irshard.pipeline import calibrate
     sizes = calibrate.check_plan(mesh, args.sizes, args.repeats)
     seconds = calibrate.expected_seconds(mesh, sizes, args.repeats)
     if seconds > 60:
@@ -525,12 +526,12 @@ def cmd_calibrate(args) -> int:
     backend.configure(mesh.num_devices, "cpu")
     result = calibrate.calibrate(mesh, sizes, args.repeats)
     if args.output:
-        from irshard.report import dumps_json
-        from irshard import files
+        from irshard.reporting.report import dumps_json
+        from irshard.core import files
         files.write(args.output, dumps_json(
             {"links": result["links"], "error": result["error"]}) + "\n")
     if args.format == "json":
-        from irshard.report import dumps_json
+        from irshard.reporting.report import dumps_json
         write_output(None, dumps_json(result) + "\n")
     else:
         write_output(None, calibrate.render_text(result))
@@ -571,14 +572,14 @@ def add_opt_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_opt(args) -> int:
     from irshard import backend
     backend.configure(1, "cpu")
-    from irshard import opt
+    from irshard.ir import opt
     if args.list_passes:
         write_output(args.output, opt.list_passes())
         return 0
     if args.file is None:
         raise UsageError("give a .mlir file (or '-' for stdin), or --list-passes")
     check_output_path(args.output)
-    from irshard import irfile
+    from irshard.pipeline import irfile
     data = irfile.read_bytes(args.file)
     try:
         text = opt.opt(data, args.file, args.pipeline,
@@ -605,10 +606,10 @@ def cmd_collectives(args) -> int:
                          f"{', '.join(REPORT_STAGES)}")
     from irshard import backend
     backend.configure(1, "cpu")
-    from irshard import dumps
+    from irshard.collectives import dumps
     reports, skipped = dumps.reports(args.path, args.stage, mesh)
     if args.format == "html":
-        from irshard import diff, htmlreport
+        from irshard.pipeline import diff, htmlreport
         def sharded(r):
             return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)
         chosen = diff.main_module(reports, sharded)
@@ -621,7 +622,7 @@ def cmd_collectives(args) -> int:
         text = htmlreport.render_report(
             chosen, ir_text=htmlreport.read_ir(files.get(chosen.module, "")))
     elif args.format == "json":
-        from irshard.report import SCHEMA, dumps_json
+        from irshard.reporting.report import SCHEMA, dumps_json
         if len(reports) == 1 and not os.path.isdir(args.path):
             # Written as it is made: a large module's report is never
             # held whole.
@@ -699,7 +700,8 @@ def _jobs(text: str) -> int | str:
 def cmd_suggest(args) -> int:
     import time
 
-    from irshard import explain, suggest
+    from irshard.collectives import explain
+    from irshard.strategy import suggest
     source = _source(args)
     mesh = source.mesh_spec()
     check_output_path(args.output)
@@ -731,19 +733,19 @@ def cmd_suggest(args) -> int:
 
 def cmd_diff(args) -> int:
     check_output_path(args.output)
-    from irshard import diff
+    from irshard.pipeline import diff
     a = diff.load(args.a, args.module, args.stage)
     b = diff.load(args.b, args.module, args.stage)
     result = diff.compare(a, b)
     if args.format == "html":
-        from irshard import htmlreport
+        from irshard.pipeline import htmlreport
         text = htmlreport.render_diff(result)
     else:
         text = result.render_json() if args.format == "json" else result.render_text()
     write_output(args.output, text)
     regressions = result.regressions()
     if args.fail_on_regression and regressions:
-        from irshard.errors import Regression
+        from irshard.core.errors import Regression
         raise Regression("regression: " + "; ".join(regressions))
     return 0
 
@@ -872,7 +874,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     options, and passes as flags (`-sdy-propagation-pipeline`)."""
     if argv[:1] != ["opt"]:
         return parser.parse_args(argv)
-    from irshard import pipeline
+    from irshard.ir import pipeline
     probe = argparse.ArgumentParser(add_help=False)
     add_opt_arguments(probe)
     options = {s for a in probe._actions for s in a.option_strings}
@@ -915,7 +917,7 @@ def format_error(error: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from irshard import files, interrupts
+    from irshard.core import files, interrupts
     parser = build_parser()
     claimed = False
     try:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from irshard.errors import UsageError
-from irshard.specs import MeshSpec, parse_axis_types, parse_mesh
+from irshard.core.errors import UsageError
+from irshard.core.specs import MeshSpec, parse_axis_types, parse_mesh
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Source:
 
     @property
     def is_module(self) -> bool:
-        from irshard import irfile
+        from irshard.pipeline import irfile
         return irfile.is_mlir(self.path)
 
     def mesh_spec(self) -> MeshSpec | None:
@@ -67,7 +67,7 @@ class Source:
         mesh = self.mesh_spec()
         if mesh is not None:
             return mesh.num_devices
-        from irshard import irfile
+        from irshard.pipeline import irfile
         count = irfile.declared_devices(irfile.read_bytes(self.path))
         if count is None:
             raise UsageError(f"{self.path} declares no mesh in text form; give --mesh")
@@ -95,7 +95,7 @@ class Placement:
 
     def __init__(self, target: str | None, platform: str = "cpu",
                  profile: str | None = None, cluster=None):
-        from irshard import targets
+        from irshard.hardware import targets
         self.cluster = cluster
         self.profile = profile
         self.target = targets.parse_target(target)
@@ -131,7 +131,8 @@ class Placement:
                              f"estimated and cannot run; use irshard compile")
 
     def configure(self, total: int) -> None:
-        from irshard import backend, distributed
+        from irshard import backend
+        from irshard.running import distributed
         if self.target.kind == "tpu":
             backend.configure(1, "cpu")
             return
@@ -174,8 +175,9 @@ class Placement:
 def load(source: Source, cluster=None, timeout: float | None = None):
     """The program of `source` as stage `stablehlo`; with `cluster` (a
     multi-process run), after joining the other processes."""
-    from irshard import distributed, irfile
-    from irshard.program import replaced_overrides
+    from irshard.running import distributed
+    from irshard.pipeline import irfile
+    from irshard.loading.program import replaced_overrides
     mesh = source.mesh_spec()
     constraints = parse_constraints(source.constraints)
     notes = replaced_overrides(source.overrides)
@@ -191,7 +193,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
         place.configure(mesh.num_devices if mesh
                         else irfile.declared_devices(data) or 1)
         join()
-        from irshard.program import (parse_out_shardings, parse_overrides,
+        from irshard.loading.program import (parse_out_shardings, parse_overrides,
                                      parse_rules)
         distributed.report_stage("tracing")
         return _noted(constrain(irfile.load(source.path, data, mesh,
@@ -201,7 +203,9 @@ def load(source: Source, cluster=None, timeout: float | None = None):
                                             place), constraints), notes)
     place.configure(mesh.num_devices)
     join()
-    from irshard import backend, program, stages
+    from irshard import backend
+    from irshard.loading import program
+    from irshard.pipeline import stages
     with place.visible():
         # The program's import comes before JAX's backends start, so it may
         # still set JAX's options (`jax_num_cpu_devices`).
@@ -237,9 +241,9 @@ def parse_constraints(items) -> tuple[tuple[str, str], ...]:
     """`--constrain MATCH=SPEC` items as (match, spec), checked before any
     work: MATCH is `OP`, `FILE:LINE` or `OP@FILE:LINE`, with `#N` for the
     N-th (irshard-constrain's `match=`)."""
-    from irshard.errors import SpecError
-    from irshard.specs import parse_sharding
-    from irshard.matching import parse_match
+    from irshard.core.errors import SpecError
+    from irshard.core.specs import parse_sharding
+    from irshard.core.matching import parse_match
     result, seen = [], {}
     for item in items:
         match, sep, spec = item.rpartition("=")
@@ -265,7 +269,7 @@ def constrain(stage, constraints):
     picks (irshard-constrain, run in place before compiling)."""
     if not constraints:
         return stage
-    from irshard.errors import PassError
+    from irshard.core.errors import PassError
     from irshard.passes.constrain import ConstrainPass
     for match, spec in constraints:
         try:

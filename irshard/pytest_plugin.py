@@ -86,7 +86,7 @@ def irshard_reports():
 
 
 def _is_report(value: Any) -> bool:
-    from irshard.report import CollectiveReport
+    from irshard.reporting.report import CollectiveReport
     return isinstance(value, CollectiveReport)
 
 
@@ -121,15 +121,15 @@ def _held_reports(value: Any, given: list) -> list:
 
 def _label(report) -> str:
     """`model.py:train_step  mesh fsdp=8 (8 cpu devices)`."""
-    from irshard.report import headline
+    from irshard.reporting.report import headline
     what, where = headline(report)[:2]
     return f"{os.path.basename(what)}  {where}"
 
 
 def _hold(item, budgets: list[str], value: Any, given: list) -> None:
-    from irshard import budget
-    from irshard.errors import IrshardError
-    from irshard.report import render_text_lines
+    from irshard.reporting import budget
+    from irshard.core.errors import IrshardError
+    from irshard.reporting.report import render_text_lines
     reports = _held_reports(value, given)
     if not reports:
         pytest.fail(f"{MARKER}: the test gave no report to hold to its budgets; "
@@ -163,7 +163,8 @@ def _write(item, held: list) -> None:
     folder = item.config.getoption("irshard_report")
     if not folder:
         return
-    from irshard import budget, files
+    from irshard.reporting import budget
+    from irshard.core import files
     os.makedirs(folder, exist_ok=True)
     stem = re.sub(r"[^\w.-]+", "-", item.nodeid).strip("-")
     for i, (report, outcomes) in enumerate(held):

@@ -16,7 +16,7 @@ for a test that returns or compiles a report.
 
 from __future__ import annotations
 
-from irshard import budget
+from irshard.reporting import budget
 
 
 def assert_budget(report, *budgets: str) -> None:

@@ -17,7 +17,7 @@ import dataclasses
 import importlib
 from typing import Any, ClassVar
 
-from irshard.errors import PassError
+from irshard.core.errors import PassError
 
 PASSES: dict[str, str] = {
     # Upstream's `inline` cannot work in jaxlib's context (no inliner

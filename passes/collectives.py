@@ -11,12 +11,13 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard import analysis, shardy
-from irshard.errors import IRError, PassError
-from irshard.frames import Frame, UserCode
+from irshard.collectives import analysis
+from irshard.backend import shardy
+from irshard.core.errors import IRError, PassError
+from irshard.core.frames import Frame, UserCode
 from irshard.passes import ModulePass
-from irshard.report import Collective, CollectiveReport, axis_size, tensor_info
-from irshard.specs import MeshSpec, ShardingSpec, dtype_from_mlir
+from irshard.reporting.report import Collective, CollectiveReport, axis_size, tensor_info
+from irshard.core.specs import MeshSpec, ShardingSpec, dtype_from_mlir
 
 def _local_shape(shape, spec: ShardingSpec, mesh: MeshSpec) -> tuple[int, ...]:
     return tuple(-(-n // math.prod(axis_size(a, mesh) for a in d.axes))

@@ -9,11 +9,11 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from irshard import shardy
-from irshard.errors import IRError, PassError, SpecError
-from irshard.matching import Match, parse_match
+from irshard.backend import shardy
+from irshard.core.errors import IRError, PassError, SpecError
+from irshard.core.matching import Match, parse_match
 from irshard.passes import ModulePass
-from irshard.specs import check_sharding, parse_sharding
+from irshard.core.specs import check_sharding, parse_sharding
 
 
 def _matches(match: Match, operation: ir.Operation) -> bool:

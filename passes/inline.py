@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard.errors import PassError
+from irshard.core.errors import PassError
 from irshard.passes import ModulePass
 
 

@@ -9,10 +9,10 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard import shardy
+from irshard.backend import shardy
 from irshard.passes import ModulePass
-from irshard.report import table
-from irshard.syntax import split_top_level
+from irshard.reporting.report import table
+from irshard.core.syntax import split_top_level
 
 
 def _origins(attr: ir.Attribute | None) -> str:

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard.annotation import strip_shardings
+from irshard.ir.annotation import strip_shardings
 from irshard.passes import ModulePass
 
 

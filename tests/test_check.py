@@ -6,9 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from irshard import check, cli
-from irshard.specs import lookup_dtype
-from irshard.stages import TensorDecl
+from irshard.pipeline import check
+from irshard import cli
+from irshard.core.specs import lookup_dtype
+from irshard.pipeline.stages import TensorDecl
 from tests.test_run import PROGRAMS, run_program
 
 MODELS = os.path.join(PROGRAMS, "models.py")

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from irshard import distributed
-from irshard.errors import UsageError
+from irshard.running import distributed
+from irshard.core.errors import UsageError
 from tests.conftest import EXAMPLES, run_irshard
 
 pytestmark = pytest.mark.multiprocess
@@ -133,7 +133,7 @@ def test_the_same_user_error_everywhere_is_reported_once(write):
 
 PORT_RETRY = """
 import socket, sys
-from irshard import distributed
+from irshard.running import distributed
 taken = socket.socket()
 taken.bind(("127.0.0.1", 0))
 taken.listen()

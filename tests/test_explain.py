@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import pytest
 
 import irshard
-from irshard import explain
-from irshard.specs import parse_mesh
+from irshard.collectives import explain
+from irshard.core.specs import parse_mesh
 from tests.conftest import EXAMPLES, run_irshard
 
 HEAT = os.path.join(EXAMPLES, "heat1d.py")
@@ -255,7 +255,7 @@ def _remat_line(source: str, target: str, op: str = "%add.0 = f32[4,16,2]{2,1,0}
      "f32[4,16]", ("x,_", "replicated")),
 ])
 def test_remat_findings_in_mesh_axes(mesh, source, target, shape, expected):
-    from irshard import findings
+    from irshard.collectives import findings
     line = _remat_line(source, target, f"%add.0 = {shape}{{1,0}} add(%p, %q)")
     seen = []
 
@@ -275,7 +275,7 @@ def test_remat_findings_in_mesh_axes(mesh, source, target, shape, expected):
 
 
 def test_a_sharding_that_is_no_mesh_tiling_is_kept_as_xla_prints_it():
-    from irshard import findings
+    from irshard.collectives import findings
     line = _remat_line("{devices=[3,1]0,1,2}", "{replicated}",
                        "%add.0 = f32[3,16]{1,0} add(%p, %q)")
     (f,) = findings.parse(line, parse_mesh("x=4"), lambda name, frame: None)

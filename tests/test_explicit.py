@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import irshard
-from irshard.loader import load_module
+from irshard.loading.loader import load_module
 from tests.conftest import EXAMPLES, run_irshard
 
 EXAMPLE = os.path.join(EXAMPLES, "explicit.py")

@@ -126,7 +126,7 @@ def test_a_parameter_number_out_of_range_never_reaches_xla(tmp_path):
     path = tmp_path / "m.hlo"
     path.write_text(MODULE.replace("%b = f32[] parameter(1)",
                                    "%b = f32[] parameter(2)"))
-    code = ("import sys\nfrom irshard.hlo import HloModuleView\n"
+    code = ("import sys\nfrom irshard.xla.hlo import HloModuleView\n"
             "try:\n    HloModuleView.from_text(open(sys.argv[1]).read())\n"
             "except ValueError as e:\n    print(e)\n")
     done = subprocess.run([sys.executable, "-c", code, str(path)],

@@ -7,9 +7,10 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irshard import execution, program
-from irshard.errors import IrshardError, UsageError
-from irshard.specs import (MeshSpec, MeshAxis, check_sharding, parse_mesh,
+from irshard.running import execution
+from irshard.loading import program
+from irshard.core.errors import IrshardError, UsageError
+from irshard.core.specs import (MeshSpec, MeshAxis, check_sharding, parse_mesh,
                            parse_sharding, parse_type)
 
 # Text from the grammar's own alphabet (so that parses happen often), mixed
@@ -122,7 +123,7 @@ pattern_segments = st.sampled_from(["a", "b", "*", "?", "a*", "[ab]", "**", "**"
 @given(st.lists(pattern_segments, min_size=1, max_size=7),
        st.lists(segments, min_size=1, max_size=7))
 def test_glob_matches_as_the_obvious_backtracking_does(pattern, path):
-    from irshard import tree
+    from irshard.core import tree
     assert tree.matches("/".join(pattern), "/".join(path)) == \
         _reference_match(pattern, path)
 
@@ -130,7 +131,7 @@ def test_glob_matches_as_the_obvious_backtracking_does(pattern, path):
 def test_glob_of_many_double_stars_does_not_backtrack():
     # With backtracking this is exponential in the number of '**' segments
     # and never returns; matched position by position it is immediate.
-    from irshard import tree
+    from irshard.core import tree
     pattern = "/".join(["**"] * 400 + ["x"])
     assert not tree.matches(pattern, "/".join(["a"] * 400 + ["y"]))
     assert tree.matches(pattern, "/".join(["a"] * 400 + ["x"]))

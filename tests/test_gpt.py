@@ -11,9 +11,10 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import irshard
-from irshard import analysis, tree
-from irshard.hlo import HloModuleView
-from irshard.specs import parse_mesh, parse_sharding
+from irshard.collectives import analysis
+from irshard.core import tree
+from irshard.xla.hlo import HloModuleView
+from irshard.core.specs import parse_mesh, parse_sharding
 from irshard.testing import assert_budget
 from tests.conftest import EXAMPLES
 
@@ -85,7 +86,7 @@ def test_budgets_hold_each_strategy_to_its_collectives():
     """What a model's CI would pin: FSDP gathers each weight matrix once per
     step (the embedding twice: it is also the output projection); with half
     the devices on tp, less moves over fsdp."""
-    from irshard import budget
+    from irshard.reporting import budget
     mesh, rules = STRATEGIES["fsdp"]
     fsdp = irshard.compile(gpt.train_step, *gpt.example_args(), mesh=mesh,
                            rules=rules)

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from irshard import analysis
-from irshard.hlo import (ArrayShape, HloModuleView, StackFrameTable,
+from irshard.collectives import analysis
+from irshard.xla.hlo import (ArrayShape, HloModuleView, StackFrameTable,
                          opcode_name, parse_instruction_text, parse_metadata,
                          parse_shape, shape_bytes)
-from irshard.specs import parse_mesh
+from irshard.core.specs import parse_mesh
 from tests.conftest import run_irshard
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -211,7 +211,7 @@ def test_wire_bytes(kind, n, nbytes, wire):
     ("plain/path.py", "plain/path.py"),
 ])
 def test_quoted_strings_as_xla_escapes_them(printed, meant):
-    from irshard.syntax import c_unescape, unquote
+    from irshard.core.syntax import c_unescape, unquote
     assert c_unescape(printed) == meant
     assert unquote(f'"{printed}"') == meant
 
@@ -286,7 +286,7 @@ def test_tuple_elements_as_operands():
     """jaxlib 0.11 on prints a tuple's element used by one instruction as
     `%param#0`: the loop's counter is still followed to its trip count, by
     any jaxlib (0.10's parser does not read the form)."""
-    from irshard import hloscan
+    from irshard.xla import hloscan
     view = hloscan.ScannedModule.from_text(TUPLE_ELEMENTS)
     found = list(analysis.collectives(view, None, None))
     assert [(c.kind, c.loop_trip_counts, c.executions) for c in found] == [
@@ -377,7 +377,7 @@ _PRINTED_FORMS = [
 
 @pytest.mark.parametrize("line", _PRINTED_FORMS)
 def test_attribute_lists_read_as_the_split_reads_them(line):
-    from irshard.hlo import _parse_instruction_slowly
+    from irshard.xla.hlo import _parse_instruction_slowly
     assert parse_instruction_text(line) == _parse_instruction_slowly(line)
     assert parse_instruction_text("  " + line) == _parse_instruction_slowly(line)
 
@@ -385,7 +385,7 @@ def test_attribute_lists_read_as_the_split_reads_them(line):
 def test_every_line_of_the_suites_modules_reads_as_the_split_reads_it():
     """The same on every instruction of the suite's HLO files, as written
     and as this jaxlib's XLA prints them back."""
-    from irshard.hlo import _parse_instruction_slowly
+    from irshard.xla.hlo import _parse_instruction_slowly
     texts = []
     for name in sorted(os.listdir(DATA)):
         if name.endswith(".hlo"):

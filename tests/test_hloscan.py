@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irshard import analysis, dumps, hloscan
-from irshard.hlo import HloModuleView
-from irshard.specs import MeshAxis, MeshSpec
+from irshard.collectives import analysis, dumps
+from irshard.xla import hloscan
+from irshard.xla.hlo import HloModuleView
+from irshard.core.specs import MeshAxis, MeshSpec
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -321,7 +322,7 @@ def test_blocks_split_anywhere(monkeypatch):
 def test_the_json_written_in_pieces_is_the_whole(tmp_path, blocks):
     """A report's JSON is written collective by collective; it must be the
     JSON of the whole report, byte for byte."""
-    from irshard.report import dumps_json
+    from irshard.reporting.report import dumps_json
     path = tmp_path / "m.hlo"
     path.write_text(_generate(blocks, True))
     report = dumps.report(dumps.FoundModule("m", str(path), "file"), str(path), None)
@@ -349,7 +350,7 @@ def test_packed_collectives_are_collectives():
     """What a report keeps of each of many collectives (its name and
     op_name, the rest shared) is the same value as a `Collective`."""
     import pickle
-    from irshard.report import Collective, PackedCollective
+    from irshard.reporting.report import Collective, PackedCollective
     view = hloscan.ScannedModule.from_file(os.path.join(DATA, "dense_loop.hlo"))
     found = analysis.collectives(view, None, None)
     assert all(type(c) is PackedCollective for c in found)
@@ -374,7 +375,7 @@ def test_the_collectives_table_streamed_is_the_table():
     collectives alike) is `table()` of every row, including names that
     are all digits (right-aligned) and plain `Collective`s among packed
     ones."""
-    from irshard import report as rp
+    from irshard.reporting import report as rp
     view = hloscan.ScannedModule.from_file(os.path.join(DATA, "dense_loop.hlo"))
     found = analysis.collectives(view, None, None)
     header = ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs",
@@ -391,5 +392,5 @@ def test_the_collectives_table_streamed_is_the_table():
 
 def _renamed(c, name):
     """`c` under another name (sharing its record)."""
-    from irshard.report import PackedCollective
+    from irshard.reporting.report import PackedCollective
     return PackedCollective.pack(name, c.op_name, c._shared)

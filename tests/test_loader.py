@@ -4,10 +4,10 @@ import textwrap
 
 import pytest
 
-from irshard import loader
-from irshard.errors import InputError, SpecError, UserCodeError
-from irshard.program import load_program
-from irshard.specs import parse_mesh
+from irshard.loading import loader
+from irshard.core.errors import InputError, SpecError, UserCodeError
+from irshard.loading.program import load_program
+from irshard.core.specs import parse_mesh
 
 MESH = parse_mesh("x=4")
 

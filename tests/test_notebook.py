@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 
 import irshard
-from irshard import notebook
-from irshard.errors import UsageError
+from irshard.reporting import notebook
+from irshard.core.errors import UsageError
 from tests.conftest import EXAMPLES, require
 
 NOTEBOOK = os.path.join(EXAMPLES, "gpt_strategies.ipynb")

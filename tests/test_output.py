@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from irshard import cli, files
-from irshard.errors import OutputError
+from irshard import cli
+from irshard.core import files
+from irshard.core.errors import OutputError
 from tests.conftest import EXAMPLES
 
 MATMUL = os.path.join(EXAMPLES, "matmul.py")

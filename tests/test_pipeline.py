@@ -2,8 +2,9 @@
 
 import pytest
 
-from irshard import backend, opt, pipeline
-from irshard.errors import PassError
+from irshard import backend
+from irshard.ir import opt, pipeline
+from irshard.core.errors import PassError
 
 
 @pytest.mark.parametrize("text, names", [

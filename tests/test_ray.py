@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from irshard import distributed
+from irshard.running import distributed
 from tests.conftest import EXAMPLES, ROOT, require
 from tests.test_distributed import _checksums, _survivors
 
@@ -224,7 +224,8 @@ def listening():
     return found
 
 before = listening()
-from irshard import interrupts, raylaunch
+from irshard.core import interrupts
+from irshard.running import raylaunch
 ray = raylaunch._import_ray(local=True)
 session = raylaunch._init(ray, None, 2, 60, 60)
 ray.get(ray.remote(lambda: 1).remote())
@@ -256,7 +257,8 @@ def test_a_local_instance_listens_on_the_loopback_interface_only(tmp_path, short
 def test_a_long_temporary_directory_gives_way_to_tmp(monkeypatch, tmp_path):
     """Ray's Unix sockets live in the instance's directory, and a socket's
     path has at most 107 bytes."""
-    from irshard import interrupts, raylaunch
+    from irshard.core import interrupts
+    from irshard.running import raylaunch
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / ("d" * 60)))
     session = raylaunch._session_dir()
     try:

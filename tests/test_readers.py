@@ -12,8 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irshard import cli, diff, schema, targets
-from irshard.errors import InputError, IrshardError
+from irshard import cli
+from irshard.pipeline import diff
+from irshard.core import schema
+from irshard.hardware import targets
+from irshard.core.errors import InputError, IrshardError
 
 REPORT = {
     "schema": 1, "source": "m.py", "function": "f",

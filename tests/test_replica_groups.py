@@ -2,8 +2,8 @@
 
 import pytest
 
-from irshard import replica_groups as rg
-from irshard.specs import parse_mesh
+from irshard.xla import replica_groups as rg
+from irshard.core.specs import parse_mesh
 
 
 @pytest.mark.parametrize("text, groups", [
@@ -50,7 +50,7 @@ def test_iota_matches_xla(iota):
 
 def test_mesh_form_round_trips_through_xla():
     """XLA's parser accepts each mesh form we read, and prints it back."""
-    from irshard.hlo import HloModuleView
+    from irshard.xla.hlo import HloModuleView
     for form in ["mesh['x'=2,'y'=2] {'y'}", "mesh['a'=4] {'a':(1)2}",
                  "mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'a'}",
                  "mesh['a'=2,'b'=2,'c'=2], device_ids=([4,2]T(1,0)) {'a'}"]:

@@ -6,9 +6,12 @@ import os
 import numpy as np
 import pytest
 
-from irshard import cli, data, execution, show, stages
-from irshard.program import load_program
-from irshard.specs import parse_mesh, parse_type
+from irshard import cli
+from irshard.loading import data
+from irshard.running import execution
+from irshard.pipeline import show, stages
+from irshard.loading.program import load_program
+from irshard.core.specs import parse_mesh, parse_type
 from tests.conftest import EXAMPLES, run_irshard
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -270,7 +273,7 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
     path = os.path.join(PROGRAMS, "matmul.py")
     run_program(path, "x=2", repeat=3, progress=True)
     assert capsys.readouterr().err == ""
-    from irshard import files
+    from irshard.core import files
     monkeypatch.setattr(files.STDOUT, "isatty", lambda: True)
     monkeypatch.setattr(execution.sys.stderr, "isatty", lambda: True)
     result = run_program(path, "x=2", repeat=3, progress=True)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from irshard.errors import SpecError
-from irshard.specs import (DimSharding, MeshSpec, ShardingSpec, check_sharding,
+from irshard.core.errors import SpecError
+from irshard.core.specs import (DimSharding, MeshSpec, ShardingSpec, check_sharding,
                            parse_mesh, parse_sharding, parse_type)
 
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from irshard import suggest
-from irshard.specs import parse_mesh
+from irshard.strategy import suggest
+from irshard.core.specs import parse_mesh
 from tests.conftest import EXAMPLES, run_irshard
 from tests.test_explain import REMAT
 

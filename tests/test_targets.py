@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import irshard
-from irshard import cost, targets
-from irshard.errors import SpecError
+from irshard.hardware import cost, targets
+from irshard.core.errors import SpecError
 from tests.conftest import EXAMPLES, require, run_irshard
 
 
@@ -140,9 +140,9 @@ def test_tpu_counts_and_bytes_equal_plain_jax():
     from jax.experimental import topologies
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-    from irshard import analysis
-    from irshard.hlo import HloModuleView
-    from irshard.specs import parse_mesh
+    from irshard.collectives import analysis
+    from irshard.xla.hlo import HloModuleView
+    from irshard.core.specs import parse_mesh
     sys.path.insert(0, EXAMPLES)
     import gpt
     rules = [("**/embed", "fsdp,_"), ("**/w*", "fsdp,_"), ("batch/*", "fsdp,_")]
@@ -155,7 +155,7 @@ def test_tpu_counts_and_bytes_equal_plain_jax():
     names = ("params", "opt_state", "batch")
 
     def sharded(name):
-        from irshard import tree
+        from irshard.core import tree
 
         def of(keys, leaf):
             entries = by_path[tree.path_of(name, keys)]

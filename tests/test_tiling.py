@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irshard import backend, layout
-from irshard.specs import parse_mesh
-from irshard.tiling import Tiling, mesh_axes_of
+from irshard import backend
+from irshard.reporting import layout
+from irshard.core.specs import parse_mesh
+from irshard.xla.tiling import Tiling, mesh_axes_of
 
 MESH = parse_mesh("x=2,y=4")
 
@@ -78,7 +79,7 @@ def _sharding_texts(draw):
 @given(_sharding_texts(), st.integers(1, 4))
 def test_sharding_text_read_as_xla_reads_it(text, rank):
     from irshard import backend
-    from irshard.tiling import _plain_sharding
+    from irshard.xla.tiling import _plain_sharding
     plain = _plain_sharding(text, rank)
     try:
         parsed = backend.hlo_sharding_from_text(text)

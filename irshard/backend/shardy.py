@@ -1,0 +1,498 @@
+"""Reading and writing Shardy attributes with jaxlib's MLIR bindings.
+
+Small helpers shared by the passes: find a module's entry function and meshes,
+convert between `ShardingSpec` and `#sdy.sharding`, read argument names from
+locations. Callers hold the module's context.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, sdy
+
+from irshard.core.errors import IRError
+from irshard.core.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
+
+SHARDING = "sdy.sharding"
+SHARDING_ORIGINS = "sdy.sharding_origins"
+
+# Shardy's propagation, as its own `sdy-propagation-pipeline` runs it, with
+# the debug options that record why each axis is where it is
+# (`sdy.sharding_origins`), and stopping where Shardy dumps its
+# `after_propagation` module: before the export passes drop those records.
+PROPAGATION_PIPELINE = ",".join([
+    # Import: lift inlined meshes, add data-flow edges, sharding groups...
+    "sdy-import-pipeline",
+    # Calls: one function per call site, so each can get its own shardings.
+    "sdy-flatten-call-graph", "symbol-dce",
+    "sdy-import-func-calls", "symbol-dce",
+    # User constraints, then shardings that must agree (sharding groups).
+    "sdy-apply-sharding-constraints{debug-sharding-origins=true}",
+    "sdy-sharding-group-import",
+    # Propagation proper: callees first, then by user priority.
+    "sdy-pre-order-funcs",
+    "sdy-user-priority-propagate{debug-sharding-origins=true}",
+    # Back to functions and calls.
+    "sdy-export-named-computations", "sdy-propagate-to-func-results",
+    "sdy-unflatten-call-graph", "symbol-dce",
+    "sdy-insert-func-call-reshards",
+    # The first export steps: move shardings from data-flow edges onto the
+    # values (keeping origins), and close the shardings.
+    "func.func(sdy-sink-data-flow-edges{sink-debug-sharding-origins=true})",
+    "sdy-remove-sharding-groups",
+    "func.func(sdy-sharding-constraint-to-reshard)",
+    "sdy-close-shardings",
+])
+
+# The same passes without the debug options: where recording origins
+# crashes (Shardy does not expect some IR there), propagation still runs.
+PROPAGATION_PIPELINE_WITHOUT_ORIGINS = re.sub(
+    r"\{(sink-)?debug-sharding-origins=true\}", "", PROPAGATION_PIPELINE)
+
+
+def functions(module: ir.Module) -> Iterator[func.FuncOp]:
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            yield op.opview if not isinstance(op, func.FuncOp) else op
+
+
+def is_public(fn: func.FuncOp) -> bool:
+    visibility = fn.attributes["sym_visibility"] \
+        if "sym_visibility" in fn.attributes else None
+    return visibility is None or ir.StringAttr(visibility).value == "public"
+
+
+def public_function_names(module: ir.Module) -> list[str]:
+    return [ir.StringAttr(fn.attributes["sym_name"]).value
+            for fn in functions(module) if is_public(fn)]
+
+
+def entry_function(module: ir.Module, name: str = "main") -> func.FuncOp:
+    """The public entry function `name`; an IRError naming the functions
+    otherwise."""
+    names = []
+    for fn in functions(module):
+        fn_name = ir.StringAttr(fn.attributes["sym_name"]).value
+        if fn_name == name:
+            if not is_public(fn):
+                raise IRError(f"@{name} is private; irshard compiles the "
+                              f"public entry function @{name} (declare it "
+                              f"'func.func @{name}' or 'func.func public "
+                              f"@{name}')")
+            return fn
+        names.append(fn_name)
+    listed = ", ".join(f"@{n}" for n in names) or "none"
+    raise IRError(f"the module has no function @{name} (its functions: "
+                  f"{listed}); irshard compiles the entry function @main")
+
+
+def mesh_ops(module: ir.Module) -> dict[str, ir.Operation]:
+    return {ir.StringAttr(op.attributes["sym_name"]).value: op
+            for op in module.body.operations
+            if op.operation.name == "sdy.mesh"}
+
+
+def mesh_spec(mesh_attr: ir.Attribute) -> MeshSpec:
+    mesh = sdy.MeshAttr(mesh_attr)
+    return MeshSpec(tuple(MeshAxis(sdy.MeshAxisAttr(a).name,
+                                   sdy.MeshAxisAttr(a).size)
+                          for a in mesh.axes))
+
+
+def meshes(module: ir.Module) -> dict[str, MeshSpec]:
+    """The module's `sdy.mesh` symbols, by name."""
+    return {name: mesh_spec(op.attributes["mesh"])
+            for name, op in mesh_ops(module).items()}
+
+
+def mesh_attr(mesh: MeshSpec) -> ir.Attribute:
+    return sdy.MeshAttr.get([sdy.MeshAxisAttr.get(a.name, a.size)
+                             for a in mesh.axes])
+
+
+def axis_ref_name(attr: ir.Attribute) -> str:
+    """`x`, or `x:(1)2` for a sub-axis (Shardy's notation)."""
+    ref = sdy.AxisRefAttr(attr)
+    if ref.sub_axis_info is None:
+        return ref.name
+    info = sdy.SubAxisInfoAttr(ref.sub_axis_info)
+    return f"{ref.name}:({info.pre_size}){info.size}"
+
+
+def sharding_attr(mesh_name: str, spec: ShardingSpec) -> ir.Attribute:
+    dims = [sdy.DimensionShardingAttr.get(
+        [sdy.AxisRefAttr.get(axis) for axis in d.axes], not d.open)
+        for d in spec.dims]
+    return sdy.TensorShardingAttr.get(mesh_name, dims)
+
+
+def sharding_spec(attr: ir.Attribute) -> tuple[str, ShardingSpec]:
+    """(mesh name or inlined mesh text, spec) of a `#sdy.sharding`."""
+    sharding = sdy.TensorShardingAttr(attr)
+    dims = []
+    for d in sharding.dimension_shardings:
+        dim = sdy.DimensionShardingAttr(d)
+        dims.append(DimSharding(tuple(axis_ref_name(a) for a in dim.axes),
+                                not dim.is_closed))
+    mesh = str(sharding.mesh_or_ref)
+    if mesh.startswith("@"):
+        mesh = mesh[1:]
+    return mesh, ShardingSpec(tuple(dims))
+
+
+def attr_dicts(fn: func.FuncOp, key: str, count: int) -> list[dict[str, ir.Attribute]]:
+    """The per-argument (`arg_attrs`) or per-result (`res_attrs`) attribute
+    dictionaries of `fn` as Python dicts."""
+    if key not in fn.attributes:
+        return [{} for _ in range(count)]
+    result = []
+    for entry in ir.ArrayAttr(fn.attributes[key]):
+        d = ir.DictAttr(entry)
+        result.append({d[i].name: d[i].attr for i in range(len(d))})
+    return result
+
+
+def set_attr_dicts(fn: func.FuncOp, key: str,
+                   dicts: list[dict[str, ir.Attribute]]) -> None:
+    fn.attributes[key] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
+
+
+# Registered passes `--list-passes` looks for; only those this jaxlib has
+# registered are listed.
+REGISTERED_PASSES = """
+sdy-add-data-flow-edges sdy-add-func-data-flow-edges sdy-aggressive-propagate
+sdy-apply-sharding-constraints sdy-basic-propagate sdy-close-shardings
+sdy-constant-or-scalar-merger sdy-constant-or-scalar-splitter
+sdy-convert-global-to-local sdy-drop-sharding-and-mesh sdy-drop-sharding-rules
+sdy-explicit-gather-scatter-batching sdy-export-named-computations
+sdy-export-pipeline sdy-flatten-call-graph sdy-import-func-calls
+sdy-import-pipeline sdy-inline-meshes sdy-insert-explicit-reshards
+sdy-insert-func-call-reshards sdy-lift-inlined-meshes sdy-manual-axes-cleanup
+sdy-op-priority-propagate sdy-pad-for-divisibility
+sdy-per-instruction-partitioning sdy-populate-op-sharding-rules
+sdy-pre-order-funcs sdy-propagate-sharding-from-func-to-call
+sdy-propagate-to-func-results sdy-propagation-pipeline
+sdy-remove-all-gather-reduce-scatter-for-cmv1 sdy-remove-propagation-debug-info
+sdy-remove-sharding-groups sdy-remove-size-one-axes
+sdy-remove-sub-axes-in-input-output-shardings sdy-reshard-to-collectives
+sdy-resolve-permutation-factors sdy-sharding-constraint-to-reshard
+sdy-sharding-group-import sdy-sink-data-flow-edges
+sdy-sink-func-data-flow-edges sdy-unflatten-call-graph
+sdy-update-non-divisible-input-output-shardings sdy-user-priority-propagate
+sdy-verify-unreduced-axes
+stablehlo-aggressive-simplification stablehlo-legalize-to-vhlo
+stablehlo-refine-shapes chlo-legalize-to-stablehlo
+canonicalize cse symbol-dce symbol-privatize sccp strip-debuginfo
+remove-dead-values loop-invariant-code-motion topological-sort
+control-flow-sink print-op-stats
+""".split()
+
+
+# Shardy's collective ops, their report kind, and the attribute naming the
+# axes they communicate over. `sdy.all_slice` moves no data and is left out.
+SDY_COLLECTIVES = {
+    "sdy.all_gather": ("all-gather", "gathering_axes"),
+    "sdy.all_reduce": ("all-reduce", "reduction_axes"),
+    "sdy.reduce_scatter": ("reduce-scatter", "reduce_scatter_axes"),
+    "sdy.all_to_all": ("all-to-all", "params"),
+    "sdy.collective_permute": ("collective-permute", None),
+}
+
+
+_AXIS = re.compile(r'"([^"]+)"(:\(\d+\)\d+)?')
+
+
+def value_sharding(value: ir.Value) -> ShardingSpec | None:
+    """The sharding a value's defining op gives it (`sdy.sharding`), for a
+    single-result op."""
+    owner = value.owner
+    owner = getattr(owner, "operation", owner)
+    if isinstance(owner, ir.Operation) and SHARDING in owner.attributes:
+        text = str(owner.attributes[SHARDING])
+        if text.startswith("#sdy.sharding<"):
+            return sharding_spec(owner.attributes[SHARDING])[1]
+        if text.startswith("#sdy.sharding_per_value<"):
+            per_value = sdy.TensorShardingPerValueAttr(owner.attributes[SHARDING])
+            index = ir.OpResult(value).result_number
+            return sharding_spec(per_value.shardings[index])[1]
+    return None
+
+
+def collective_axes(operation: ir.Operation, mesh: MeshSpec) -> list[str]:
+    """The mesh axes a Shardy collective communicates over."""
+    kind, axes_attr = SDY_COLLECTIVES[operation.name]
+    if axes_attr is not None:
+        return [name + (sub or "") for name, sub in
+                _AXIS.findall(str(operation.attributes[axes_attr]))]
+    _, out_spec = sharding_spec(operation.attributes["out_sharding"])
+    before = value_sharding(operation.operands[0])
+    moved = set(out_spec.axes_used())
+    if before is not None:
+        moved = {a for a in moved | set(before.axes_used())
+                 if [a in d.axes for d in before.dims]
+                 != [a in d.axes for d in out_spec.dims]}
+    return [a for a in mesh.names if a in moved]
+
+
+# ---------------------------------------------------------------------------
+# Locations, read through the bindings' location classes
+
+
+_LOCATION_KINDS = (ir.FileLineColLoc, ir.NameLoc, ir.CallSiteLoc, ir.FusedLoc,
+                   ir.UnknownLoc)
+
+
+def typed_location(location: ir.Location) -> ir.Location:
+    """The location as its own class (`FileLineColLoc`, `NameLoc`, ...);
+    diagnostics hand out plain `Location`s."""
+    if isinstance(location, _LOCATION_KINDS):
+        return location
+    for kind in _LOCATION_KINDS:
+        try:
+            return kind(location)
+        except (ValueError, TypeError):
+            continue
+    return location
+
+
+def location_name(location: ir.Location) -> str | None:
+    """The name of a `loc("name")` or `loc("name"(...))` location."""
+    location = typed_location(location)
+    return location.name_str if isinstance(location, ir.NameLoc) else None
+
+
+def file_locations(location: ir.Location,
+                   function: str = "") -> list[tuple[str, int, int, str]]:
+    """(file, line, column, function) of every file location in `location`,
+    innermost first (a call site's callee before its caller); the function
+    is the name JAX wraps a frame's file location in, or ''."""
+    location = typed_location(location)
+    if isinstance(location, ir.FileLineColLoc):
+        return [(location.filename, location.start_line, location.start_col,
+                 function)]
+    if isinstance(location, ir.NameLoc):
+        child = typed_location(location.child_loc)
+        name = location.name_str if isinstance(child, ir.FileLineColLoc) else ""
+        return file_locations(child, name)
+    if isinstance(location, ir.CallSiteLoc):
+        return file_locations(location.callee) + file_locations(location.caller)
+    if isinstance(location, ir.FusedLoc):
+        return [f for part in location.locations for f in file_locations(part)]
+    return []
+
+
+def location_frames(location: ir.Location) -> list[tuple[str, int, str]]:
+    """(file, line, function) of every file location, innermost first."""
+    return [(f, line, fn) for f, line, _, fn in file_locations(location)]
+
+
+def argument_names(fn: func.FuncOp) -> list[str | None]:
+    """Each argument's name from its location (JAX writes `loc("d")`)."""
+    if fn.is_external:
+        return [None] * len(fn.type.inputs)
+    return [location_name(arg.location) for arg in fn.entry_block.arguments]
+
+
+def tensor_shape(type_: ir.Type) -> tuple[int, ...] | None:
+    try:
+        ranked = ir.RankedTensorType(type_)
+    except ValueError:
+        return None
+    if not ranked.has_static_shape:
+        return None
+    return tuple(ranked.shape)
+
+
+def walk(op: ir.Operation) -> Iterator[ir.Operation]:
+    """Every operation nested in `op`, in pre-order."""
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from walk(child.operation)
+
+
+def diagnostic_text(error: ir.MLIRError, source: str | None = None,
+                    first_line: int = 1, with_location: bool = True) -> str:
+    """The first diagnostic of an MLIRError as `file:line:col: message`.
+
+    With `source`, the file is `source` and lines count from `first_line`
+    (a chunk of a larger file); without, the location's own file is kept.
+    `with_location=False` gives the message alone."""
+    diagnostics = list(error.error_diagnostics)
+    if not diagnostics:
+        return f"{source}: {error.message}" if source else error.message
+    d = diagnostics[0]
+    found = file_locations(d.location) if with_location else []
+    if not found:
+        return f"{source}: {d.message}" if source and with_location else d.message
+    file, line, column, _ = found[0]
+    if source is not None:
+        file, line = source, line + first_line - 1
+    return f"{file}:{line}:{column}: {d.message}"
+
+
+def propagation_freedom(module: ir.Module) -> tuple[list[bool], list[bool]]:
+    """Whether XLA may choose each entry argument's and result's sharding:
+    an argument whose sharding is missing or has an open dimension, a result
+    without a sharding. (`jax.jit` passes the same to XLA.)"""
+    with module.context:
+        main = entry_function(module)
+        args = []
+        for attrs in attr_dicts(main, "arg_attrs", len(main.type.inputs)):
+            if SHARDING not in attrs:
+                args.append(True)
+                continue
+            _, spec = sharding_spec(attrs[SHARDING])
+            args.append(any(d.open for d in spec.dims))
+        results = [SHARDING not in attrs for attrs in
+                   attr_dicts(main, "res_attrs", len(main.type.results))]
+    return args, results
+
+
+def find_mesh(module: ir.Module, name: str | None, who: str) -> tuple[str, MeshSpec]:
+    """The mesh `name`, or the module's only mesh (one with axes, where
+    JAX also declares an empty one)."""
+    found = meshes(module)
+    if name:
+        if name not in found:
+            listed = ", ".join("@" + n for n in sorted(found)) or "none"
+            raise IRError(f"{who}: the module has no mesh @{name} (its meshes: "
+                          f"{listed})")
+        return name, found[name]
+    with_axes = {n: m for n, m in found.items() if m.axes}
+    if len(found) > 1 and len(with_axes) == 1:
+        return next(iter(with_axes.items()))
+    if len(found) != 1:
+        what = "no sdy.mesh" if not found else \
+            f"meshes {', '.join('@' + n for n in sorted(found))}"
+        raise IRError(f"{who}: the module declares {what}; name the mesh with "
+                      f"mesh-name=NAME")
+    return next(iter(found.items()))
+
+
+def name_locations(module: ir.Module, source: str | None = None) -> int:
+    """Wraps each operation's unnamed source location in a name (the op's).
+
+    XLA keeps a location's file and line in the HLO's metadata only under a
+    name (JAX writes `loc("jit(f)/dot"(...))`); modules from other frontends
+    often carry bare `loc("model.jl":12:3)`. An operation written without a
+    location gets its line in the module's own text, which MLIR's parser
+    records under the name `-`: with `source`, that is the file's name.
+    Returns how many were wrapped.
+    """
+    count = 0
+    with module.context:
+        for fn in functions(module):
+            for operation in walk(fn.operation):
+                location = typed_location(operation.location)
+                if source and isinstance(location, ir.FileLineColLoc) \
+                        and location.filename == "-":
+                    operation.location = ir.Location.file(
+                        source, location.start_line, location.start_col)
+                if isinstance(location, (ir.FileLineColLoc, ir.CallSiteLoc,
+                                         ir.FusedLoc)):
+                    # The inner, empty name stands where JAX puts the
+                    # function's name: these frames have none.
+                    frame = ir.Location.name("", childLoc=operation.location)
+                    operation.location = ir.Location.name(operation.name,
+                                                          childLoc=frame)
+                    count += 1
+    return count
+
+
+def inline_calls(module) -> None:
+    """Inlines every call of a private function, as XLA does before Shardy
+    propagates (a function JAX outlined — a nested `jit`, a loop body —
+    would otherwise be propagated on its own and get other shardings). An
+    inlined op is located where it was, as called from the call's
+    location."""
+    operation = getattr(module, "operation", module)
+    with operation.context:
+        for _ in range(1024):
+            found = _private_functions(operation)
+            calls = []
+            for fn in functions_of(operation):
+                for op in walk(fn.operation):
+                    if op.name == "func.call":
+                        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+                        if callee in found:
+                            calls.append((op, found[callee]))
+            if not calls:
+                break
+            for call, callee in calls:
+                _inline(call, callee)
+        for fn in list(_private_functions(operation).values()):
+            if not _is_called(operation, fn.sym_name.value):
+                fn.operation.erase()
+
+
+def functions_of(operation) -> list[func.FuncOp]:
+    return [op.opview for op in operation.regions[0].blocks[0].operations
+            if op.operation.name == "func.func"]
+
+
+def _private_functions(operation) -> dict[str, func.FuncOp]:
+    return {fn.sym_name.value: fn for fn in functions_of(operation)
+            if not is_public(fn) and not fn.is_external}
+
+
+def _is_called(operation, name: str) -> bool:
+    for fn in functions_of(operation):
+        for op in walk(fn.operation):
+            if op.name == "func.call" and \
+                    ir.FlatSymbolRefAttr(op.attributes["callee"]).value == name:
+                return True
+    return False
+
+
+def _inline(call: ir.Operation, callee: func.FuncOp) -> None:
+    """Replaces `call` by a copy of `callee`'s body."""
+    copy = callee.operation.clone(ip=ir.InsertionPoint(call))
+    block = copy.regions[0].blocks[0]
+    for argument, value in zip(block.arguments, call.operands):
+        argument.replace_all_uses_with(value)
+    where = call.location
+    returned = []
+    for op in list(block.operations):
+        op = op.operation
+        if op.name == "func.return":
+            returned = list(op.operands)
+            continue
+        op.move_before(call)
+        _relocate(op, where)
+    for result, value in zip(call.results, returned):
+        result.replace_all_uses_with(value)
+    call.erase()
+    copy.erase()
+
+
+def _relocate(op: ir.Operation, caller: ir.Location) -> None:
+    op.location = ir.Location.callsite(op.location, [caller])
+    for nested in walk(op):
+        nested.location = ir.Location.callsite(nested.location, [caller])
+
+
+def clone_module(module) -> ir.Module:
+    """A deep copy of a module (or of its operation) as an `ir.Module`."""
+    operation = getattr(module, "operation", module)
+    with operation.context:
+        return ir.Module.parse(operation.get_asm(enable_debug_info=True,
+                                                 binary=True))
+
+
+def result_names(fn: func.FuncOp) -> list[str]:
+    """Each result's name: JAX's `jax.result_info`, else `result` (or
+    `result[i]` when there are several)."""
+    results = attr_dicts(fn, "res_attrs", len(fn.type.results))
+    names = []
+    for i, attrs in enumerate(results):
+        info = attrs.get("jax.result_info")
+        if info is not None:
+            names.append(ir.StringAttr(info).value)
+        else:
+            names.append("result" if len(results) == 1 else f"result[{i}]")
+    return names

@@ -1,0 +1,7 @@
+"""Reading a compiled module: its collectives and what they cost
+(`analysis`), reports from HLO any frontend wrote (`dumps`), the
+partitioner's warnings in user terms (`findings`) and why each collective
+exists (`explain`).
+
+May import the packages below it: core, backend, xla, hardware, reporting.
+"""

@@ -1,0 +1,480 @@
+"""Finding the collectives of an HLO module and what they cost.
+
+Walks the module from its entry computation in program order, descending into
+called computations (loop bodies, calls, branches, async wrappers) and
+keeping the trip counts of the enclosing `while` loops. Each collective gets
+its bytes, the mesh axes its groups span, and the user's source line: from
+its own metadata, or, for one the partitioner made without metadata, from a
+neighbouring instruction (`attribution: inferred`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from irshard.xla import replica_groups as rg
+from irshard.core.frames import Frame, SourceLocation, UserCode
+from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
+from irshard.reporting.report import Collective, PackedCollective
+from irshard.core.errors import IRError
+from irshard.core.specs import MeshSpec, lookup_dtype, shown
+
+# Printed opcode -> report kind. `-start` forms are the async halves; their
+# `-done` partners are not counted again.
+COLLECTIVE_OPCODES = {
+    "all-reduce": "all-reduce", "all-reduce-start": "all-reduce",
+    "all-gather": "all-gather", "all-gather-start": "all-gather",
+    "reduce-scatter": "reduce-scatter",
+    "all-to-all": "all-to-all", "ragged-all-to-all": "ragged-all-to-all",
+    "collective-permute": "collective-permute",
+    "collective-permute-start": "collective-permute",
+    "collective-broadcast": "collective-broadcast",
+}
+
+# Collectives between TPU slices, which the megascale runtime carries over the
+# data-center network: a `send` to the host with these transfer types.
+_MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
+MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
+                   "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all"}
+
+
+def collective_kind(inst: Instruction) -> str | None:
+    """The report kind of a collective instruction, or None."""
+    if inst.opcode in COLLECTIVE_OPCODES:
+        return COLLECTIVE_OPCODES[inst.opcode]
+    if inst.opcode == "send" and "_xla_megascale" in inst.text:
+        m = _MEGASCALE.search(inst.text)
+        return MEGASCALE_KINDS.get(m.group(1), "collective-permute") if m \
+            else "collective-permute"
+    return None
+
+
+# Computations these opcodes apply per element (reducers, comparators): they
+# hold no collectives and do not run once per call.
+_ELEMENTWISE_CALLERS = {"all-reduce", "all-reduce-start", "reduce-scatter",
+                        "reduce", "reduce-window", "scatter", "sort", "map",
+                        "select-and-scatter"}
+
+
+def hlo_dtype(dtype: str) -> str:
+    """HLO's element type in the grammar's spelling (`s32` -> `i32`)."""
+    known = lookup_dtype(dtype)
+    return known.name if known else dtype
+
+
+def wire_bytes(kind: str, nbytes: int, n: int) -> int:
+    """Bytes one device sends, with ring algorithms, for a result of
+    `nbytes` per device in a group of `n`."""
+    if n <= 1:
+        return 0
+    if kind in ("all-gather", "all-to-all", "ragged-all-to-all"):
+        return nbytes * (n - 1) // n
+    if kind == "reduce-scatter":       # the full buffer is n results
+        return nbytes * (n - 1)
+    if kind == "all-reduce":
+        return 2 * nbytes * (n - 1) // n
+    return nbytes                      # collective-permute, -broadcast
+
+
+# ---------------------------------------------------------------------------
+# Loops
+
+
+def _constant_value(inst: Instruction | None) -> int | None:
+    if inst is None or inst.opcode != "constant":
+        return None
+    m = re.search(r"constant\((-?\d+)\)", inst.text)
+    return int(m.group(1)) if m else None
+
+
+def _through_copies(view: HloModuleView, name: str,
+                    computation: str) -> Instruction | None:
+    inst = view.get(name, computation)
+    while inst is not None and inst.opcode in ("copy", "convert", "bitcast") \
+            and inst.operands:
+        inst = view.get(inst.operands[0], computation)
+    return inst
+
+
+def _tuple_index(inst: Instruction | None) -> int | None:
+    if inst is None or inst.opcode != "get-tuple-element":
+        return None
+    m = re.search(r"\d+", inst.attrs.get("index", ""))
+    return int(m.group(0)) if m else None
+
+
+def _root(view: HloModuleView, computation: str) -> Instruction | None:
+    return view.root(computation)
+
+
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
+
+
+def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
+    """Iterations of a `while`: XLA's `known_trip_count` when it has one,
+    else from the pattern `for (i = c0; i < N; i += step)` in the loop."""
+    counted = loop.backend_config.get("known_trip_count")
+    known = counted.get("n") if isinstance(counted, dict) else counted
+    if known is not None:
+        if isinstance(known, bool) or not isinstance(known, (int, str)) \
+                or not str(known).isdigit():
+            raise IRError(f"%{loop.name} (while): known_trip_count "
+                          f"{shown(str(known))} is not a whole number of "
+                          f"iterations")
+        return int(known)
+    called = dict(loop.called_computations())
+    cond = _root(view, called.get("condition", ""))
+    if cond is None or cond.opcode != "compare" or len(cond.operands) != 2:
+        return None
+    direction = re.search(r"[A-Z]+", cond.attrs.get("direction", ""))
+    direction = direction.group(0) if direction else ""
+    lhs, rhs = (_through_copies(view, o, cond.computation) for o in cond.operands)
+    if _tuple_index(lhs) is None:
+        lhs, rhs, direction = rhs, lhs, _FLIP.get(direction, "")
+    index, limit = _tuple_index(lhs), _constant_value(rhs)
+    if index is None or limit is None:
+        return None
+    init_tuple = view.get(loop.operands[0], loop.computation) \
+        if loop.operands else None
+    if init_tuple is None or init_tuple.opcode != "tuple" \
+            or index >= len(init_tuple.operands):
+        return None
+    start = _constant_value(_through_copies(view, init_tuple.operands[index],
+                                            loop.computation))
+    body_root = _root(view, called.get("body", ""))
+    if start is None or body_root is None or body_root.opcode != "tuple":
+        return None
+    update = _through_copies(view, body_root.operands[index],
+                             body_root.computation)
+    if update is None or update.opcode not in ("add", "subtract"):
+        return None
+    values = [_through_copies(view, o, body_root.computation)
+              for o in update.operands]
+    step = next((_constant_value(v) for v in values
+                 if _constant_value(v) is not None), None)
+    if step is None or not any(_tuple_index(v) == index for v in values):
+        return None
+    if update.opcode == "subtract":
+        step = -step
+    if step == 0:
+        return None
+    span = {"LT": limit - start, "LE": limit - start + (1 if step > 0 else 0),
+            "GT": limit - start, "GE": limit - start + (-1 if step < 0 else 0),
+            "NE": limit - start}.get(direction)
+    if span is None:
+        return None
+    trips = -(-span // step) if step > 0 else -(-(-span) // (-step))
+    return max(0, trips)
+
+
+# ---------------------------------------------------------------------------
+# Sources
+
+
+def _frames(view: HloModuleView, inst: Instruction) -> Sequence[Frame]:
+    """The instruction's stack, innermost first: its stack frame chain, or
+    the single `source_file:source_line` older modules carry."""
+    metadata = inst.metadata
+    if metadata.get("stack_frame_id", "").isdigit():
+        chain = view.stack_frames.chain_of(int(metadata["stack_frame_id"]))
+        if chain:
+            return chain
+    if "source_file" in metadata and metadata.get("source_line", "").isdigit():
+        return [Frame(metadata["source_file"], "", int(metadata["source_line"]))]
+    return []
+
+
+def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
+              max_depth: int = 4) -> tuple[SourceLocation | None, str, str | None]:
+    """(source, attribution, op_name) of `inst`."""
+    own = resolver.choose(_frames(view, inst))
+    if own is not None:
+        return own, "metadata", inst.metadata.get("op_name")
+    # Breadth-first over producers, then consumers.
+    seen = {inst.name}
+    frontier = [inst]
+    for _ in range(max_depth):
+        nxt = []
+        for current in frontier:
+            around = [view.get(name, current.computation)
+                      for name in current.operands]
+            around += view.users(current)
+            for neighbour in around:
+                if neighbour is None or neighbour.name in seen:
+                    continue
+                seen.add(neighbour.name)
+                source = resolver.choose(_frames(view, neighbour))
+                if source is not None:
+                    return source, "inferred", neighbour.metadata.get("op_name")
+                nxt.append(neighbour)
+        frontier = nxt
+    return None, "none", inst.metadata.get("op_name")
+
+
+# ---------------------------------------------------------------------------
+# Collectives
+
+
+@dataclass(frozen=True)
+class _Site:
+    inst: Instruction
+    loops: tuple[int | None, ...]
+    is_async: bool
+    start: Instruction | None = None   # the async-start running `inst`
+
+
+def _sites(view: HloModuleView) -> Iterator[_Site]:
+    """The module's collectives in program order, as they are visited (a
+    reader that reads each from the text holds one at a time)."""
+
+    def visit(computation, loops, is_async, depth):
+        if depth > 64:
+            return
+        for inst in view.visits(computation):
+            # Read before the site is handed on: its reader may let go of
+            # what it parsed (`release`).
+            calls = inst.called_computations()
+            if collective_kind(inst) is not None:
+                yield _Site(inst, loops, is_async or inst.opcode.endswith("-start")
+                            or inst.opcode == "send")
+            wrapped = view.get(inst.wrapped, "") if inst.wrapped else None
+            if wrapped is not None and wrapped.opcode in COLLECTIVE_OPCODES:
+                yield _Site(wrapped, loops, True, inst)
+            for key, callee in calls:
+                if key == "to_apply" and inst.opcode in _ELEMENTWISE_CALLERS:
+                    continue
+                inner = loops
+                if inst.opcode == "while":
+                    trips = trip_count(view, inst)
+                    if key == "condition" and trips is not None:
+                        trips += 1
+                    inner = loops + (trips,)
+                yield from visit(callee, inner,
+                                 is_async or inst.opcode == "async-start", depth + 1)
+
+    return visit(view.entry, (), False, 0)
+
+
+def _result_shape(view: HloModuleView, inst: Instruction):
+    """The collective's result: for an async `-start`, its `-done`'s."""
+    if inst.opcode.endswith("-start"):
+        done = view.async_done(inst)
+        if done is not None:
+            return done.shape
+        shape = inst.shape
+        if isinstance(shape, tuple) and len(shape) >= 2:
+            return shape[1]
+    return inst.shape
+
+
+@dataclass(frozen=True)
+class _Moved:
+    kind: str
+    leaves: tuple[ArrayShape, ...]
+
+
+def program_shapes(view: HloModuleView) -> dict[int, _Moved]:
+    """What each collective of a (partitioned) module moves, by channel id:
+    the program's own element types, before a backend changed them."""
+    result = {}
+    for site in _sites(view):
+        channel = site.inst.attrs.get("channel_id", "")
+        if channel.isdigit():
+            result[int(channel)] = _Moved(
+                collective_kind(site.inst),
+                tuple(shape_leaves(_result_shape(view, site.inst))))
+    return result
+
+
+_FLOATS = ("f16", "bf16", "f32", "f64")
+
+
+def _narrower(ours: ArrayShape, theirs: ArrayShape) -> bool:
+    """Whether `theirs` is `ours` in a narrower float type: what the
+    program moved where the backend moves `ours`."""
+    return (ours.dtype in _FLOATS and theirs.dtype in _FLOATS
+            and theirs.nbytes < ours.nbytes)
+
+
+def _own_types(found: list[tuple[str, str, list[ArrayShape]]],
+               programs: dict[int, _Moved] | None) -> list[list[ArrayShape] | None]:
+    """For each collective `(kind, channel_id, leaves)` of an optimized
+    module, the program's own leaves where the backend widened their
+    element type (the CPU backend runs bf16 collectives in f32), read from
+    the partitioned module's collectives; None where it kept the types.
+
+    The same op keeps its channel id. Where XLA combined several into one
+    tuple collective (the combiners), the combined op has the first's
+    channel id and the others' leaves follow in order; where it split one
+    (an array all-to-all into a tuple all-to-all), the parts add up to the
+    whole. Each partitioned collective is read once; a collective that
+    matches in no way keeps the backend's types."""
+    result: list[list[ArrayShape] | None] = [None] * len(found)
+    if not programs:
+        return result
+    left = dict(programs)
+    by_kind: dict[str, list[int]] = {}
+    for channel in sorted(programs):
+        by_kind.setdefault(programs[channel].kind, []).append(channel)
+    pending = []
+    for i, (kind, channel, leaves) in enumerate(found):
+        moved = programs.get(int(channel)) if channel.isdigit() else None
+        if (moved is not None and moved.kind == kind
+                and len(moved.leaves) == len(leaves)
+                and all(a.dims == b.dims for a, b in zip(leaves, moved.leaves))):
+            left.pop(int(channel), None)
+            result[i] = _widened(leaves, list(moved.leaves))
+        elif len(leaves) > 1 and any(leaf.dtype in _FLOATS for leaf in leaves):
+            # Combined or split: matched below, once the same ops are taken.
+            pending.append(i)
+    for i in pending:
+        kind, channel, leaves = found[i]
+        first = int(channel) if channel.isdigit() else None
+        moved = left.get(first) if first is not None else None
+        if moved is not None and moved.kind == kind and len(moved.leaves) == 1 \
+                and len(leaves) > 1:
+            whole = moved.leaves[0]
+            if math.prod(whole.dims) == sum(math.prod(leaf.dims) for leaf in leaves):
+                left.pop(first)
+                result[i] = _widened(leaves, [ArrayShape(whole.dtype, leaf.dims)
+                                              for leaf in leaves])
+                continue
+        # The combined ones follow the first: scan the channels of this
+        # kind from it on, then those before it.
+        channels = by_kind.get(kind, [])
+        start = bisect.bisect_left(channels, first if first is not None else 0)
+        own: list[ArrayShape] = []
+        taken = []
+        for k in range(len(channels)):
+            c = channels[(start + k) % len(channels)]
+            if c not in left:
+                continue
+            part = left[c].leaves
+            ahead = leaves[len(own):len(own) + len(part)]
+            if left[c].kind == kind and len(ahead) == len(part) and \
+                    all(a.dims == b.dims for a, b in zip(ahead, part)):
+                own += part
+                taken.append(c)
+            if len(own) == len(leaves):
+                break
+        if len(own) == len(leaves):
+            for c in taken:
+                left.pop(c)
+            result[i] = _widened(leaves, own)
+    return result
+
+
+def _widened(leaves: list[ArrayShape],
+             own: list[ArrayShape]) -> list[ArrayShape] | None:
+    """`own` where some leaf is a narrower float than the backend's and the
+    rest agree; None where the backend kept the program's types."""
+    widened = False
+    for ours, theirs in zip(leaves, own):
+        if ours.dtype != theirs.dtype:
+            if not _narrower(ours, theirs):
+                return None
+            widened = True
+    return own if widened else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _groups(printed: tuple[str, str], mesh: MeshSpec | None, devices: int
+            ) -> tuple[list[list[int]], list[str] | None, int]:
+    """(groups, mesh axes, group size) of printed replica groups or
+    source-target pairs: a module repeats a few forms many times. The
+    lists are shared: callers do not change them."""
+    what, text = printed
+    if what == "pairs":
+        pairs = rg.parse_pairs(text)
+        axes = rg.pair_axes(pairs, mesh) if mesh else None
+        group = (math.prod(mesh.size_of(a) for a in axes) if axes
+                 else len({d for p in pairs for d in p}))
+        return [list(p) for p in pairs], axes, group
+    groups = rg.parse_replica_groups(text, devices)
+    axes = rg.span_axes(groups, mesh) if mesh else None
+    return groups, axes, len(groups[0]) if groups else devices
+
+
+def _read_groups(inst: Instruction, printed: tuple[str, str],
+                 mesh: MeshSpec | None, devices: int):
+    """`_groups`, with a malformed list named as the user's IR error."""
+    try:
+        return _groups(printed, mesh, devices)
+    except (ValueError, IndexError, ZeroDivisionError, OverflowError,
+            MemoryError) as e:
+        what = "source_target_pairs" if printed[0] == "pairs" else "replica_groups"
+        raise IRError(f"%{inst.name} ({inst.opcode}): malformed {what}="
+                      f"{shown(printed[1])}: {e}") from None
+
+
+def collectives(view: HloModuleView, mesh: MeshSpec | None,
+                user_dir: str | None,
+                programs: dict[int, _Moved] | None = None,
+                cost=None) -> list[Collective]:
+    """The collectives of `view` in program order. With `programs` (from
+    `program_shapes` of the partitioned module), a collective the backend
+    widened reports the program's own type and bytes, and the backend's type
+    as `backend_dtype`. With `cost` (a `cost.CostModel`), each gets the link
+    it crosses and its estimated time."""
+    resolver = UserCode(user_dir)
+    devices = (mesh.num_devices if mesh
+               else view.num_partitions * view.num_replicas)
+    result = []
+    alike: dict[tuple, tuple] = {}
+    if programs:
+        sites: Iterable[_Site] = list(_sites(view))
+        found = [(collective_kind(site.inst), site.inst.attrs.get("channel_id", ""),
+                  shape_leaves(_result_shape(view, site.inst))) for site in sites]
+        read: Iterable = zip(sites, found, _own_types(found, programs))
+    else:
+        # Nothing to match across collectives: each is read, reported and
+        # let go in turn.
+        read = ((site, (collective_kind(site.inst), "",
+                        shape_leaves(_result_shape(view, site.inst))), None)
+                for site in _sites(view))
+    for site, (kind, _, leaves), own in read:
+        inst = site.inst
+        if inst.opcode == "send":
+            # Between slices: what is sent (the operand), over the axes that
+            # span the slices.
+            leaves = [leaf for leaf in leaves if leaf.dtype not in ("u32", "token")][:1]
+            groups = cost.slice_groups() if cost is not None else []
+            axes = cost.slice_axes(mesh) if cost is not None and mesh else None
+            group = len(groups[0]) if groups else 1
+        elif kind == "collective-permute" and "source_target_pairs" in inst.attrs:
+            groups, axes, group = _read_groups(
+                inst, ("pairs", inst.attrs["source_target_pairs"]), mesh, devices)
+        else:
+            groups, axes, group = _read_groups(
+                inst, ("groups", inst.attrs.get("replica_groups", "{}")), mesh,
+                devices)
+        backend_dtype = None
+        if own is not None:
+            backend_dtype = hlo_dtype(leaves[0].dtype)
+            leaves = own
+        nbytes = sum(leaf.nbytes for leaf in leaves)
+        wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
+        link, seconds = cost.estimate(kind, nbytes, wire, group, groups) \
+            if cost is not None else (None, None)
+        source, attribution, op_name = attribute(view, inst, resolver)
+        if source is None and site.start is not None:
+            source, attribution, op_name = attribute(view, site.start, resolver)
+        first = leaves[0] if leaves else ArrayShape("f32", ())
+        release = getattr(view, "release", None)
+        if release is not None:
+            release(inst)
+        axes = tuple(axes) if axes is not None else None
+        shared = (kind, hlo_dtype(first.dtype), first.dims, nbytes, wire, axes,
+                  group, source, attribution, site.loops, site.is_async,
+                  len(leaves), backend_dtype, link, seconds, None)
+        # Collectives alike share one tuple (sources compared by identity:
+        # `resolver` gives each stack's one object).
+        key = shared[:7] + (id(source),) + shared[8:]
+        shared = alike.setdefault(key, shared)
+        result.append(PackedCollective.pack(inst.name, op_name, shared))
+    return result

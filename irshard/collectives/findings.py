@@ -1,0 +1,140 @@
+"""What XLA warns about while partitioning, in the user's terms.
+
+XLA's SPMD partitioner logs a warning when it cannot move a value between
+two shardings efficiently and replicates it instead ("involuntary full
+rematerialization"): every device then holds the whole tensor for a moment.
+The warning names HLO shardings and an HLO op; a finding names the mesh
+axes, the op and the user's line (from the op's name, which JAX also gives
+the op's location in the traced module).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from irshard.core.frames import SourceLocation
+from irshard.core.specs import MeshSpec
+from irshard.core.syntax import matching_bracket
+
+_REMAT = "Involuntary full rematerialization"
+_OP = re.compile(r"efficiently for HLO operation %?(\S+) = (\S+) ([a-z][a-z0-9-]*)\(")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_FRAME = re.compile(r"stack_frame_id=(\d+)")
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str                               # involuntary-remat
+    message: str
+    op: str | None = None                   # the HLO opcode, e.g. add
+    shape: str | None = None                # its per-device shape
+    from_sharding: str | None = None        # in mesh axes where possible
+    to_sharding: str | None = None
+    source: SourceLocation | None = None
+    op_name: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "from": self.from_sharding,
+                "to": self.to_sharding, "op": self.op, "shape": self.shape,
+                "source": self.source.to_json() if self.source else None,
+                "op_name": self.op_name, "message": self.message}
+
+    def describe(self) -> str:
+        where = f" at {self.source}" if self.source else ""
+        return (f"{self.op or 'an op'}{where}: from {self.from_sharding} to "
+                f"{self.to_sharding} by replicating the whole tensor")
+
+
+def _braced(text: str, start: int) -> tuple[str, int]:
+    """The `{...}` group starting at `start` (nested braces allowed)."""
+    end = matching_bracket(text, start, "{")
+    return text[start:end + 1], end + 1
+
+
+def _axes(text: str, rank: int, mesh: MeshSpec | None) -> str:
+    """An HLO sharding in mesh axes (`_,x+y,_`), else as XLA prints it."""
+    from irshard import backend
+    from irshard.xla.tiling import Tiling, mesh_axes_of
+    if mesh is None:
+        return text
+    try:
+        entries = mesh_axes_of(Tiling.from_hlo_sharding(
+            backend.hlo_sharding_from_text(text), rank), mesh)
+    except Exception:
+        return text
+    if entries is None:
+        return text
+    if all(e == "_" for e in entries):
+        return "replicated"
+    return ",".join(entries)
+
+
+def _rank(shape: str) -> int:
+    m = re.match(r"[a-z0-9]+\[([^\]]*)\]", shape)
+    return len([d for d in m.group(1).split(",") if d.strip()]) if m else 0
+
+
+def parse(log: str, mesh: MeshSpec | None,
+          locate: Callable[[str, int | None], SourceLocation | None]
+          ) -> list[Finding]:
+    """The findings in what XLA logged while compiling; `locate` maps an
+    op's name (`jit(f)/add`) and stack frame id to the user's line."""
+    found = []
+    for line in log.splitlines():
+        if _REMAT not in line:
+            continue
+        start = line.find("from sharding ")
+        if start < 0:
+            continue
+        try:
+            source_text, end = _braced(line, line.index("{", start))
+            target_text, end = _braced(line, line.index("{", end))
+        except ValueError:
+            continue
+        op = _OP.search(line, end)
+        shape = re.sub(r"\{[^}]*\}$", "", op.group(2)) if op else None
+        rank = _rank(shape) if shape else 0
+        op_name = _OP_NAME.search(line, end)
+        name = op_name.group(1) if op_name else None
+        frame = _FRAME.search(line, end)
+        frame_id = int(frame.group(1)) if frame else None
+        finding = Finding(
+            kind="involuntary-remat",
+            message=line[line.index(_REMAT):].split(". As the last resort")[0],
+            op=op.group(3) if op else None, shape=shape,
+            from_sharding=_axes(source_text, rank, mesh),
+            to_sharding=_axes(target_text, rank, mesh),
+            source=locate(name, frame_id) if name else None, op_name=name)
+        if finding not in found:
+            found.append(finding)
+    return found
+
+
+def locator(module, user_dir: str | None, frames_table=None
+            ) -> Callable[[str, int | None], SourceLocation | None]:
+    """(op name, stack frame id) -> the user's line: from the compiled
+    module's stack frame table (`frames_table`, which the ids index), else
+    from the first op of the traced module JAX gave that name."""
+    from irshard.backend import shardy
+    from irshard.core.frames import Frame, UserCode
+    users = UserCode(user_dir)
+    by_name: dict[str, SourceLocation | None] = {}
+    if module is not None:
+        with module.context:
+            for fn in shardy.functions(module):
+                for operation in shardy.walk(fn.operation):
+                    name = shardy.location_name(operation.location)
+                    if name and name not in by_name:
+                        frames = [Frame(f, fn_name, line) for f, line, fn_name
+                                  in shardy.location_frames(operation.location)]
+                        by_name[name] = users.choose(frames)
+
+    def locate(name: str, frame_id: int | None) -> SourceLocation | None:
+        if frame_id is not None and frames_table is not None:
+            found = users.choose(frames_table.chain(frame_id))
+            if found is not None:
+                return found
+        return by_name.get(name)
+    return locate

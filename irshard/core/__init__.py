@@ -1,0 +1,8 @@
+"""The base every other part stands on: errors and the one error line, the
+spec grammar (meshes, shardings, types), leaf paths and the rules that match
+them, source frames, printed-IR helpers, files written whole, interrupts and
+the JSON schemas of files read back.
+
+Pure Python; imports nothing from irshard outside this package and nothing
+heavy (no JAX, no MLIR).
+"""

@@ -1,0 +1,288 @@
+"""Reading the user's files and writing output: whole, or not at all.
+
+Output goes to what the user named (DESIGN.md): a regular file is replaced
+atomically by a complete new one with the old one's mode (a new file gets the
+usual mode, 0666 less the umask); a symlink is followed; a character device,
+FIFO or socket is written through, never replaced. Every failure to write is
+an `OutputError` (exit 2) naming the path and the reason.
+
+Standard output is claimed once per command (`claim_stdout`): the report goes
+to the real stdout, and whatever else writes there while the user's code runs
+(its `print`s, a `jax.debug.print`, native libraries) goes to stderr, so a JSON
+report stays parseable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import stat
+import sys
+import tempfile
+from typing import IO, Iterable, Iterator
+
+from irshard.core.errors import InputError, OutputError
+
+
+# Text out is UTF-8; a path that is not (its bytes held as lone surrogates)
+# is written back as its own bytes.
+_TEXT = {"encoding": "utf-8", "errors": "surrogateescape"}
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _describe(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def check_writable(path: str | None, option: str = "-o") -> None:
+    """Fails before any work if `path` cannot be written."""
+    if path is None:
+        return
+    if not path:
+        raise OutputError(f"{option} '': give a file path")
+    real = os.path.realpath(path)
+    if os.path.isdir(real):
+        raise OutputError(f"{option} {path}: is a directory; give a file path")
+    if os.path.exists(real) and not stat.S_ISREG(os.stat(real).st_mode):
+        if not os.access(real, os.W_OK):
+            raise OutputError(f"{option} {path}: not writable")
+        return
+    directory = os.path.dirname(real)
+    if not os.path.isdir(directory):
+        raise OutputError(f"{option} {path}: directory "
+                          f"'{os.path.dirname(path) or '.'}' does not exist")
+    if not os.access(directory, os.W_OK):
+        raise OutputError(f"{option} {path}: cannot create files in "
+                          f"'{os.path.dirname(path) or '.'}' (not writable)")
+
+
+@contextlib.contextmanager
+def _through(real: str, binary: bool) -> Iterator[IO]:
+    """Writes into an existing node (a device, a FIFO, a file with other
+    names) without replacing it."""
+    fd = os.open(real, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "wb" if binary else "w",
+                   **({} if binary else _TEXT)) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _replacing(real: str, binary: bool) -> Iterator[IO]:
+    """Writes a new file beside `real` and renames it over `real` once
+    complete; on an error the new file is removed and `real` is untouched."""
+    directory = os.path.dirname(real)
+    existing = os.stat(real) if os.path.exists(real) else None
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".irshard-")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w",
+                       **({} if binary else _TEXT)) as f:
+            yield f
+            f.flush()
+            if existing is not None:
+                os.fchmod(f.fileno(), stat.S_IMODE(existing.st_mode))
+                with contextlib.suppress(OSError):
+                    os.fchown(f.fileno(), existing.st_uid, existing.st_gid)
+            else:
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def output(path: str, binary: bool = False, option: str = "-o") -> Iterator[IO]:
+    """A file to write the output to; see the module docstring."""
+    check_writable(path, option)
+    real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode if os.path.exists(real) else None
+        if mode is not None and not stat.S_ISREG(mode):
+            opener = _through
+        elif mode is not None and os.stat(real).st_nlink > 1:
+            opener = _through        # keep the other names of the file
+        else:
+            opener = _replacing
+        with opener(real, binary) as f:
+            yield f
+    except OSError as e:
+        raise OutputError(f"{option} {path}: cannot write: {_describe(e)}") from None
+
+
+def write(path: str, data: str | bytes | Iterable[str], option: str = "-o") -> None:
+    """Writes `data` (or its pieces, in order) to `path` whole (see
+    `output`)."""
+    with output(path, isinstance(data, bytes), option) as f:
+        if isinstance(data, (str, bytes)):
+            f.write(data)
+        else:
+            for piece in data:
+                f.write(piece)
+
+
+# ---------------------------------------------------------------------------
+# Standard output
+
+
+class _Stdout:
+    """Where reports go while other writes to stdout are sent to stderr."""
+
+    def __init__(self) -> None:
+        self.stream: IO | None = sys.stdout
+        self._saved_fd: int | None = None
+        self._saved_sys: IO | None = None
+
+    def claim(self) -> None:
+        if self._saved_sys is not None:
+            return
+        self._saved_sys = sys.stdout
+        real = sys.stdout
+        try:
+            fd = real.fileno() if real is not None else -1
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            fd = -1
+        if fd == 1:
+            try:
+                sys.stdout.flush()
+                self._saved_fd = os.dup(1)
+                os.dup2(2, 1)
+                real = os.fdopen(self._saved_fd, "w", closefd=False, **_TEXT)
+            except OSError:
+                self._saved_fd = None
+        self.stream = real
+        sys.stdout = sys.stderr
+
+    def release(self) -> None:
+        if self._saved_sys is None:
+            return
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        if self._saved_fd is not None:
+            with contextlib.suppress(Exception):
+                self.stream.flush()
+            # Closed here (not its descriptor): a write that failed leaves
+            # data in its buffer, which Python 3.13 would try to flush again
+            # when the object is collected, after the descriptor is gone.
+            with contextlib.suppress(Exception):
+                self.stream.close()
+            with contextlib.suppress(OSError):
+                os.dup2(self._saved_fd, 1)
+                os.close(self._saved_fd)
+            self._saved_fd = None
+        sys.stdout = self._saved_sys
+        self.stream = self._saved_sys
+        self._saved_sys = None
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream is not None and self.stream.isatty()
+        except (AttributeError, ValueError, OSError):
+            return False
+
+    def discard(self) -> None:
+        """After a broken pipe: what is left to flush goes nowhere."""
+        null = os.open(os.devnull, os.O_WRONLY)
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            os.dup2(null, self._saved_fd if self._saved_fd is not None
+                    else self.stream.fileno())
+        os.close(null)
+
+    def write(self, data: str) -> None:
+        if self.stream is None:
+            raise OutputError("cannot write the output: standard output is "
+                              "closed; give -o PATH")
+        try:
+            self.stream.write(data)
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as e:
+            reason = _describe(e) if isinstance(e, OSError) else "it is closed"
+            raise OutputError(f"cannot write the output to standard output: "
+                              f"{reason}; give -o PATH") from None
+
+
+STDOUT = _Stdout()
+
+
+def claim_stdout() -> None:
+    """From now on, `print` and native writes to fd 1 go to stderr; reports
+    written with `emit` go to the real stdout."""
+    STDOUT.claim()
+
+
+def release_stdout() -> None:
+    STDOUT.release()
+
+
+def emit(path: str | None, data: str | bytes | Iterable[str],
+         option: str = "-o") -> None:
+    """The command's output (whole, or pieces made as they are written):
+    to stdout, or whole to `path`."""
+    if path is None:
+        if isinstance(data, (str, bytes)):
+            STDOUT.write(data if isinstance(data, str) else data.decode())
+        else:
+            for piece in _batched(data):
+                STDOUT.write(piece)
+    else:
+        write(path, data, option)
+
+
+def _batched(pieces: Iterable[str], size: int = 1 << 20) -> Iterator[str]:
+    """Small pieces joined into writes of about `size` characters."""
+    batch: list[str] = []
+    length = 0
+    for piece in pieces:
+        batch.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield "".join(batch)
+            batch, length = [], 0
+    if batch:
+        yield "".join(batch)
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+def check_regular(path: str, what: str) -> None:
+    """A path the user gave as a file must be a readable regular file (a FIFO
+    would block the read forever; a directory is a mistake)."""
+    if not os.path.exists(path):
+        raise InputError(f"{what} '{path}' does not exist")
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{what} '{path}' is a directory; give a file")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{what} '{path}' is not a regular file (a FIFO or "
+                         f"device); give a file")
+
+
+def shown_path(path: str) -> str:
+    """`path` as text every writer can print: a name that is not UTF-8
+    (its bytes held as lone surrogates, PEP 383) shows those bytes as
+    `\\xNN`, as Python prints them."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def real_path(shown: str) -> str:
+    """The path `shown_path` showed as `shown` (`\\xNN` of a byte that is
+    not UTF-8 back to that byte)."""
+    if "\\x" not in shown:
+        return shown
+    import re
+    return re.sub(r"\\x([89a-f][0-9a-f])", lambda m: chr(0xdc00 + int(m.group(1), 16)),
+                  shown)

@@ -1,0 +1,487 @@
+"""The spec grammar: meshes, tensor types and shardings.
+
+    mesh      := AXIS=SIZE (',' AXIS=SIZE)*          x=4   dp=2,tp=4
+    type      := DTYPE '[' [dim (',' dim)*] ']'       f32[16,32]   i32[]
+    dim       := SIZE ['@' axes ['?']]                f32[1024@x]  f32[8@x+y,4]
+    sharding  := entry (',' entry)*                   x,_   x+y,_?
+    entry     := ('_' | axes) ['?']
+    axes      := AXIS ('+' AXIS)*
+
+Axis names are identifiers, sizes are integers (mesh sizes positive, tensor
+dimensions non-negative). Parsing checks the syntax; `check_sharding` checks a
+sharding against a tensor shape and a mesh (rank, known axes, each axis used
+once, divisibility). Every violation raises `SpecError` with a message that
+names the offending text and says what would be accepted.
+
+This module is pure Python: the command line imports it before JAX.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from irshard.core.errors import SpecError
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT = re.compile(r"[0-9]+\Z")
+# Sizes have at most this many digits (below 10**18, well inside int64).
+MAX_DIGITS = 18
+# The largest tensor irshard accepts, in bytes: XLA's shape arithmetic is
+# 64-bit and overflows (aborting the process) a little above this.
+MAX_TENSOR_BYTES = 2 ** 60
+
+
+def check_one_line(text: str, what: str) -> None:
+    """Specs, names and paths are one line of printable text; anything else
+    is shown escaped, so an error message stays one line."""
+    if not all(c.isprintable() for c in text):
+        raise SpecError(f"{what} {text!r} contains a control character (a "
+                        f"newline, tab, ...); give it on one line")
+
+
+def repeated(items) -> list:
+    """The items given more than once, each once, in the order first seen."""
+    seen, twice = set(), []
+    for item in items:
+        if item in seen and item not in twice:
+            twice.append(item)
+        seen.add(item)
+    return twice
+
+
+def shown(text: str, limit: int = 60) -> str:
+    """`text` quoted for a message, cut short when it is long."""
+    if len(text) <= limit:
+        return f"'{text}'"
+    return f"'{text[:limit - 20]}...' ({len(text)} characters)"
+
+
+def parse_size(text: str) -> int | None:
+    """A non-negative integer of ASCII digits, or None."""
+    if not _INT.match(text) or len(text.lstrip("0")) > MAX_DIGITS:
+        return None
+    return int(text)
+
+
+@dataclass(frozen=True)
+class DType:
+    """An element type: its name in the grammar, in NumPy, and its size."""
+
+    name: str
+    numpy: str
+    itemsize: int
+
+    @property
+    def is_float(self) -> bool:
+        return self.name[0] in "fbc"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.name[0] in "iu"
+
+    @property
+    def is_64bit(self) -> bool:
+        """Needs JAX's 64-bit mode (i64, u64, f64, c128)."""
+        return self.name in ("i64", "u64", "f64", "c128")
+
+
+_DTYPE_LIST = [
+    DType("pred", "bool", 1),
+    DType("i8", "int8", 1),
+    DType("i16", "int16", 2),
+    DType("i32", "int32", 4),
+    DType("i64", "int64", 8),
+    DType("u8", "uint8", 1),
+    DType("u16", "uint16", 2),
+    DType("u32", "uint32", 4),
+    DType("u64", "uint64", 8),
+    DType("f16", "float16", 2),
+    DType("bf16", "bfloat16", 2),
+    DType("f32", "float32", 4),
+    DType("f64", "float64", 8),
+    DType("c64", "complex64", 8),
+    DType("c128", "complex128", 16),
+]
+DTYPES: dict[str, DType] = {d.name: d for d in _DTYPE_LIST}
+
+# Other spellings of the same types: NumPy's names (what `jax.typeof` prints),
+# `bool`, and HLO's signed-integer names (`s32`).
+_DTYPE_ALIASES: dict[str, str] = {"bool": "pred"}
+for _d in _DTYPE_LIST:
+    _DTYPE_ALIASES[_d.numpy] = _d.name
+    if _d.name.startswith("i"):
+        _DTYPE_ALIASES["s" + _d.name[1:]] = _d.name
+
+# MLIR's spelling of element types (`i1`, `ui32`, `complex<f32>`).
+_MLIR_DTYPES = {"i1": "pred", "complex<f32>": "c64", "complex<f64>": "c128"}
+for _d in _DTYPE_LIST:
+    if _d.name.startswith("u"):
+        _MLIR_DTYPES["ui" + _d.name[1:]] = _d.name
+    elif _d.name != "pred" and not _d.name.startswith("c"):
+        _MLIR_DTYPES[_d.name] = _d.name
+
+DTYPE_NAMES = " ".join(DTYPES)
+
+
+def lookup_dtype(name: str) -> DType | None:
+    """The dtype called `name` in the grammar, NumPy, or HLO; else None."""
+    canonical = _DTYPE_ALIASES.get(name, name)
+    return DTYPES.get(canonical)
+
+
+def dtype_from_mlir(name: str) -> DType | None:
+    """The dtype of an MLIR element type such as `f32`, `i1` or `ui8`."""
+    canonical = _MLIR_DTYPES.get(name)
+    return DTYPES.get(canonical) if canonical else None
+
+
+# ---------------------------------------------------------------------------
+# Meshes
+
+
+# How JAX traces over a mesh axis: `auto` leaves the sharding to the
+# compiler's propagation (irshard's default); `explicit` puts it in the
+# program's types (`jax.sharding.AxisType.Explicit`, what `jax.make_mesh`
+# makes by default), so `reshard`, `auto_axes` and sharded types work.
+AXIS_TYPES = ("auto", "explicit")
+
+
+@dataclass(frozen=True)
+class MeshAxis:
+    name: str
+    size: int
+    # Not part of the mesh's identity: two meshes with the same axes and
+    # sizes partition a program for the same devices.
+    type: str = field(default="auto", compare=False)
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """A logical device mesh; axes are ordered major to minor."""
+
+    axes: tuple[MeshAxis, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(a.size for a in self.axes)
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def explicit(self) -> tuple[str, ...]:
+        """The names of the explicit axes."""
+        return tuple(a.name for a in self.axes if a.type == "explicit")
+
+    def size_of(self, name: str) -> int:
+        for axis in self.axes:
+            if axis.name == name:
+                return axis.size
+        raise KeyError(name)
+
+    def coords(self, device: int) -> tuple[int, ...]:
+        """Mesh coordinates of logical device `device` (row-major order)."""
+        coords = []
+        for size in reversed(self.shape):
+            coords.append(device % size)
+            device //= size
+        return tuple(reversed(coords))
+
+    def __str__(self) -> str:
+        return ",".join(f"{a.name}={a.size}" for a in self.axes)
+
+    def types_text(self) -> str:
+        """The axis types as `--axis-types` takes them: '' when every axis
+        is auto, `explicit` when all are explicit, else per axis."""
+        types = {a.type for a in self.axes}
+        if types == {"auto"}:
+            return ""
+        if len(types) == 1:
+            return types.pop()
+        return ",".join(f"{a.name}={a.type}" for a in self.axes)
+
+
+_MESH_HELP = "expected NAME=SIZE[,NAME=SIZE...], e.g. x=4 or dp=2,tp=4"
+
+
+def parse_mesh(text: str) -> MeshSpec:
+    """Parses `x=4` or `dp=2,tp=4`."""
+    check_one_line(text, "mesh")
+    if not text.strip():
+        raise SpecError(f"mesh is empty; {_MESH_HELP}")
+    axes: list[MeshAxis] = []
+    seen: set[str] = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            raise SpecError(f"mesh {shown(text)} has an empty entry; {_MESH_HELP}")
+        name, eq, size = (s.strip() for s in item.partition("="))
+        if not eq:
+            raise SpecError(
+                f"mesh axis {shown(item)} has no size; {_MESH_HELP}")
+        if not _IDENT.match(name):
+            raise SpecError(
+                f"mesh axis name {shown(name)} is not an identifier; axis names are "
+                f"letters, digits and '_', not starting with a digit")
+        if not parse_size(size):
+            raise SpecError(
+                f"mesh axis '{name}' has size {shown(size)}; sizes must be positive "
+                f"integers (at most {MAX_DIGITS} digits)")
+        if name in seen:
+            raise SpecError(
+                f"mesh axis '{name}' appears twice in {shown(text)}; each axis is "
+                f"named once")
+        seen.add(name)
+        axes.append(MeshAxis(name, int(size)))
+    return MeshSpec(tuple(axes))
+
+
+_TYPES_HELP = ("expected 'auto' or 'explicit' for every axis, or one per "
+               "axis: 'explicit,auto' or 'dp=explicit,tp=auto'")
+
+
+def parse_axis_types(text: str, mesh: MeshSpec) -> MeshSpec:
+    """`mesh` with the axis types of `--axis-types`: one type for every
+    axis (`explicit`), one per axis in order (`explicit,auto`), or by name
+    (`dp=explicit`; axes not named stay auto)."""
+    check_one_line(text, "--axis-types")
+    items = [item.strip() for item in text.split(",")]
+    types: dict[str, str] = {}
+    named = ["=" in item for item in items]
+    if any(named) and not all(named):
+        raise SpecError(f"--axis-types {shown(text)} mixes named and unnamed "
+                        f"entries; {_TYPES_HELP}")
+    if all(named):
+        for item in items:
+            name, _, kind = (s.strip() for s in item.partition("="))
+            if name not in mesh.names:
+                raise SpecError(f"--axis-types names axis '{name}', which "
+                                f"--mesh {mesh} does not have")
+            if name in types:
+                raise SpecError(f"--axis-types gives axis '{name}' twice")
+            types[name] = kind
+    elif len(items) == 1:
+        types = {name: items[0] for name in mesh.names}
+    elif len(items) == len(mesh.axes):
+        types = dict(zip(mesh.names, items))
+    else:
+        raise SpecError(f"--axis-types {shown(text)} has {len(items)} entries "
+                        f"but --mesh {mesh} has {len(mesh.axes)} axes; "
+                        f"{_TYPES_HELP}")
+    for name, kind in types.items():
+        if kind.lower() not in AXIS_TYPES:
+            raise SpecError(f"--axis-types: '{kind}' is not an axis type "
+                            f"(axis '{name}'); {_TYPES_HELP}")
+    return MeshSpec(tuple(replace(a, type=types.get(a.name, "auto").lower())
+                          for a in mesh.axes))
+
+
+# ---------------------------------------------------------------------------
+# Shardings
+
+
+@dataclass(frozen=True)
+class DimSharding:
+    """How one dimension is sharded: over `axes` (major to minor); `open`
+    leaves it to propagation to shard further."""
+
+    axes: tuple[str, ...] = ()
+    open: bool = False
+
+    def __str__(self) -> str:
+        return ("+".join(self.axes) or "_") + ("?" if self.open else "")
+
+
+@dataclass(frozen=True)
+class ShardingSpec:
+    """One `DimSharding` per tensor dimension."""
+
+    dims: tuple[DimSharding, ...]
+
+    @classmethod
+    def replicated(cls, rank: int) -> "ShardingSpec":
+        return cls(tuple(DimSharding() for _ in range(rank)))
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def axes_used(self) -> tuple[str, ...]:
+        return tuple(a for d in self.dims for a in d.axes)
+
+    def shards(self, mesh: MeshSpec) -> tuple[int, ...]:
+        """Number of shards along each dimension."""
+        return tuple(math.prod(mesh.size_of(a) for a in d.axes)
+                     for d in self.dims)
+
+    def local_shape(self, shape: tuple[int, ...],
+                    mesh: MeshSpec) -> tuple[int, ...]:
+        return tuple(n // s for n, s in zip(shape, self.shards(mesh)))
+
+    def __str__(self) -> str:
+        return ",".join(str(d) for d in self.dims)
+
+
+_SHARDING_HELP = ("expected one entry per dimension: '_' (not sharded), an "
+                  "axis 'x', axes 'x+y', each optionally followed by '?' "
+                  "(open), e.g. x,_")
+
+
+def _parse_axes(text: str, context: str) -> tuple[str, ...]:
+    axes = tuple(a.strip() for a in text.split("+"))
+    for axis in axes:
+        if not _IDENT.match(axis):
+            shown = axis or "(empty)"
+            raise SpecError(
+                f"{context}: '{shown}' is not a mesh axis name; {_SHARDING_HELP}")
+    return axes
+
+
+def parse_dim_sharding(text: str, context: str) -> DimSharding:
+    entry = text.strip()
+    is_open = entry.endswith("?")
+    if is_open:
+        entry = entry[:-1].strip()
+    if entry == "_":
+        return DimSharding((), is_open)
+    if not entry:
+        raise SpecError(f"{context}: empty entry; {_SHARDING_HELP}")
+    return DimSharding(_parse_axes(entry, context), is_open)
+
+
+def parse_sharding(text: str) -> ShardingSpec:
+    """Parses `x,_`, `x+y,_?`. An empty string is the sharding of a scalar."""
+    check_one_line(text, "sharding")
+    context = f"sharding {shown(text)}"
+    if not text.strip():
+        return ShardingSpec(())
+    return ShardingSpec(tuple(parse_dim_sharding(entry, context)
+                              for entry in text.split(",")))
+
+
+def check_sharding(sharding: ShardingSpec, shape: tuple[int, ...],
+                   mesh: MeshSpec, subject: str) -> None:
+    """Checks that `sharding` fits a tensor of `shape` on `mesh`.
+
+    `subject` names the tensor in messages, e.g. "argument 'd'".
+    """
+    context = f"sharding '{sharding}' for {subject}"
+    if sharding.rank != len(shape):
+        dims = "[" + ",".join(map(str, shape)) + "]"
+        example = ",".join(["_"] * len(shape)) or "an empty sharding"
+        raise SpecError(
+            f"{context} has {sharding.rank} "
+            f"entr{'y' if sharding.rank == 1 else 'ies'} but the tensor has "
+            f"shape {dims} (rank {len(shape)}); give one entry per dimension, "
+            f"e.g. {example}")
+    seen: set[str] = set()
+    for dim, (size, entry) in enumerate(zip(shape, sharding.dims)):
+        for axis in entry.axes:
+            if axis not in mesh.names:
+                raise SpecError(
+                    f"{context}: unknown mesh axis '{axis}'; the mesh has "
+                    f"axes {', '.join(mesh.names)}")
+            if axis in seen:
+                raise SpecError(
+                    f"{context}: mesh axis '{axis}' is used twice; an axis "
+                    f"may shard only one dimension of a tensor")
+            seen.add(axis)
+        shards = math.prod(mesh.size_of(a) for a in entry.axes)
+        if size % shards:
+            what = " x ".join(f"{a}={mesh.size_of(a)}" for a in entry.axes)
+            raise SpecError(
+                f"{context}: dimension {dim} has size {size}, which is not "
+                f"divisible by {shards} ({what}); shard it over axes whose "
+                f"sizes divide {size}, or leave it '_'")
+
+
+# ---------------------------------------------------------------------------
+# Tensor types
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor type, optionally carrying its sharding (`f32[8@x,4]`)."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    sharding: ShardingSpec | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def with_sharding(self, sharding: ShardingSpec | None) -> "TensorType":
+        return TensorType(self.dtype, self.shape, sharding)
+
+    def __str__(self) -> str:
+        if self.sharding is None:
+            dims = [str(n) for n in self.shape]
+        else:
+            dims = [f"{n}@{d}" if d.axes else (f"{n}@_?" if d.open else str(n))
+                    for n, d in zip(self.shape, self.sharding.dims)]
+        return f"{self.dtype.name}[{','.join(dims)}]"
+
+
+_TYPE_HELP = "expected DTYPE[DIM,...], e.g. f32[16,32], f32[1024@x] or i32[]"
+
+
+def parse_type(text: str) -> TensorType:
+    """Parses `f32[16,32]`, `i32[]`, `f32[8@x,4@y]`, `f32[8@x+y?,4]`."""
+    check_one_line(text, "type")
+    context = f"type {shown(text)}"
+    m = re.fullmatch(r"\s*([A-Za-z0-9_]+)\s*\[(.*)\]\s*", text)
+    if not m:
+        raise SpecError(f"{context}: {_TYPE_HELP}")
+    dtype = lookup_dtype(m.group(1))
+    if dtype is None:
+        raise SpecError(
+            f"{context}: unknown dtype '{m.group(1)}'; expected one of "
+            f"{DTYPE_NAMES} (bool is accepted as pred)")
+    body = m.group(2)
+    if not body.strip():
+        return TensorType(dtype, ())
+    shape: list[int] = []
+    dims: list[DimSharding] = []
+    for index, item in enumerate(body.split(","), start=1):
+        size, at, axes = (s.strip() for s in item.partition("@"))
+        if not size:
+            raise SpecError(
+                f"{context}: dimension {index} is empty; each dimension is a "
+                f"non-negative integer size, optionally with @AXES")
+        if parse_size(size) is None:
+            raise SpecError(
+                f"{context}: dimension {index} has size {shown(size)}; sizes are "
+                f"non-negative integers (at most {MAX_DIGITS} digits)")
+        shape.append(parse_size(size))
+        dims.append(parse_dim_sharding(axes, context) if at else DimSharding())
+    has_sharding = any(d.axes or d.open for d in dims)
+    sharding = ShardingSpec(tuple(dims)) if has_sharding else None
+    ttype = TensorType(dtype, tuple(shape), sharding)
+    check_size(ttype.shape, ttype.dtype, context)
+    return ttype
+
+
+def check_size(shape: tuple[int, ...], dtype: DType, context: str) -> None:
+    """A tensor must be smaller than `MAX_TENSOR_BYTES`."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= MAX_TENSOR_BYTES:
+        raise SpecError(
+            f"{context}: the tensor is {nbytes} bytes (2^"
+            f"{nbytes.bit_length() - 1} or more); irshard handles tensors "
+            f"below 2^60 bytes (1 EiB)")
+
+
+def format_shape(dtype: str, shape: tuple[int, ...] | list[int]) -> str:
+    return f"{dtype}[{','.join(str(n) for n in shape)}]"

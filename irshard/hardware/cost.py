@@ -1,0 +1,160 @@
+"""A time on every collective, and the step's roofline.
+
+Each collective crosses the slowest link its groups span: `dcn` between TPU
+slices, else `ici` on a TPU; `infiniband` between GPU nodes, else `nvlink`;
+`host` on simulated CPU devices. Its time follows the ring model of the
+sources in profiles.json (the JAX scaling book, NCCL), with `S` the bytes
+of its result per device, `n` the group size, `W` the link's one-way
+bandwidth per device and `a` its latency per step:
+
+    all-gather, reduce-scatter   T = a (n-1) + wire / B
+    all-reduce                   T = 2 a (n-1) + wire / B
+    all-to-all                   T = a (n-1) + S n / (4 B)  (a torus)
+                                 T = a (n-1) + wire / B     (a switch)
+    collective-permute           T = a + S / W
+
+where `wire` is what one device sends with a ring (the report's
+`wire_bytes`) and `B` the bandwidth the ring gets: on a TPU, W for each
+torus dimension the group spans, doubled when that dimension has wraparound
+links (a ring both ways); elsewhere W. A link's `base` latency is added once.
+On a TPU a ring over a dimension with wraparound takes n/2 steps, not n-1.
+
+The roofline compares the executable's FLOPs at the chip's peak, its bytes
+accessed at HBM bandwidth, and the communication time: whichever is
+largest bounds the step, which takes between that (all overlapped) and
+compute plus communication (none overlapped).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from irshard.hardware.targets import Link, Profile, Target
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a logical device is: its TPU slice and chip coordinates, or its
+    GPU node."""
+
+    slice: int = 0
+    coords: tuple[int, ...] = ()
+    node: int = 0
+
+
+class CostModel:
+    """Links and times of collectives for one target and device layout."""
+
+    def __init__(self, target: Target, profile: Profile, places: Sequence[Place]):
+        self.target = target
+        self.profile = profile
+        self.places = list(places)
+
+    @classmethod
+    def for_devices(cls, target: Target, profile: Profile,
+                    devices: Sequence[Any]) -> "CostModel":
+        from irshard import backend
+        places = []
+        for i, device in enumerate(devices):
+            if target.kind == "tpu":
+                slice_index, coords = backend.device_place(device)
+                places.append(Place(slice_index, coords))
+            elif target.kind == "gpu":
+                places.append(Place(node=i // target.gpus_per_node))
+            else:
+                places.append(Place())
+        return cls(target, profile, places)
+
+    # -- slices --
+
+    def slice_groups(self) -> list[list[int]]:
+        """Groups of the devices at the same place in each slice."""
+        by_place: dict[tuple[int, ...], list[int]] = {}
+        for i, place in enumerate(self.places):
+            by_place.setdefault(place.coords, []).append(i)
+        return [g for _, g in sorted(by_place.items())]
+
+    def slice_axes(self, mesh) -> tuple[str, ...]:
+        """The mesh axes along which the slice changes."""
+        axes = []
+        for k, axis in enumerate(mesh.axes):
+            stride = math.prod(mesh.shape[k + 1:])
+            if axis.size > 1 and any(
+                    self.places[i].slice != self.places[i + stride].slice
+                    for i in range(len(self.places) - stride)
+                    if (i // stride) % axis.size < axis.size - 1):
+                axes.append(axis.name)
+        return tuple(axes)
+
+    # -- links --
+
+    def _where(self, device: int) -> Place:
+        return self.places[device] if 0 <= device < len(self.places) else Place()
+
+    def link_of(self, groups: Sequence[Sequence[int]]) -> str:
+        """The slowest link any group crosses."""
+        if self.target.kind == "tpu":
+            crosses = any(len({self._where(d).slice for d in g}) > 1 for g in groups)
+            return "dcn" if crosses else "ici"
+        if self.target.kind == "gpu":
+            crosses = any(len({self._where(d).node for d in g}) > 1 for g in groups)
+            return "infiniband" if crosses else "nvlink"
+        return "host"
+
+    def _ici_bandwidth(self, group: Sequence[int], link: Link) -> tuple[float, bool]:
+        """The bandwidth a ring over `group` gets on the torus, and whether
+        it runs both ways (wraparound on every dimension it spans)."""
+        coords = [self._where(d).coords for d in group]
+        spanned = [k for k in range(len(coords[0]) if coords and coords[0] else 0)
+                   if len({c[k] for c in coords}) > 1]
+        if not spanned:
+            return link.bandwidth, False
+        both_ways = all(self.profile.has_wraparound(self.target.topology[k])
+                        for k in spanned if k < len(self.target.topology))
+        return link.bandwidth * len(spanned) * (2 if both_ways else 1), both_ways
+
+    # -- times --
+
+    def estimate(self, kind: str, nbytes: int, wire: int, n: int,
+                 groups: Sequence[Sequence[int]]) -> tuple[str, float | None]:
+        """(link, seconds) of one execution of a collective."""
+        link_name = self.link_of(groups)
+        link = self.profile.links.get(link_name)
+        if link is None or n <= 1 and kind != "collective-permute":
+            return link_name, 0.0 if link is not None else None
+        latency, per_link = link.for_kind(kind)
+        bandwidth, both_ways = per_link, False
+        if link_name == "ici" and groups:
+            bandwidth, both_ways = self._ici_bandwidth(groups[0], link)
+        switched = link_name != "ici"
+        steps = n - 1 if not both_ways else math.ceil(n / 2)
+        if kind == "collective-permute":
+            return link_name, link.base + latency + nbytes / per_link
+        if kind == "all-reduce":
+            seconds = 2 * latency * steps + wire / bandwidth
+        elif kind in ("all-to-all", "ragged-all-to-all") and not switched:
+            seconds = latency * steps + nbytes * n / (4 * bandwidth)
+        else:
+            seconds = latency * steps + wire / bandwidth
+        return link_name, link.base + seconds
+
+
+def roofline(profile: Profile, flops: float | None, bytes_accessed: float | None,
+             comm_s: float) -> dict[str, Any] | None:
+    """What bounds a step: compute, memory traffic or communication."""
+    if not profile.peak_flops or not profile.hbm_bandwidth or flops is None:
+        return None
+    compute = flops / profile.peak_flops
+    memory = (bytes_accessed or 0.0) / profile.hbm_bandwidth
+    local = max(compute, memory)
+    times = {"compute": compute, "memory": memory, "communication": comm_s}
+    bound = max(times, key=lambda k: (times[k], k))
+    return {
+        "flops": flops, "bytes_accessed": bytes_accessed,
+        "compute_s": compute, "memory_s": memory, "comm_s": comm_s,
+        "bound": bound,
+        "step_s": [max(local, comm_s), local + comm_s],
+        "exposed_comm_s": [max(0.0, comm_s - local), comm_s],
+    }

@@ -1,0 +1,462 @@
+"""`irshard opt`: an mlir-opt for StableHLO + Shardy modules.
+
+Reads a module (text or bytecode), runs a pipeline that mixes irshard's
+passes with the passes MLIR has registered, and prints the module. With
+`--split-input-file` each `// -----` chunk is a module of its own; with
+`--verify-diagnostics` the diagnostics each chunk produces are checked
+against its `expected-error`/`-warning`/`-remark`/`-note` comments as
+mlir-opt checks them (at their line, `@+N`, `@-N`, `@above`, `@below`,
+`@unknown`; `-re` for `{{regex}}` parts): every expected one must appear and
+no other, or each mismatch is reported and the command fails.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from irshard import backend
+from irshard.ir import pipeline
+from irshard.backend import shardy
+from irshard.core.errors import IRError, IrshardError, PassError
+
+SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
+
+def _check(text: str, context) -> None:
+    backend.parse_pipeline(text, context)
+
+
+def registered_passes(context) -> list[tuple[str, str]]:
+    """(name, anchor) of each candidate pass MLIR knows here."""
+    found = []
+    for name in shardy.REGISTERED_PASSES:
+        for anchor in ("builtin.module", "func.func"):
+            text = f"builtin.module({name})" if anchor == "builtin.module" \
+                else f"builtin.module(func.func({name}))"
+            try:
+                _check(text, context)
+            except ValueError:
+                continue
+            found.append((name, anchor))
+            break
+    return found
+
+
+def list_passes() -> str:
+    from irshard.passes import PASSES, pass_class
+    lines = ["irshard's passes:"]
+    for name in sorted(PASSES):
+        cls = pass_class(name)
+        lines.append(f"  {name}")
+        lines.append(f"      {cls.summary()}")
+        doc = (cls.__doc__ or "").splitlines()
+        starts = [i for i, line in enumerate(doc) if line.strip() == "Options:"]
+        if starts:
+            block = textwrap.dedent("\n".join(doc[starts[0] + 1:])).strip("\n")
+            lines += ["      " + line for line in block.splitlines() if line.strip()]
+    lines += ["", "passes registered with MLIR (Shardy's and upstream's; "
+              "function passes run on each func.func):"]
+    for name, anchor in registered_passes(backend.ir_context()):
+        lines.append(f"  {name}" + ("  [func.func]" if anchor == "func.func" else ""))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Chunk:
+    text: str
+    first_line: int          # 1-based line of the chunk in the file
+
+
+def split_chunks(text: str, split: bool) -> list[Chunk]:
+    if not split:
+        return [Chunk(text, 1)]
+    chunks, start, line = [], 0, 1
+    for m in SPLIT_MARKER.finditer(text):
+        chunks.append(Chunk(text[start:m.start()], line))
+        line += text[start:m.end()].count("\n")
+        start = m.end()
+    chunks.append(Chunk(text[start:], line))
+    return chunks
+
+
+def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
+    """A module from text or bytecode; errors say where, as MLIR does.
+
+    StableHLO's portable artifacts (what `jax.export` serializes:
+    `Exported.mlir_module_serialized`, in the versioned VHLO dialect) are
+    upgraded to StableHLO, keeping their Shardy meshes and shardings."""
+    from jaxlib.mlir import ir
+    with context:
+        try:
+            module = ir.Module.parse(data)
+        except ir.MLIRError as e:
+            raise _failure(IRError, shardy.diagnostic_text(e, source, first_line),
+                           _infos(e), source, first_line) from None
+    if isinstance(data, bytes) and any(
+            op.operation.name.startswith("vhlo.") for op in module.body.operations):
+        from jaxlib.mlir.dialects import stablehlo
+        try:
+            return stablehlo.deserialize_portable_artifact(context, data)
+        except Exception as e:
+            raise IRError(f"{source}: cannot read this StableHLO portable "
+                          f"artifact: {backend.first_line(e)}") from None
+    return module
+
+
+def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
+              stderr: TextIO, debug_info: bool = False, source: str = "-",
+              first_line: int = 1, diagnostics: list | None = None) -> None:
+    """Runs the steps on `module`; a step run apart in a child process adds
+    the diagnostics it made to `diagnostics`."""
+    for step in steps:
+        if step.irshard_pass is not None:
+            step.irshard_pass.apply(module)
+        else:
+            risky = _check_entry(module, step)
+            try:
+                if risky:
+                    _run_isolated(module, step, risky, diagnostics)
+                else:
+                    backend.run_registered_passes(
+                        module, f"builtin.module({step.mlir_text})")
+            except backend.PassFailure as e:
+                # MLIR calls the parsed text '-'; say which file and line.
+                where = e.describe(source if e.file in ("-", "") else None,
+                                   first_line)
+                raise _failure(PassError, f"pass '{step.label}' failed: {where}",
+                               _infos(e.error), source, first_line) from None
+        if print_after_all:
+            stderr.write(f"// -----// IR Dump After {step.label} //----- //\n")
+            stderr.write(print_module(module, debug_info) + "\n")
+
+
+# Shardy's passes that take the entry function by name (and abort without
+# one); Shardy's pipelines are taken to contain one. Others run in this
+# process, where a warning Shardy gives once per process stays once.
+_ENTRY_SEEKING = ("sdy-basic-propagate", "sdy-aggressive-propagate",
+                  "sdy-op-priority-propagate", "sdy-user-priority-propagate",
+                  "sdy-add-func-data-flow-edges", "sdy-propagate-to-func-results",
+                  "sdy-remove-sub-axes-in-input-output-shardings")
+
+
+def _check_entry(module, step: pipeline.Step) -> list[str]:
+    """Shardy's passes look for the module's entry and abort the process
+    when there is no public function: say so instead. Where they would
+    take the entry by name (a function named main, else the module's only
+    function) and the module has several functions and no @main, the
+    functions' names: the step runs apart, where an abort is survived.
+    Empty for the passes that do not look for the entry."""
+    from irshard.backend import shardy
+    if "sdy-" not in step.mlir_text:
+        return []
+    with module.context:
+        names = [f"@{ir_name(fn)}" for fn in shardy.functions(module)]
+        public = shardy.public_function_names(module)
+    if not public:
+        what = (f"only private functions ({', '.join(names)})" if names
+                else "no functions")
+        raise PassError(f"pass '{step.label}' needs a public entry function, "
+                        f"and the module has {what}; declare one "
+                        f"'func.func @main'")
+    entry_seeking = any(name in step.mlir_text for name in _ENTRY_SEEKING) \
+        or "-pipeline" in step.mlir_text
+    return names if entry_seeking and "@main" not in names and len(names) > 1 else []
+
+
+def _run_isolated(module, step: pipeline.Step, names: list[str],
+                  diagnostics: list | None = None) -> None:
+    """Runs `step` on `module` in a child process and takes its result in
+    place; a child that dies (Shardy's check for @main) is an error line."""
+    operation, why = backend.run_registered_passes_isolated(
+        module, f"builtin.module({step.mlir_text})", diagnostics, _diagnostic)
+    if operation is None:
+        raise PassError(
+            f"pass '{step.label}' aborted ({why}): Shardy takes the function "
+            f"named main, or a module's only function, as the entry, and "
+            f"this module has {len(names)} functions ({', '.join(names)}) and "
+            f"no @main; rename its entry function to @main")
+    with module.context:
+        old = list(module.body.operations)
+        anchor = old[0]
+        for op in list(operation.regions[0].blocks[0].operations):
+            op.operation.move_before(anchor)
+        for op in old:
+            op.operation.erase()
+        attributes = module.operation.attributes
+        new = {a.name: a.attr for a in operation.attributes}
+        for name in [a.name for a in attributes]:
+            if name not in new:
+                del attributes[name]
+        for name, attr in new.items():
+            attributes[name] = attr
+
+
+def ir_name(fn) -> str:
+    from jaxlib.mlir import ir
+    return ir.StringAttr(fn.attributes["sym_name"]).value
+
+
+def print_module(module, debug_info: bool = False) -> str:
+    return module.operation.get_asm(enable_debug_info=debug_info).rstrip("\n")
+
+
+# ---------------------------------------------------------------------------
+# Diagnostics
+
+
+@dataclass
+class Diagnostic:
+    """One diagnostic MLIR (or an irshard pass) produced: its severity
+    (`error`, `warning`, `remark`, `note`), where (the parsed text's line
+    and column; None where it has no location in the text, `other` where
+    it points into another file), its message, and its notes."""
+
+    kind: str
+    line: int | None
+    column: int
+    message: str
+    other: str | None = None
+    notes: list["Diagnostic"] = field(default_factory=list)
+
+
+def _diagnostic(info: Any) -> Diagnostic:
+    from irshard.backend import shardy
+    kind = str(info.severity).rsplit(".", 1)[-1].lower()
+    found = shardy.file_locations(info.location)
+    line, column, other = None, 0, None
+    if found:
+        file, line, column, _ = found[0]
+        if file not in ("-", ""):
+            other = f"{file}:{line}:{column}"
+            line = None
+    return Diagnostic(kind, line, column, info.message, other,
+                      [_diagnostic(n) for n in getattr(info, "notes", [])])
+
+
+def _infos(error: Any) -> list[Diagnostic]:
+    return [_diagnostic(d) for d in getattr(error, "error_diagnostics", [])]
+
+
+def _failure(kind: type, message: str, diagnostics: list[Diagnostic],
+             source: str, first_line: int) -> IrshardError:
+    """An error whose line is `message` (MLIR's first diagnostic), followed
+    by MLIR's other diagnostics and notes, indented; it keeps them all
+    (`diagnostics`) for `--verify-diagnostics`."""
+    rest = diagnostic_lines(diagnostics, source, first_line)[1:]
+    error = kind(message + "".join(f"\n  {line}" for line in rest))
+    error.diagnostics = diagnostics
+    return error
+
+
+def diagnostic_lines(diagnostics: list[Diagnostic], source: str,
+                     first_line: int = 1) -> list[str]:
+    """`file:line:col: severity: message` for each diagnostic and its
+    notes, as mlir-opt prints them."""
+    lines = []
+    for d in diagnostics:
+        for one in [d] + d.notes:
+            where = (f"{source}:{one.line + first_line - 1}:{one.column}"
+                     if one.line is not None else one.other or source)
+            lines.append(f"{where}: {one.kind}: {one.message}")
+    return lines
+
+
+_EXPECTED = re.compile(r"expected-(error|note|remark|warning)(-re)? *"
+                       r"(@([+-][0-9]+|above|below|unknown))? *\{\{(.*)\}\}$")
+
+
+@dataclass
+class Expected:
+    """An `expected-<kind>` comment: the diagnostic it asks for."""
+
+    kind: str
+    line: int | None            # in the chunk, 1-based; None: @unknown
+    text: str
+    at: int                     # the comment's own line
+    pattern: re.Pattern | None = None
+    matched: bool = False
+
+    def matches(self, message: str) -> bool:
+        if self.pattern is not None:
+            return self.pattern.search(message) is not None
+        return self.text in message
+
+
+def _regex(text: str) -> re.Pattern:
+    """`-re`: literal text with `{{regex}}` parts."""
+    parts, pos = [], 0
+    for m in re.finditer(r"\{\{(.*?)\}\}", text):
+        parts.append(re.escape(text[pos:m.start()]))
+        parts.append(f"(?:{m.group(1)})")
+        pos = m.end()
+    parts.append(re.escape(text[pos:]))
+    return re.compile("".join(parts))
+
+
+def expected_diagnostics(text: str) -> tuple[list[Expected], list[tuple[int, str]]]:
+    """The `expected-*` comments of a chunk, and (line, problem) for each
+    that cannot be read (a bad `-re` regex)."""
+    found: list[Expected] = []
+    problems = []
+    lines = text.split("\n")
+    last_plain = 0
+    below: list[Expected] = []
+    for number, line in enumerate(lines, 1):
+        m = _EXPECTED.search(line.rstrip())
+        if m is None:
+            for e in below:
+                e.line = number
+            below.clear()
+            last_plain = number
+            continue
+        e = Expected(m.group(1), number, m.group(5), number)
+        if m.group(2):
+            try:
+                e.pattern = _regex(e.text)
+            except re.error as err:
+                problems.append((number, f"invalid regex in expected-"
+                                         f"{e.kind}-re: {err}"))
+                continue
+        offset = m.group(4)
+        if offset is None:
+            pass
+        elif offset[0] in "+-":
+            e.line = number + int(offset)
+        elif offset == "unknown":
+            e.line = None
+        elif offset == "above":
+            e.line = last_plain
+        else:
+            e.line = len(lines)          # a dangling @below
+            below.append(e)
+        found.append(e)
+    return found, problems
+
+
+# An operation as MLIR prints it: its results, then `dialect.op` (or its
+# quoted generic form).
+_OPERATION = re.compile(r'(?:%[\w#:.$-]+(?:\s*,\s*%[\w#:.$-]+)*\s*=\s*)?'
+                        r'"?[A-Za-z_][\w$]*\.[\w$.]+"?(?:\s|\(|<|\{|$)')
+
+
+def _prints_operation(diagnostic: Diagnostic, note: Diagnostic) -> bool:
+    """Whether `note` is the one MLIR attaches to print the operation at
+    fault: mlir-opt turns it off while it verifies diagnostics (MLIR's own
+    `see current operation:`, and Shardy's warnings that print the op
+    alone), where MLIR's Python context cannot."""
+    if note.message.startswith("see current operation:"):
+        return True
+    return note.kind == "note" and note.line == diagnostic.line \
+        and note.other == diagnostic.other and _OPERATION.match(note.message) is not None
+
+
+def verify(diagnostics: list[Diagnostic], expected: list[Expected],
+           source: str, first_line: int) -> list[str]:
+    """What differs between the diagnostics a chunk produced and those it
+    expects, as mlir-opt's verifier words it; empty when all match."""
+    problems = []
+
+    def where(line: int | None, column: int = 0) -> str:
+        if line is None:
+            return source
+        return f"{source}:{line + first_line - 1}" + (f":{column}" if column else "")
+
+    for d in diagnostics:
+        for one in [d] + [n for n in d.notes if not _prints_operation(d, n)]:
+            near = None
+            done = False
+            for e in expected:
+                if one.other is not None or e.line != one.line \
+                        or not e.matches(one.message):
+                    continue
+                if e.kind == one.kind:
+                    e.matched = done = True
+                    break
+                near = e
+            if done:
+                continue
+            if near is not None:
+                problems.append(f"{where(near.at)}: error: '{one.kind}' diagnostic "
+                                f"emitted when expecting a '{near.kind}'")
+            else:
+                at = where(one.line, one.column) if one.other is None else one.other
+                problems.append(f"{at}: error: unexpected {one.kind}: {one.message}")
+    for e in expected:
+        if not e.matched:
+            problems.append(f"{where(e.at)}: error: expected {e.kind} "
+                            f"\"{e.text}\" was not produced")
+    return problems
+
+
+def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
+        split_input_file: bool = False, verify_diagnostics: bool = False,
+        print_ir_after_all: bool = False, debug_info: bool = False,
+        allow_unregistered_dialect: bool = False,
+        stderr: TextIO = sys.stderr) -> str:
+    """Runs the pipeline over the module(s) in `data`; returns the output.
+    With `verify_diagnostics`, raises `VerifyFailed` (holding the output
+    of the chunks that produced a module) where the diagnostics are not
+    those the chunks expect."""
+    context = backend.ir_context()
+    context.allow_unregistered_dialects = allow_unregistered_dialect
+    steps: list[pipeline.Step] = []
+    if pipeline_text:
+        steps = pipeline.plan(pipeline.parse(pipeline_text), pipeline_text,
+                              context, _check, print_ir_after_all)
+    if isinstance(data, bytes) and not data.startswith(b"ML\xefR"):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise IRError(f"{source}: neither MLIR text (UTF-8) nor MLIR "
+                          f"bytecode") from None
+    if isinstance(data, bytes):
+        chunks = [Chunk(data, 1)]           # bytecode holds one module
+    else:
+        chunks = split_chunks(data, split_input_file)
+    outputs, problems = [], []
+    for chunk in chunks:
+        diagnostics: list[Diagnostic] = []
+
+        def collect(info, into=diagnostics) -> bool:
+            into.append(_diagnostic(info))
+            return True
+
+        handler = context.attach_diagnostic_handler(collect)
+        try:
+            module = parse_module(chunk.text, context, source, chunk.first_line)
+            run_steps(module, steps, print_ir_after_all, stderr, debug_info,
+                      source, chunk.first_line, diagnostics)
+            outputs.append(print_module(module, debug_info))
+        except IrshardError as e:
+            if not verify_diagnostics:
+                raise
+            diagnostics += getattr(e, "diagnostics", None) or [
+                Diagnostic("error", None, 0, str(e))]
+        finally:
+            handler.detach()
+        if verify_diagnostics:
+            expected, unread = expected_diagnostics(
+                chunk.text if isinstance(chunk.text, str) else "")
+            problems += [f"{source}:{line + chunk.first_line - 1}: error: {what}"
+                         for line, what in unread]
+            problems += verify(diagnostics, expected, source, chunk.first_line)
+        else:
+            # What did not stop the chunk (warnings, remarks) is shown.
+            for line in diagnostic_lines(diagnostics, source, chunk.first_line):
+                stderr.write(line + "\n")
+    text = "\n// -----\n".join(outputs) + "\n" if outputs else ""
+    if problems:
+        raise VerifyFailed(problems, text)
+    return text
+
+
+class VerifyFailed(Exception):
+    """`--verify-diagnostics` found diagnostics other than those expected."""
+
+    def __init__(self, problems: list[str], output: str):
+        super().__init__(f"{len(problems)} diagnostic(s) not as expected")
+        self.problems = problems
+        self.output = output

@@ -1,0 +1,374 @@
+"""`irshard diff A B`: two collective reports compared by source line and
+kind.
+
+A side is a JSON report (`irshard compile --format json`), an HLO file or an
+XLA dump directory (read as `irshard collectives` reads them). Collectives
+are grouped by the user's line and kind; each group's count, bytes and time
+per run is compared, then the totals and memory. B regresses when it moves
+more bytes per run, or takes longer, than A.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from irshard.core.errors import UsageError
+
+SCHEMA = 1
+_HINT = "give a report written by irshard compile --format json"
+
+
+@dataclass
+class Group:
+    """One side's collectives of one kind at one line."""
+
+    count: int = 0
+    bytes_per_run: int = 0
+    wire_bytes_per_run: int = 0
+    time_s: float | None = None
+    names: list[str] = field(default_factory=list)
+
+    def add(self, c: dict[str, Any]) -> None:
+        runs = c.get("executions") or 1
+        self.count += 1
+        self.bytes_per_run += c["bytes"] * runs
+        self.wire_bytes_per_run += c.get("wire_bytes", 0) * runs
+        if c.get("time_s") is not None:
+            self.time_s = (self.time_s or 0.0) + c["time_s"] * runs
+        self.names.append(c["name"])
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"count": self.count, "bytes_per_run": self.bytes_per_run,
+                             "wire_bytes_per_run": self.wire_bytes_per_run}
+        if self.time_s is not None:
+            d["time_s"] = self.time_s
+        d["names"] = self.names
+        return d
+
+
+@dataclass(frozen=True)
+class Side:
+    """One report, as its JSON form."""
+
+    path: str
+    report: dict[str, Any]
+    name: str | None = None        # the label given, where not the file's
+
+    @property
+    def label(self) -> str:
+        if self.name is not None:
+            return self.name
+        r = self.report
+        what = r.get("function") or r.get("module")
+        return f"{os.path.basename(self.path.rstrip(os.sep)) or self.path}" \
+            + (f" ({what})" if what else "")
+
+    def groups(self) -> dict[tuple[str, int, str], Group]:
+        found: dict[tuple[str, int, str], Group] = {}
+        for c in self.report.get("collectives", []):
+            source = c.get("source") or {}
+            key = (source.get("file") or "-", int(source.get("line") or 0), c["kind"])
+            found.setdefault(key, Group()).add(c)
+        return found
+
+    def functions(self) -> dict[tuple[str, int], str]:
+        """(file, line) -> the function it is in, for display."""
+        result = {}
+        for c in self.report.get("collectives", []):
+            source = c.get("source") or {}
+            if source.get("function"):
+                result.setdefault((source.get("file"), source.get("line")),
+                                  source["function"])
+        return result
+
+    def totals(self) -> dict[str, Any]:
+        t = self.report.get("totals") or {}
+        memory = self.report.get("memory")
+        d: dict[str, Any] = {
+            "count": t.get("count", len(self.report.get("collectives", []))),
+            "bytes_per_run": t.get("bytes_per_run", 0),
+            "wire_bytes_per_run": t.get("wire_bytes_per_run", 0),
+        }
+        if t.get("time_s") is not None:
+            d["time_s"] = t["time_s"]
+        if memory:
+            d["memory_bytes"] = (memory.get("argument_bytes", 0)
+                                 + memory.get("output_bytes", 0)
+                                 + memory.get("temp_bytes", 0)
+                                 - memory.get("alias_bytes", 0))
+        return d
+
+
+def _is_report(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("collectives"), list)
+
+
+def main_module(modules: list, is_sharded) -> Any:
+    """The module a dump is about: the only sharded one (a dump also holds
+    one-device helpers), else its only module; None when neither is one."""
+    sharded = [m for m in modules if is_sharded(m)]
+    if len(sharded) == 1:
+        return sharded[0]
+    return modules[0] if len(modules) == 1 else None
+
+
+def _pick(modules: list[dict[str, Any]], path: str, module: str | None
+          ) -> dict[str, Any]:
+    """One module's report among several: the one `--module` names, else
+    the only one that runs on more than one device."""
+    if module is not None:
+        named = [m for m in modules if module in (m.get("module") or "")]
+        if len(named) == 1:
+            return named[0]
+        what = "no module" if not named else f"{len(named)} modules"
+        raise UsageError(f"{path}: {what} named like '{module}'; modules: "
+                         + ", ".join(m.get("module") or "?" for m in modules))
+    found = main_module(modules, lambda m: (m.get("mesh") or {}).get("devices", 1) > 1
+                        or bool(m.get("collectives")))
+    if found is not None:
+        return found
+    raise UsageError(f"{path} holds {len(modules)} modules; name one with "
+                     f"--module: " + ", ".join(m.get("module") or "?" for m in modules))
+
+
+def load(path: str, module: str | None = None, stage: str = "optimized") -> Side:
+    """A report from a JSON report, an HLO file or an XLA dump directory."""
+    from irshard.core import files
+    if not os.path.exists(path):
+        raise UsageError(f"'{path}' does not exist; give a JSON report "
+                         f"(irshard compile --format json -o FILE), an HLO "
+                         f"file or an XLA dump directory")
+    if os.path.isfile(path) and path.endswith(".json"):
+        from irshard.core import schema
+        value = schema.load_json(path, "report", _HINT)
+        if isinstance(value, dict) and isinstance(value.get("modules"), list):
+            modules = [m for m in value["modules"] if _is_report(m)]
+            for i, m in enumerate(modules):
+                schema.check(m, schema.REPORT, f"report {path}, module {i}")
+            value = _pick(modules, path, module)
+        if not _is_report(value):
+            raise UsageError(f"'{path}' is not an irshard report (no "
+                             f"'collectives' list); {_HINT}")
+        if value.get("schema", SCHEMA) != SCHEMA:
+            raise UsageError(f"'{path}' has \"schema\": "
+                             f"{json.dumps(value.get('schema'))}; this irshard "
+                             f"reads reports of schema {SCHEMA}")
+        schema.check(value, schema.REPORT, f"report {path}")
+        return Side(path, value)
+    from irshard import backend
+    from irshard.collectives import dumps
+    backend.configure(1, "cpu")
+    reports, _ = dumps.reports(path, stage, None)
+    return Side(path, _pick([r.to_json() for r in reports], path, module))
+
+
+def side(value: Any, label: str | None = None) -> Side:
+    """A side from a report (`irshard.compile`'s), a report's JSON form,
+    or a path (as `irshard diff` reads one)."""
+    if isinstance(value, (str, os.PathLike)):
+        found = load(os.fspath(value))
+        return Side(found.path, found.report, label)
+    if _is_report(value):
+        from irshard.core import schema
+        schema.check(value, schema.REPORT, "diff: the report")
+        return Side(value.get("source") or "-", value, label)
+    to_json = getattr(value, "to_json", None)
+    if to_json is None or not hasattr(value, "collectives"):
+        raise UsageError(f"diff: expected a report (irshard.compile's), its "
+                         f"JSON form or a path, not {type(value).__name__}")
+    report = to_json()
+    if label is None:
+        what = report.get("function") or report.get("module")
+        mesh = ",".join(f"{a['name']}={a['size']}"
+                        for a in (report.get("mesh") or {}).get("axes", ()))
+        label = os.path.basename(report.get("source") or "-") \
+            + (f" ({what})" if what else "") + (f" mesh {mesh}" if mesh else "")
+    return Side(report.get("source") or "-", report, label)
+
+
+@dataclass(frozen=True)
+class Change:
+    file: str
+    line: int
+    function: str | None
+    kind: str
+    a: Group
+    b: Group
+
+    @property
+    def status(self) -> str:
+        if self.a.count == 0:
+            return "added"
+        if self.b.count == 0:
+            return "removed"
+        if (self.a.count, self.a.bytes_per_run) == (self.b.count, self.b.bytes_per_run):
+            return "same"
+        return "changed"
+
+    @property
+    def source(self) -> str:
+        if self.file == "-":
+            return "-"
+        fn = f" ({self.function})" if self.function else ""
+        return f"{self.file}:{self.line}{fn}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "kind": self.kind,
+                "source": None if self.file == "-" else
+                {"file": self.file, "line": self.line, "function": self.function},
+                "a": self.a.to_json(), "b": self.b.to_json(),
+                "delta_bytes_per_run": self.b.bytes_per_run - self.a.bytes_per_run}
+
+
+@dataclass(frozen=True)
+class Diff:
+    a: Side
+    b: Side
+    changes: tuple[Change, ...]
+    # B's files taken for A's (the same program in another directory).
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def totals(self) -> dict[str, Any]:
+        ta, tb = self.a.totals(), self.b.totals()
+        delta = {k: tb[k] - ta[k] for k in ta if k in tb}
+        return {"a": ta, "b": tb, "delta": delta}
+
+    def regressions(self) -> list[str]:
+        """What B does worse than A: more bytes per run, more time."""
+        from irshard.reporting.report import human_bytes, human_time
+        t = self.totals()
+        a, b = t["a"], t["b"]
+        found = []
+        if b["bytes_per_run"] > a["bytes_per_run"]:
+            found.append(f"B moves more bytes per run than A: "
+                         f"{human_bytes(a['bytes_per_run'])} -> "
+                         f"{human_bytes(b['bytes_per_run'])}")
+        if "time_s" in a and "time_s" in b and b["time_s"] > a["time_s"]:
+            found.append(f"B takes longer per run than A: {human_time(a['time_s'])} "
+                         f"-> {human_time(b['time_s'])}")
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA,
+                "a": {"path": self.a.path, "source": self.a.report.get("source"),
+                      "function": self.a.report.get("function")},
+                "b": {"path": self.b.path, "source": self.b.report.get("source"),
+                      "function": self.b.report.get("function")},
+                "changes": [c.to_json() for c in self.changes
+                            if c.status != "same"],
+                "unchanged": sum(1 for c in self.changes if c.status == "same"),
+                "totals": self.totals(),
+                "regressions": self.regressions()}
+
+    def render_json(self) -> str:
+        from irshard.reporting.report import dumps_json
+        return dumps_json(self.to_json()) + "\n"
+
+    def to_html(self) -> str:
+        """The diff's page (`--format html`): both reports side by side."""
+        from irshard.pipeline import htmlreport
+        return htmlreport.render_diff(self)
+
+    def __repr__(self) -> str:
+        from irshard.reporting import notebook
+        return notebook.diff_text(self)
+
+    def _repr_html_(self) -> str:
+        from irshard.reporting import notebook
+        return notebook.diff_html(self, self.to_html())
+
+    def _repr_markdown_(self) -> str:
+        from irshard.reporting import notebook
+        return notebook.diff_markdown(self)
+
+    def render_text(self) -> str:
+        from irshard.reporting.report import change_text, human_bytes, human_time, table
+        lines = [f"A: {self.a.label}", f"B: {self.b.label}", ""]
+        changed = [c for c in self.changes if c.status != "same"]
+        timed = any(c.a.time_s is not None or c.b.time_s is not None
+                    for c in self.changes)
+        if not changed:
+            lines.append("collectives: no change by line and kind")
+        else:
+            lines.append("collectives by line and kind")
+            rows = []
+            for c in changed:
+                row = [c.status, c.kind, f"{c.a.count} -> {c.b.count}",
+                       f"{c.a.bytes_per_run} -> {c.b.bytes_per_run}",
+                       _signed(c.b.bytes_per_run - c.a.bytes_per_run)]
+                if timed:
+                    row.append(f"{_time(c.a.time_s)} -> {_time(c.b.time_s)}")
+                rows.append(row + [c.source])
+            lines += table(["change", "kind", "count", "bytes per run", "delta"]
+                           + (["time per run"] if timed else []) + ["source"], rows)
+        same = len(self.changes) - len(changed)
+        if same:
+            lines.append(f"  ({same} unchanged)")
+        t = self.totals()
+        a, b = t["a"], t["b"]
+        lines += ["", "totals"]
+        rows = [["collectives", str(a["count"]), str(b["count"]),
+                 _signed(b["count"] - a["count"])],
+                ["bytes per run", human_bytes(a["bytes_per_run"]),
+                 human_bytes(b["bytes_per_run"]),
+                 change_text(a["bytes_per_run"], b["bytes_per_run"], human_bytes)],
+                ["wire bytes per run", human_bytes(a["wire_bytes_per_run"]),
+                 human_bytes(b["wire_bytes_per_run"]),
+                 change_text(a["wire_bytes_per_run"], b["wire_bytes_per_run"], human_bytes)]]
+        if "time_s" in a and "time_s" in b:
+            rows.append(["time per run", human_time(a["time_s"]), human_time(b["time_s"]),
+                         change_text(a["time_s"], b["time_s"], human_time)])
+        if "memory_bytes" in a and "memory_bytes" in b:
+            rows.append(["memory per device", human_bytes(a["memory_bytes"]),
+                         human_bytes(b["memory_bytes"]),
+                         change_text(a["memory_bytes"], b["memory_bytes"], human_bytes)])
+        lines += table(["", "A", "B", "change"], rows)
+        regressions = self.regressions()
+        lines.append("")
+        lines += [f"regression: {r}" for r in regressions] or \
+            ["no regression: B moves no more bytes and takes no longer than A"]
+        return "\n".join(lines) + "\n"
+
+
+def _signed(n: int) -> str:
+    return f"+{n}" if n > 0 else str(n)
+
+
+def _time(t: float | None) -> str:
+    from irshard.reporting.report import human_time
+    return "-" if t is None else human_time(t)
+
+
+def _same_files(ga, gb) -> dict[str, str]:
+    """B's file -> A's, for a file of B that A does not have but whose name
+    exactly one of A's files has (the same program in another directory)."""
+    files_a = {k[0] for k in ga} - {"-"}
+    files_b = {k[0] for k in gb} - {"-"}
+    mapping = {}
+    for f in files_b - files_a:
+        same = [g for g in files_a - files_b
+                if os.path.basename(g) == os.path.basename(f)]
+        others = [g for g in files_b - files_a
+                  if os.path.basename(g) == os.path.basename(f)]
+        if len(same) == 1 and len(others) == 1:
+            mapping[f] = same[0]
+    return mapping
+
+
+def compare(a: Side, b: Side) -> Diff:
+    ga, gb = a.groups(), b.groups()
+    renamed = _same_files(ga, gb)
+    if renamed:
+        gb = {(renamed.get(f, f), line, kind): g for (f, line, kind), g in gb.items()}
+    functions = {**b.functions(), **a.functions()}
+    changes = []
+    for key in set(ga) | set(gb):
+        file, line, kind = key
+        changes.append(Change(file, line, functions.get((file, line)), kind,
+                              ga.get(key, Group()), gb.get(key, Group())))
+    changes.sort(key=lambda c: (-abs(c.b.bytes_per_run - c.a.bytes_per_run),
+                                c.file, c.line, c.kind))
+    return Diff(a, b, tuple(changes), renamed)

@@ -1,0 +1,286 @@
+"""The HTML report: one self-contained page (`--format html`).
+
+The page is `report.html` (inline CSS and JavaScript, no external resource;
+its Content-Security-Policy forbids any) with the report's data embedded as
+JSON: the schema-1 report, the user's source files that its collectives and
+findings point at, an excerpt of the read stage's IR around every collective,
+and where every input and output lives (device -> block, and the mesh's
+device grid). The script draws the summary, the sortable and filterable
+collective table, the source view, the layout viewer, memory and findings
+from that data; nothing is fetched. The same report gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from typing import Any, Iterable, Sequence
+
+from irshard.core import files
+
+# A file larger than this is not embedded in the source view.
+MAX_SOURCE_BYTES = 2 << 20
+# Lines of IR shown before and after a collective's own, within its
+# computation; longer lines are cut.
+IR_CONTEXT = 3
+IR_LINE_CHARS = 1200
+# An HLO file larger than this gives no excerpts (it is not read whole).
+MAX_IR_BYTES = 64 << 20
+
+_TEMPLATE = os.path.join(os.path.dirname(__file__), "report.html")
+_DATA_MARK = "/*IRSHARD-DATA*/"
+_TITLE_MARK = "<!--IRSHARD-TITLE-->"
+
+
+def _escape_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside a <script> element: no `</script` or `<!--`, and no
+    NaN or Infinity, which JSON.parse refuses (written as strings)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"),
+                          allow_nan=False)
+    except ValueError:
+        return _script_json(_finite(value))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def page(kind: str, data: dict[str, Any], title: str) -> str:
+    """The page for `data` (`kind` 'report' or 'diff')."""
+    with open(_TEMPLATE, encoding="utf-8") as f:
+        template = f.read()
+    body = _script_json({"kind": kind, **data})
+    head, tail = template.split(_DATA_MARK)
+    head = head.replace(_TITLE_MARK, _escape_text(title))
+    return head + body + tail
+
+
+# ---------------------------------------------------------------------------
+# What the page shows beside the report
+
+
+def _sources_named(report: dict[str, Any]) -> list[str]:
+    """Every file a collective, its explanation or a finding points at."""
+    found: set[str] = set()
+
+    def add(source: Any) -> None:
+        if isinstance(source, dict):
+            if source.get("file"):
+                found.add(source["file"])
+            for frame in source.get("stack") or ():
+                if frame.get("file"):
+                    found.add(frame["file"])
+
+    for c in report.get("collectives") or ():
+        add(c.get("source"))
+        why = c.get("why") or {}
+        for part in ("operand", "needed"):
+            add((why.get(part) or {}).get("source"))
+    for f in report.get("findings") or ():
+        add(f.get("source"))
+    return sorted(found)
+
+
+def _resolve(name: str, roots: Sequence[str]) -> str | None:
+    if os.path.isabs(name):
+        return name if os.path.isfile(name) else None
+    for root in roots:
+        path = os.path.join(root, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def read_sources(report: dict[str, Any], user_dir: str | None = None
+                 ) -> dict[str, list[str]]:
+    """The user's files the report names, as lines: `{name: lines}` under
+    the names the report uses. Files that cannot be found or read, or are
+    too large, are left out (the page says so)."""
+    roots = [r for r in (user_dir, os.path.dirname(report.get("source") or ""),
+                         os.getcwd()) if r is not None]
+    result: dict[str, list[str]] = {}
+    for name in _sources_named(report):
+        path = _resolve(name, roots) or _resolve(files.real_path(name), roots)
+        if path is None:
+            continue
+        try:
+            if os.path.getsize(path) > MAX_SOURCE_BYTES:
+                continue
+            result[name] = source_lines(_decoded(path))
+        except OSError:
+            continue
+    return result
+
+
+def _decoded(path: str) -> str:
+    """A source file's text: Python's own decoding for a .py file (its
+    coding declaration), else UTF-8; undecodable bytes replaced."""
+    with open(path, "rb") as f:
+        data = f.read()
+    encoding = "utf-8"
+    if path.endswith(".py"):
+        import io
+        import tokenize
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError:
+            pass
+    try:
+        return data.decode(encoding, errors="replace")
+    except LookupError:
+        return data.decode("utf-8", errors="replace")
+
+
+def source_lines(text: str) -> list[str]:
+    """Lines as Python numbers them (\n, \r\n and \r end a line; a form
+    feed or U+2028 does not, where `str.splitlines` would split)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+_INSTRUCTION = re.compile(r"\s*(?:ROOT\s+)?%?([^\s=%]+)\s*=")
+
+
+def ir_excerpts(text: str, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """For each instruction named, the lines of `text` (HLO) around it
+    within its computation: `{name: {line, at, lines}}`, `line` the first
+    line's number (1-based), `at` the instruction's index among `lines`."""
+    wanted = set(names)
+    lines = text.splitlines()
+    found: dict[str, dict[str, Any]] = {}
+    start = 0                      # the current computation's header line
+    for i, line in enumerate(lines):
+        if not line.startswith((" ", "\t")):
+            if line.rstrip().endswith("{"):
+                start = i
+            continue
+        m = _INSTRUCTION.match(line)
+        if m is None or m.group(1) not in wanted or m.group(1) in found:
+            continue
+        end = i
+        while end + 1 < len(lines) and end < i + IR_CONTEXT \
+                and lines[end + 1].startswith((" ", "\t")):
+            end += 1
+        first = max(start, i - IR_CONTEXT)
+        found[m.group(1)] = {
+            "line": first + 1, "at": i - first,
+            "lines": [_cut(line) for line in lines[first:end + 1]]}
+    return found
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= IR_LINE_CHARS else line[:IR_LINE_CHARS] + " ..."
+
+
+def _placements(tensors: Iterable[Any]) -> list[list[Any]]:
+    """Each tensor's blocks as `[device, [[start, stop], ...]]`."""
+    return [[[p.device, [list(r) for r in p.ranges]] for p in t.placements]
+            for t in tensors]
+
+
+def layout_of(compiled: Any = None, run: Any = None) -> dict[str, Any] | None:
+    """Where the executable's inputs and outputs live, and the mesh's
+    devices (ids in mesh order), from a run's tensors or the executable."""
+    from irshard.pipeline import show
+    if run is not None:
+        inputs = [t.placed for t in run.inputs]
+        outputs = [t.placed for t in run.outputs]
+    else:
+        try:
+            inputs, outputs = show.placed(compiled)
+        except (AttributeError, RuntimeError, TypeError, ValueError):
+            return None
+    try:
+        devices = show.mesh_device_ids(compiled)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        devices = None
+    processes = {p.device: p.process for t in (*inputs, *outputs)
+                 for p in t.placements}
+    return {"devices": devices, "inputs": _placements(inputs),
+            "outputs": _placements(outputs),
+            "processes": {str(d): processes[d] for d in sorted(processes)}
+            if len(set(processes.values())) > 1 else None}
+
+
+def _stage_text(report, compiled: Any) -> str | None:
+    """The IR of the stage the report read, where it is at hand."""
+    if report.stages is not None:
+        return report.stages.text(report.stage_name)
+    if compiled is None:
+        return None
+    if report.stage_name == "partitioned":
+        return compiled.partitioned().as_text()
+    return compiled.as_text()
+
+
+def read_ir(path: str) -> str | None:
+    """The text of an HLO file for the page's IR excerpts: None for a
+    directory, a file too large to hold whole, or one that is not text."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_IR_BYTES:
+            return None
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def report_data(report, compiled: Any = None, run: Any = None,
+                ir_text: str | None = None) -> dict[str, Any]:
+    """Everything the report page shows."""
+    body = report.to_json()
+    if run is not None:
+        body["run"] = run.to_json()
+        for section in ("inputs", "outputs"):   # the layout is kept apart
+            for t in body["run"][section]:
+                t.pop("layout", None)
+    ir: dict[str, Any] = {}
+    text = ir_text if ir_text is not None else _stage_text(report, compiled)
+    if text:
+        ir = ir_excerpts(text, (c.name for c in report.collectives))
+    user_dir = getattr(getattr(compiled, "info", None), "user_dir", None)
+    return {"report": body, "stage": report.stage_name, "ir": ir,
+            "sources": read_sources(body, user_dir),
+            "layout": layout_of(compiled, run) if compiled is not None else None}
+
+
+def render_report(report, compiled: Any = None, run: Any = None,
+                  ir_text: str | None = None) -> str:
+    """The report's page; `compiled` (the executable) gives the layout,
+    `run` the run's section, `ir_text` the HLO when there is no pipeline."""
+    where = report.function or report.module or ""
+    title = f"irshard: {os.path.basename(report.source)}" + \
+        (f" {where}" if where else "")
+    return page("report", report_data(report, compiled, run, ir_text), title)
+
+
+def render_diff(diff) -> str:
+    """`irshard diff --format html`: both reports side by side."""
+    a, b = diff.a, diff.b
+    sources: dict[str, list[str]] = {}
+    for side in (a, b):
+        for name, lines in read_sources(side.report).items():
+            sources.setdefault(name, lines)
+    data = {"diff": diff.to_json(),
+            "changes": [c.to_json() for c in diff.changes],
+            "a": {"label": a.label, "report": a.report},
+            "b": {"label": b.label, "report": b.report},
+            "sources": sources,
+            "renamed": diff.renamed}
+    return page("diff", data, f"irshard diff: {a.label} vs {b.label}")

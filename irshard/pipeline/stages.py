@@ -1,0 +1,442 @@
+"""The staged pipeline, modelled on JAX's `Traced -> Lowered -> Compiled`.
+
+    trace(program)       -> StableHLO     the traced function, annotated with
+                                          irshard's annotate pass
+    StableHLO.propagate()-> Propagated    Shardy's propagation, in-process,
+                                          with sharding origins
+    StableHLO.compile()  -> Optimized     XLA's executable; optionally with
+                                          the HLO right after partitioning
+    Optimized.partitioned() -> Partitioned
+    Optimized.report() / Partitioned.report() -> CollectiveReport
+
+Each stage is an immutable object holding what the next step needs, with
+`as_text()` for its IR. Errors are turned into the user's terms at the
+boundaries: an exception raised by the user's function is reported at their
+file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+from irshard.collectives import analysis
+from irshard import backend
+from irshard.core import files, tree
+from irshard.core.errors import BackendError, UserCodeError
+from irshard.xla.hlo import HloModuleView
+from irshard.loading.loader import describe_user_exception, raised_by_user_code
+from irshard.loading.program import Program
+from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
+from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """An input or output as declared: name (its path), dtype, global shape.
+    A typed PRNG key is declared by its key data; `key` is its dtype's name
+    (`key<fry>`)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    key: str | None = None
+    sharding: ShardingSpec | None = None      # as given, for an input
+    donated: bool = False                     # an input XLA may reuse
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+    """What every stage reports about the program it came from."""
+
+    source: str                 # the file as the user named it
+    function: str | None
+    user_dir: str | None        # where the user's own sources live
+    mesh: MeshSpec
+    platform: str
+    inputs: tuple[TensorDecl, ...]
+    outputs: tuple[TensorDecl, ...]
+    notes: tuple[str, ...] = ()
+    target: Any = None              # a targets.Target; None: simulated CPUs
+    profile: str | None = None      # a saved hardware profile's path
+    estimated: bool = False         # a GPU target compiled for CPUs
+
+
+class Stage:
+    """One step of the pipeline; `as_text()` is its IR."""
+
+    name: ClassVar[str] = ""
+
+    def as_text(self) -> str:
+        raise NotImplementedError
+
+
+def _asm(operation: Any, debug_info: bool) -> str:
+    return operation.get_asm(enable_debug_info=debug_info)
+
+
+# A 16-bit float element type in MLIR's printed types (`tensor<8xbf16>`).
+_SIXTEEN_BIT_FLOAT = re.compile(r"[x<](b?f16)>")
+
+
+@dataclass(frozen=True, eq=False)
+class StableHLO(Stage):
+    """The traced program as StableHLO with irshard's mesh and shardings."""
+
+    name: ClassVar[str] = "stablehlo"
+    info: ProgramInfo
+    module: Any                     # jaxlib.mlir.ir.Module
+    devices: tuple[Any, ...]
+    # The traced Python callable (the gradient with --grad); None for a
+    # module read from a file. `run --check` runs it on one device.
+    function: Any = None
+    # Host callbacks the program calls (jax.debug.print, pure_callback).
+    callbacks: Any = ((), None)
+    # A function the user named to stand for the single-device result.
+    reference: Any = None
+    out_tree: Any = None            # the traced function's output structure
+
+    def as_text(self, debug_info: bool = False) -> str:
+        return _asm(self.module.operation, debug_info)
+
+    @functools.cached_property
+    def sixteen_bit_float(self) -> str | None:
+        """The narrowest float the program computes in, where it is a
+        16-bit one (`bf16`, else `f16`); None otherwise."""
+        found = set(_SIXTEEN_BIT_FLOAT.findall(self.as_text()))
+        return "bf16" if "bf16" in found else ("f16" if found else None)
+
+    def propagate(self) -> "Propagated":
+        """Runs Shardy's propagation on a copy of the module, recording
+        sharding origins. That runs in a child process: where recording
+        origins crashes Shardy, propagation runs again here without them,
+        and the stage says so in `notes`."""
+        from irshard.backend import shardy
+
+        def inlined_copy():
+            copy = self.module.operation.clone()
+            shardy.inline_calls(copy)
+            return copy
+
+        notes: tuple[str, ...] = ()
+        try:
+            propagated, crash = backend.run_registered_passes_isolated(
+                inlined_copy(), f"builtin.module({shardy.PROPAGATION_PIPELINE})")
+            if crash is not None:
+                notes = (f"Shardy crashed ({crash}) recording where each "
+                         "sharding came from; shardings are shown without "
+                         "their origins",)
+                propagated = inlined_copy()
+                backend.run_registered_passes(propagated, "builtin.module("
+                    f"{shardy.PROPAGATION_PIPELINE_WITHOUT_ORIGINS})")
+        except backend.PassFailure as e:
+            raise BackendError(f"Shardy propagation failed: {e}") from None
+        return Propagated(self.info, propagated, notes)
+
+    def compile(self, partitioned: bool = False) -> "Optimized":
+        """Partitions and compiles with XLA. With `partitioned`, also keeps
+        the HLO right after SPMD partitioning (always kept on the CPU for a
+        program with 16-bit floats: the report reads their own types there,
+        since the CPU backend widens them)."""
+        from irshard.backend import shardy
+        to_parameters, to_outputs = shardy.propagation_freedom(self.module)
+        partitioned = partitioned or self.info.estimated or (
+            self.info.platform == "cpu"
+            and self.sixteen_bit_float is not None)
+        compiled = backend.compile_module(self.module, self.devices,
+                                          to_parameters, to_outputs,
+                                          capture_partitioned=partitioned,
+                                          callbacks=self.callbacks)
+        return Optimized(self.info, compiled, self.module)
+
+
+@dataclass(frozen=True, eq=False)
+class Propagated(Stage):
+    """Every value's sharding after Shardy propagation, with origins."""
+
+    name: ClassVar[str] = "propagated"
+    info: ProgramInfo
+    operation: Any
+    notes: tuple[str, ...] = ()      # what the stage could not record
+
+    def as_text(self, debug_info: bool = False) -> str:
+        return _asm(self.operation, debug_info)
+
+
+def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
+                  mesh: MeshSpec, indexed: bool) -> tuple[TensorInfo, ...]:
+    return tuple(
+        dataclasses.replace(
+            tensor_info(decl.name, decl.dtype.name, decl.shape,
+                        shardings[i] if i < len(shardings) else None, mesh,
+                        i if indexed else None, decl.key),
+            donated=decl.donated)
+        for i, decl in enumerate(decls))
+
+
+def _report(info: ProgramInfo, stage: str, view: HloModuleView,
+            compiled: backend.CompiledExecutable,
+            programs=None, module=None) -> CollectiveReport:
+    from irshard.hardware import cost, targets
+    from irshard.collectives import findings
+    from irshard.reporting.report import memory_in_use
+    target = info.target or targets.CPU
+    profile = targets.profile(target.profile_name, info.profile)
+    model = cost.CostModel.for_devices(target, profile, compiled.devices)
+    collectives = tuple(analysis.collectives(view, info.mesh, info.user_dir,
+                                             programs, model))
+    memory = compiled.memory_stats()
+    if profile.hbm_bytes:
+        memory["capacity_bytes"] = profile.hbm_bytes
+        memory["fits"] = memory_in_use(memory) <= profile.hbm_bytes
+    comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
+    found = compiled.cost()
+    roofline = cost.roofline(profile, found.get("flops"),
+                             found.get("bytes accessed"), comm)
+    return CollectiveReport(
+        source=info.source, function=info.function, stage_name=stage,
+        mesh=info.mesh, platform=info.platform,
+        inputs=_tensor_infos(info.inputs,
+                             compiled.parameter_shardings(len(info.inputs)),
+                             info.mesh, indexed=False),
+        outputs=_tensor_infos(info.outputs,
+                              compiled.output_shardings(len(info.outputs)),
+                              info.mesh, indexed=True),
+        collectives=collectives, memory=memory, notes=info.notes,
+        target=target.to_json(info.estimated), roofline=roofline,
+        findings=tuple(findings.parse(
+            compiled.log, info.mesh,
+            findings.locator(module, info.user_dir, view.stack_frames))))
+
+
+def _scan(text: str, parsed):
+    """The module as the report reads it: scanned from its text, or, for a
+    form the scan does not read, `parsed()` (XLA's objects)."""
+    from irshard.xla import hloscan
+    try:
+        return hloscan.ScannedModule.from_text(text)
+    except (hloscan.NeedsParser, ValueError):
+        return parsed()
+
+
+@dataclass(frozen=True, eq=False)
+class Partitioned(Stage):
+    """XLA's HLO right after the SPMD partitioner."""
+
+    name: ClassVar[str] = "partitioned"
+    info: ProgramInfo
+    text: str
+    compiled: backend.CompiledExecutable
+    module: Any = None
+
+    def as_text(self) -> str:
+        return self.text
+
+    def view(self) -> HloModuleView:
+        try:
+            return HloModuleView.from_text(self.text)
+        except ValueError as e:
+            raise BackendError(f"cannot read XLA's partitioned HLO: {e}") from None
+
+    def scan(self):
+        """What the report reads of the partitioned module (`hloscan`)."""
+        return _scan(self.text, self.view)
+
+    def report(self) -> CollectiveReport:
+        return _report(self.info, self.name, self.scan(), self.compiled,
+                       module=self.module)
+
+
+@dataclass(frozen=True, eq=False)
+class Optimized(Stage):
+    """The executable and its final HLO: what actually runs."""
+
+    name: ClassVar[str] = "optimized"
+    info: ProgramInfo
+    compiled: backend.CompiledExecutable
+    module: Any = None              # the StableHLO it was compiled from
+
+    def as_text(self) -> str:
+        return self.compiled.hlo_modules()[0].to_string()
+
+    def partitioned(self) -> Partitioned:
+        if self.compiled.partitioned_text is None:
+            raise ValueError("compile with partitioned=True to keep the "
+                             "partitioned stage")
+        return Partitioned(self.info, self.compiled.partitioned_text,
+                           self.compiled, self.module)
+
+    def view(self) -> HloModuleView:
+        """The HLO the report reads: the executable's (for stand-in devices,
+        the partitioner's output)."""
+        if self.info.estimated:
+            return self.partitioned().view()
+        return self._view
+
+    @functools.cached_property
+    def _view(self) -> HloModuleView:
+        return HloModuleView(self.compiled.hlo_modules()[0])
+
+    def report(self) -> CollectiveReport:
+        if self.info.estimated:
+            # Compiled for stand-in devices: the partitioner's output is the
+            # program as any backend gets it.
+            return self.partitioned().report()
+        view = _scan(self.as_text(), lambda: self._view)
+        programs = None
+        if self.info.platform == "cpu" and self.compiled.partitioned_text:
+            programs = analysis.program_shapes(self.partitioned().scan())
+        return _report(self.info, self.name, view, self.compiled, programs,
+                       self.module)
+
+
+@dataclass(frozen=True, eq=False)
+class Pipeline:
+    """The stages of one compile, so a report can print any of them."""
+
+    lowered: StableHLO
+    compiled: Optimized
+
+    def text(self, name: str) -> str:
+        if name == "stablehlo":
+            return self.lowered.as_text()
+        if name == "propagated":
+            return self.lowered.propagate().as_text()
+        if name == "partitioned":
+            return self.compiled.partitioned().as_text()
+        return self.compiled.as_text()
+
+
+# ---------------------------------------------------------------------------
+# Tracing a Python function
+
+
+def _output_decls(lowered: backend.LoweredFunction, program: Program,
+                  flat) -> tuple[TensorDecl, ...]:
+    """Outputs named by path (`result/1/m`); with --grad, after the leaf each
+    is the gradient of (`grad(params)/w`); a `jax.Ref` input's final value
+    after the leaf (`updated(state)/w`)."""
+    keys = flat.key_outputs
+    refs = [leaf for leaf in program.inputs if leaf.ref]
+    own = len(lowered.out_names) - len(refs)
+    decls = []
+    for i, (shape, dtype, path) in enumerate(zip(
+            lowered.out_shapes, lowered.out_dtypes, lowered.out_names)):
+        if program.grad is not None:
+            name = tree.grad_path(program.inputs[program.grad[i]].path)
+        elif refs and i >= own:
+            name = tree.updated_path(refs[i - own].path)
+        else:
+            name = tree.output_path(path[1:] if refs else path)
+        decls.append(TensorDecl(name, lookup_dtype(dtype) or lookup_dtype("f32"),
+                                tuple(shape), keys[i] if i < len(keys) else None))
+    return tuple(decls)
+
+
+def _static_notes(program: Program, outputs: Sequence[str]) -> tuple[str, ...]:
+    """Says which leaves were not arrays and passed through unchanged."""
+    notes = []
+    if program.fixed_leaves:
+        notes.append(f"inputs that are not arrays are passed as they are "
+                     f"(static): {tree.listing(list(program.fixed_leaves), 4)}")
+    if outputs:
+        notes.append(f"outputs that are not arrays are left out of the "
+                     f"compiled program: {tree.listing(list(outputs), 4)}")
+    return tuple(notes)
+
+
+def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
+    """Turns on JAX's 64-bit mode when a tensor is declared 64-bit (without
+    it JAX silently makes i64/f64 values 32-bit), and says so."""
+    wide = [f"{name} ({dtype.name})" for name, dtype in tensors
+            if dtype.is_64bit]
+    if not wide:
+        return ()
+    backend.enable_x64()
+    return (f"64-bit types are on (jax_enable_x64) for {', '.join(wide)}; "
+            f"the function's own default types are then 64-bit too",)
+
+
+def _with_hints(text: str, error: BaseException, mesh: MeshSpec) -> str:
+    """A tracing error of the user's code with what irshard knows about it:
+    JAX's sharding-in-types errors keep their first sentence on the error
+    line and their advice under it; errors that come from the mesh's axis
+    types say which `--axis-types` would do."""
+    if type(error).__name__ == "ShardingTypeError" and "\n" not in text:
+        head, sep, rest = text.partition(". ")
+        if sep and rest:
+            text = f"{head}.\n{rest}"
+    types = mesh.types_text() or "auto"
+    if "should match the mesh passed to shard_map" in text:
+        text += (f"\nhint: irshard traces under the mesh --mesh {mesh} makes "
+                 f"(axis types: {types}); build the shard_map's mesh with the "
+                 f"same axis types, or take it from the context "
+                 f"(jax.sharding.get_abstract_mesh())")
+    elif "of type Auto" in text:
+        text += ("\nhint: the program shards in its types (reshard, "
+                 "auto_axes, sharded types), which needs explicit mesh axes: "
+                 "give --axis-types explicit (or per axis, e.g. "
+                 f"--axis-types {mesh.names[0]}=explicit)")
+    return text
+
+
+def trace(program: Program, platform: str = "cpu",
+          devices: Sequence[Any] | None = None, target: Any = None,
+          profile: str | None = None, estimated: bool = False) -> StableHLO:
+    """Traces `program` (or its gradient with `program.grad`) to StableHLO as
+    a function of its input leaves, and attaches the mesh and shardings with
+    irshard's annotate pass."""
+    from irshard.ir.annotation import annotate
+    mesh = program.mesh
+    devices = list(devices) if devices is not None else \
+        backend.devices(platform, mesh.num_devices)
+    jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices,
+                                 [a.type for a in mesh.axes])
+    notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
+    fn = flat = program.flat_fn()
+    reference = program.flat_fn(program.reference) if program.reference else None
+    if program.grad is not None:
+        fn = backend.gradient(fn, program.grad)
+        if reference is not None:
+            reference = backend.gradient(reference, program.grad)
+    user_dir = program.user_dir or os.path.dirname(os.path.abspath(program.source))
+    try:
+        lowered = backend.lower(
+            fn, [leaf.type.shape for leaf in program.inputs],
+            [leaf.type.dtype.numpy for leaf in program.inputs], jax_mesh,
+            [leaf.weak for leaf in program.inputs],
+            [[d.axes for d in leaf.sharding.dims] for leaf in program.inputs]
+            if mesh.explicit else None, program.donated)
+    except backend.BadOutput as e:
+        raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
+    except (Exception, SystemExit) as e:
+        if raised_by_user_code(e):
+            raise UserCodeError(_with_hints(describe_user_exception(e, user_dir),
+                                            e, mesh)) from None
+        if program.grad is not None and ("scalar" in str(e)
+                                         or "real-valued" in str(e)
+                                         or "float0" in str(e)):
+            raise UserCodeError(
+                f"--grad needs '{program.function}' to return a real "
+                f"floating-point scalar: "
+                f"{backend.message(e)}") from None
+        raise BackendError(f"JAX could not trace '{program.function}': "
+                           f"{type(e).__name__}: {backend.message(e)}") from None
+    annotate(lowered.module, mesh,
+             {i: leaf.sharding for i, leaf in enumerate(program.inputs)},
+             dict(program.out_shardings))
+    info = ProgramInfo(
+        source=files.shown_path(program.source), function=program.function,
+        user_dir=user_dir, mesh=mesh, platform=platform,
+        inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
+                                leaf.key, leaf.sharding,
+                                i in program.donated)
+                     for i, leaf in enumerate(program.inputs)),
+        outputs=_output_decls(lowered, program, flat), notes=notes
+        + _static_notes(program, flat.static_outputs),
+        target=target, profile=profile, estimated=estimated)
+    return StableHLO(info, lowered.module, tuple(devices), fn,
+                     lowered.callbacks, reference, lowered.out_tree)

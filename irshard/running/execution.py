@@ -1,0 +1,424 @@
+"""Running the partitioned program on its mesh, and checking it.
+
+The executable is irshard's own annotated module compiled through the
+backend (the `optimized` stage), not a second `jax.jit` of the function. Its
+inputs are made shard by shard — each device materialises only its own
+slice — from seeded values that depend only on the global index, or from
+`.npy` files read slice by slice through a memory map. `--check` runs the
+same function unsharded on one device with the same values and compares every
+output with dtype-aware tolerances.
+
+Everything here works the same in one process or many: per-process work
+touches only addressable devices, and what must be global (checksums, the
+values `--check` and `--save` need) is combined across processes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from irshard import backend
+from irshard.pipeline import check, show
+from irshard.loading import data
+from irshard.core import files, tree
+from irshard.core.errors import InputError, UsageError
+from irshard.reporting.report import TensorInfo, dumps_json, render_text_lines, table
+from irshard.core.specs import TensorType, format_shape
+from irshard.pipeline.stages import Optimized, StableHLO, TensorDecl
+
+@dataclass(frozen=True)
+class RunOptions:
+    seed: int = 0
+    inputs: tuple[tuple[str, str], ...] = ()     # (argument, .npy path)
+    check: bool = False
+    rtol: float | None = None
+    atol: float | None = None
+    repeat: int | None = None
+    save: str | None = None
+    progress: bool = False
+    ranges: tuple[tuple[str, tuple[float, float]], ...] = ()   # --range
+    reference: str | None = None        # --reference: a function's name
+    # Values given for inputs, by path (the API's concrete arrays).
+    given: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    keep_values: bool = False           # return the outputs' values
+
+    def range_rules(self) -> list[tree.Rule]:
+        return [tree.Rule(pattern, value_range,
+                          f"{pattern}={value_range[0]:g},{value_range[1]:g}")
+                for pattern, value_range in self.ranges]
+
+    def validate(self) -> None:
+        if self.repeat is not None and self.repeat < 1:
+            raise UsageError(f"--repeat {self.repeat}: give a positive number "
+                             f"of timed runs")
+        for name, value in (("--rtol", self.rtol), ("--atol", self.atol)):
+            if value is not None and (value < 0 or math.isnan(value)):
+                raise UsageError(f"{name} {value}: tolerances are non-negative "
+                                 f"numbers")
+        seen = set()
+        for name, path in self.inputs:
+            if name in seen:
+                raise UsageError(f"--input {name} is given twice")
+            seen.add(name)
+            if not path.endswith(".npy"):
+                raise InputError(f"--input {name}={path}: expected a .npy file")
+        if self.save and not self.save.endswith(".npz"):
+            raise UsageError(f"--save {self.save}: expected a path ending in .npz")
+        if self.reference and not self.check:
+            raise UsageError("--reference names the function --check compares "
+                             "with; give --check too")
+        ranged = {name for name, _ in self.ranges}
+        both = sorted(ranged & {name for name, _ in self.inputs})
+        if both:
+            raise UsageError(f"--range {both[0]}: the argument is read from a "
+                             f"file (--input); give one or the other")
+
+
+def _number(text: str) -> float:
+    """An integer exactly (64-bit bounds), else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_range(item: str) -> tuple[str, tuple[float, float]]:
+    """`--range NAME=LO,HI` -> (NAME, (LO, HI))."""
+    from irshard.loading.program import split_assignment
+    name, value = split_assignment(item, "--range", "LO,HI")
+    parts = [p.strip() for p in value.split(",")]
+    try:
+        if len(parts) != 2 or any(len(p) > 40 for p in parts):
+            raise ValueError
+        low, high = (_number(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"--range {item}: expected NAME=LO,HI, two numbers, "
+                         f"e.g. x=0,10 (values in [LO, HI))") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise UsageError(f"--range {item}: expected LO < HI, two finite "
+                         f"numbers")
+    return name, (low, high)
+
+
+@dataclass(frozen=True)
+class TensorRun:
+    """An input or output as it ran: where it lived, and its digest."""
+
+    placed: show.Placed
+    digest: "Digest"
+    origin: str | None = None       # inputs: "random", a range or the .npy path
+
+    @property
+    def info(self) -> TensorInfo:
+        return self.placed.info
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def index(self) -> int | None:
+        return self.info.index
+
+    @property
+    def checksum(self) -> str:
+        return self.digest.checksum
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.info.to_json()
+        d.update(checksum=self.digest.checksum, nan=self.digest.nan,
+                 inf=self.digest.inf)
+        if self.origin is not None:
+            d["source"] = self.origin
+        d["layout"] = [p.to_json() for p in self.placed.placements]
+        return d
+
+
+@dataclass(frozen=True)
+class RunResult:
+    seed: int
+    processes: int
+    inputs: tuple[TensorRun, ...]
+    outputs: tuple[TensorRun, ...]
+    checks: tuple[check.OutputCheck, ...] | None = None
+    timings: tuple[float, ...] = ()
+    saved: str | None = None
+    values: tuple[Any, ...] | None = None     # the outputs, when kept
+
+    @property
+    def passed(self) -> bool:
+        return self.checks is None or all(c.passed for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "seed": self.seed,
+            "processes": self.processes,
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+            "check": None,
+            "timing": None,
+        }
+        if self.checks is not None:
+            d["check"] = {"passed": self.passed,
+                          "outputs": [c.to_json() for c in self.checks]}
+        if self.timings:
+            d["timing"] = {"runs": len(self.timings),
+                           "median_s": statistics.median(self.timings),
+                           "min_s": min(self.timings)}
+        if self.saved:
+            d["saved"] = self.saved
+        return d
+
+    def render_text_lines(self, fold: bool = False) -> list[str]:
+        """The run's tables; `fold` (a terminal's text) cuts long tables and
+        leaves the layouts out."""
+        from irshard.reporting.report import FOLDED_ROWS, fold_note
+        limit = FOLDED_ROWS if fold else None
+        lines = ["", f"run: seed {self.seed}, {self.processes} "
+                 f"process{'es' if self.processes > 1 else ''}", "", "inputs"]
+        lines += table(["name", "type", "sharding", "per device", "source",
+                        "checksum"],
+                       [[t.name, format_shape(t.info.dtype, t.info.shape),
+                         t.info.sharding_label,
+                         format_shape(t.info.dtype, t.info.local_shape),
+                         t.origin or "", t.checksum] for t in self.inputs[:limit]])
+        lines += fold_note(len(self.inputs[:limit]), len(self.inputs), "inputs")
+        lines += ["", "outputs"]
+        lines += table(["#", "name", "type", "sharding", "per device", "checksum"],
+                       [[str(t.index), t.name, format_shape(t.info.dtype, t.info.shape),
+                         t.info.sharding_label,
+                         format_shape(t.info.dtype, t.info.local_shape),
+                         t.checksum] for t in self.outputs[:limit]])
+        lines += fold_note(len(self.outputs[:limit]), len(self.outputs), "outputs")
+        for t in self.outputs:
+            if t.digest.nan or t.digest.inf:
+                size = math.prod(t.info.shape)
+                what = ", ".join(f"{n} {label}" for n, label in
+                                 ((t.digest.nan, "NaN"),
+                                  (t.digest.inf, "infinite")) if n)
+                lines.append(f"warning: output {t.index} ({t.name}) has {what} "
+                             f"of {size} elements")
+        if self.checks is not None:
+            verdict = "passed" if self.passed else "FAILED"
+            references = sorted({c.reference for c in self.checks})
+            lines += ["", f"check against one device: {verdict}"]
+            rows = []
+            for c in self.checks:
+                at = (str(list(c.worst_at)) if c.worst_at is not None
+                      and c.worst_error else "-")
+                rows.append([str(c.index), c.name, f"{c.worst_error:.3g}",
+                             f"{c.worst_allowed:.3g}", at,
+                             f"{c.reference} ({c.precision})" if c.precision
+                             else c.reference,
+                             f"{c.reference_error:.3g}" if c.reference == "float64"
+                             else "-",
+                             "ok" if c.passed else "MISMATCH"])
+            lines += table(["#", "name", "error", "allowed", "at", "reference",
+                            "ref error", "result"], rows)
+            lines += [f"  {line}" for line in _check_legend(references)]
+            lines += [f"  ({p}): the program computes it in {p}: {p} tolerances; "
+                      f"a float64 run keeps its {p} casts and is no truth"
+                      for p in sorted({c.precision for c in self.checks
+                                       if c.precision})]
+            lines += [f"warning: {c.nan_warning}" for c in self.checks
+                      if c.nan_warning]
+        if self.timings:
+            lines += ["", f"timing: {len(self.timings)} runs after a warm-up: "
+                      f"median {_ms(statistics.median(self.timings))}, "
+                      f"min {_ms(min(self.timings))}"]
+        if self.saved:
+            lines += ["", f"outputs saved to {self.saved}"]
+        tensors = list(self.inputs) + list(self.outputs)
+        if fold:
+            lines += ["", f"layout: where each of the {len(tensors)} inputs and "
+                      f"outputs lives is left out (--full shows it; irshard "
+                      f"show draws it)"]
+        else:
+            lines += ["", "layout"] + show.layout_lines(tensors)
+        return lines
+
+
+def _check_legend(references: Sequence[str]) -> list[str]:
+    """How the 'allowed' column was computed (README: --check)."""
+    lines = []
+    if "float64" in references:
+        lines.append("float64: error against the function run in float64 (t); "
+                     "allowed atol + rtol|t| + 4 x ref error")
+        lines.append("  (ref error: the single-device result's own worst "
+                     "error against t)")
+    if "unsharded" in references:
+        lines.append("unsharded: error against the single-device result (e); "
+                     "allowed atol + rtol (|e| + max|e|)")
+    return lines
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+# ---------------------------------------------------------------------------
+
+
+def _input_source(index: int, decl: TensorDecl, options: RunOptions):
+    """A function from a block index to the input's values there."""
+    if decl.name in options.given:
+        value = np.asarray(options.given[decl.name])
+        return (lambda idx: np.array(value[idx])), "given"
+    paths = dict(options.inputs)
+    if decl.name in paths:
+        array = data.load_npy(paths[decl.name], decl.name,
+                              TensorType(decl.dtype, decl.shape))
+        return (lambda idx: np.array(array[idx])), paths[decl.name]
+    rule = tree.first_match(options.range_rules(), decl.name)
+    value_range = rule.value if rule else None
+    origin = "random"
+    if value_range is not None:
+        data.check_range(value_range, decl.dtype,
+                         f"--range {decl.name}={value_range[0]:g},"
+                         f"{value_range[1]:g}")
+        origin = f"random [{value_range[0]:g}, {value_range[1]:g})"
+    return (lambda idx: data.random_block(options.seed, index, decl.dtype,
+                                          decl.shape, idx, value_range)), origin
+
+
+@dataclass(frozen=True)
+class Digest:
+    """What is computed from every element of an array: its checksum and
+    how many elements are not finite."""
+
+    checksum: str
+    nan: int
+    inf: int
+
+
+def digest(array) -> Digest:
+    """The array's digest, combined over shards and processes."""
+    local, nan, inf = 0, 0, 0
+    for shard in array.addressable_shards:
+        if shard.replica_id == 0:
+            block = np.asarray(shard.data)
+            local = data.combine([local, data.block_checksum(
+                block, shard.index, array.shape)])
+            if block.dtype.kind in "fc" or block.dtype.name == "bfloat16":
+                nan += int(np.count_nonzero(np.isnan(block)))
+                inf += int(np.count_nonzero(np.isinf(block)))
+    parts = backend.allgather_ints([local, nan, inf])
+    return Digest(data.format_checksum(data.combine(p[0] for p in parts)),
+                  sum(p[1] for p in parts), sum(p[2] for p in parts))
+
+
+def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResult:
+    """Executes the optimized program on its mesh (and checks it)."""
+    import jax
+    info = compiled.info
+    exe = compiled.compiled
+    ins, outs = show.placed(compiled)
+    names = [d.name for d in info.inputs]
+    for name, _ in options.inputs:
+        if name not in names:
+            raise InputError(f"--input {name}: there is no input '{name}'; "
+                             f"the inputs are {tree.listing(names)}")
+    for rule in tree.unmatched(options.range_rules(), names):
+        raise InputError(f"--range {rule.text}: '{rule.pattern}' matches no "
+                         f"input; the inputs are {tree.listing(names)}")
+
+    arguments, sources, origins = [], [], []
+    for i, t in enumerate(ins):
+        source, origin = _input_source(i, t.decl, options)
+        sources.append(source)
+        origins.append(origin)
+        arguments.append(jax.make_array_from_callback(t.decl.shape, t.sharding,
+                                                      source))
+
+    def fresh() -> list[Any]:
+        """The arguments for one execution: a donated input's buffer is
+        XLA's after a run, so each run gets the same values anew."""
+        if not any(d.donated for d in info.inputs):
+            return arguments
+        return [jax.make_array_from_callback(t.decl.shape, t.sharding, source)
+                for t, source in zip(ins, sources)]
+
+    outputs = _execute(exe, fresh(), info.outputs, [t.sharding for t in outs])
+    timings = _time(exe, fresh, options) if options.repeat else []
+
+    input_runs = [TensorRun(t, digest(array), origin)
+                  for t, array, origin in zip(ins, arguments, origins)]
+    output_runs = [TensorRun(t, digest(array)) for t, array in zip(outs, outputs)]
+
+    values = None
+    if options.check or options.save or options.keep_values:
+        values = [backend.gather(a) for a in outputs]
+    checks = None
+    if options.check:
+        checks = check.check(lowered, info, sources, values, options,
+                             lowered.reference)
+    saved = None
+    if options.save and backend.process_index() == 0:
+        _save(options.save, info.outputs, values)
+        saved = options.save
+    return RunResult(options.seed, jax.process_count(), tuple(input_runs),
+                     tuple(output_runs), checks, tuple(timings), saved,
+                     tuple(values) if options.keep_values else None)
+
+
+def _execute(exe, arguments, decls, shardings):
+    import jax
+    per_output = backend.execute(exe, arguments)
+    return [jax.make_array_from_single_device_arrays(decl.shape, sharding, arrays)
+            for decl, sharding, arrays in zip(decls, shardings, per_output)]
+
+
+def _time(exe, arguments: Callable[[], list[Any]],
+          options: RunOptions) -> list[float]:
+    """Times `options.repeat` runs (each on `arguments()`, made before its
+    clock starts); on a terminal (stdout and stderr both), a run that takes
+    more than half a second shows a progress bar."""
+    timings = []
+    from irshard.core import files
+    terminal = options.progress and sys.stderr.isatty() and files.STDOUT.isatty()
+    show = False
+    begin = time.perf_counter()
+    for step in range(options.repeat):
+        given = arguments()
+        backend.block_until_ready(given)
+        start = time.perf_counter()
+        results = backend.execute(exe, given)
+        backend.block_until_ready([a for arrays in results for a in arrays])
+        timings.append(time.perf_counter() - start)
+        show = show or (terminal and time.perf_counter() - begin > 0.5)
+        if show:
+            done = (step + 1) * 30 // options.repeat
+            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] "
+                             f"{step + 1}/{options.repeat}")
+            sys.stderr.flush()
+    if show:
+        sys.stderr.write("\r" + " " * 50 + "\r")
+    return timings
+
+
+def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
+    with files.output(path, binary=True, option="--save") as f:
+        np.savez(f, **{d.name: v for d, v in zip(decls, values)})
+
+
+def render(report, result: RunResult, fmt: str, compiled=None,
+           fold: bool = False) -> str:
+    """The compile report with the run's section: JSON (the report's object
+    plus `run`), text (the collectives, then the run's tables) or the HTML
+    page (`compiled`: the executable, for its mesh)."""
+    if fmt == "html":
+        from irshard.pipeline import htmlreport
+        return htmlreport.render_report(report, compiled, result)
+    if fmt == "json":
+        body = report.to_json()
+        body["run"] = result.to_json()
+        return dumps_json(body) + "\n"
+    return "\n".join(render_text_lines(report, tensors=False, fold=fold)
+                     + result.render_text_lines(fold)) + "\n"

@@ -1,0 +1,679 @@
+"""`--launcher ray`: the processes of a multi-process run as Ray tasks.
+
+Each of the N tasks runs the same `irshard` command in a process of its
+own (as the local launcher does), with the coordinator of JAX's distributed
+runtime on the node of task 0; process 0's output is the command's. A task
+watches its process and stops it at the run's deadline, or when the
+launcher says so (another process failed), and returns its exit status,
+stage, output and the tail of its stderr; the launcher then reports exactly
+as the local one does.
+
+Without `--ray-address` a local Ray instance is started for the run, bound
+to 127.0.0.1 with usage statistics and the dashboard off, and shut down
+after it: nothing of it is left running. With an address, the run joins
+that cluster and leaves it as it was.
+
+Resources: a task asks for one CPU; on `--platform gpu` for its share of
+the mesh's devices as `num_gpus`, on `--platform tpu` as the custom
+resource `TPU`. The command's FILE must be at the same path on every node
+(a shared file system, or the working directory `ray job submit` ships).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from irshard.running import distributed
+from irshard.core import interrupts
+from irshard.core.errors import UsageError
+
+_POLL = 0.1
+# Stopping the processes and shutting a local Ray instance down take this
+# much of --timeout.
+_STOP_BUDGET = 3.5
+
+
+def _local_environment() -> None:
+    """A local instance on the loopback interface only, with no usage
+    statistics, that only this run can use (a token of its own, not one
+    written to ~/.ray). Ray reads these when it is first imported (its node
+    address and whether it serves other machines), so they are set before."""
+    import secrets
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+
+
+def _import_ray(local: bool):
+    if local:
+        _local_environment()
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--launcher ray needs Ray, which is not installed; "
+                         "pip install 'irshard[ray]' (or use --launcher local)") \
+            from None
+    return ray
+
+
+@dataclass
+class _Finished:
+    """A task's process, as the launcher's verdict reads it (the local
+    launcher's `_Child` has the same shape)."""
+
+    index: int
+    returncode: int | None
+    stage_seen: str
+    stdout: list[bytes]
+    stderr: list[str]
+    exited_at: float | None = None
+    proc: Any = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self.proc = self          # `_verdict` reads `child.proc.returncode`
+
+    @property
+    def stage(self) -> str:
+        return self.stage_seen
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr if not distributed._NOISE.search(line)]
+
+
+def _run_process(index: int, argv: list[str], seconds: float, stopper,
+                 cwd: str, temp: str | None = None) -> dict:
+    """Inside a Ray task: runs `irshard ARGV` (in the launcher's directory
+    `cwd` where this node has it, for the paths on the command line) and
+    watches it until it exits, `seconds` pass, or `stopper` says stop. Its
+    files go under `temp` (a local instance's directory, removed with it
+    however the task ends) where given."""
+    import subprocess
+    stopper.start.remote(index)
+    if temp is not None and not os.path.isdir(temp):
+        temp = None
+
+    with tempfile.TemporaryDirectory(prefix="irshard-ray-", dir=temp) as tmp:
+        stage_file = os.path.join(tmp, "stage")
+        out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+        env = dict(os.environ, IRSHARD_STAGE_FILE=stage_file)
+        deadline = time.monotonic() + seconds
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "irshard", *argv], env=env,
+                cwd=cwd if os.path.isdir(cwd) else None,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True,
+                preexec_fn=distributed._die_with_parent
+                if sys.platform == "linux" else None)
+            stopped = timed_out = False
+            last_check = 0.0
+            while proc.poll() is None:
+                now = time.monotonic()
+                if now > deadline:
+                    timed_out = True
+                    break
+                if stopper is not None and now - last_check > 0.25:
+                    last_check = now
+                    import ray
+                    try:
+                        if ray.get(stopper.stopped.remote(), timeout=2):
+                            stopped = True
+                            break
+                    except Exception:
+                        pass
+                time.sleep(_POLL)
+            try:
+                with open(stage_file) as f:
+                    stage = f.read().strip() or "starting"
+            except OSError:
+                stage = "starting"
+            # What a process said before it was stopped, not its dying words.
+            seen = os.path.getsize(err_path) if proc.poll() is None else None
+            if proc.poll() is None:
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    try:
+                        os.killpg(proc.pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                    try:
+                        proc.wait(timeout=distributed._KILL_WAIT)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+                proc.wait()
+                code = None
+            else:
+                code = proc.returncode
+        with open(out_path, "rb") as f:
+            stdout = f.read()
+        with open(err_path, "rb") as f:
+            stderr = f.read(seen).decode("utf-8", "replace").splitlines()[-400:]
+    return {"index": index, "returncode": code, "stage": stage,
+            "stdout": stdout, "stderr": stderr, "timed_out": timed_out,
+            "stopped": stopped}
+
+
+def _place() -> tuple[str, str, int]:
+    """Inside a Ray task: this node's id and address, and a free port on it
+    for the coordinator."""
+    import socket
+
+    import ray
+    context = ray.get_runtime_context()
+    address = ray.util.get_node_ip_address()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        port = s.getsockname()[1]
+    return context.get_node_id(), address, port
+
+
+def _session_dir() -> str:
+    """Where a local instance keeps its sessions, logs and sockets: a
+    directory of this run's own, removed after it. Unix socket paths are
+    short (107 bytes), so a long $TMPDIR gives way to /tmp."""
+    parent = tempfile.gettempdir()
+    if len(parent) > 40 and os.access("/tmp", os.W_OK):
+        parent = "/tmp"
+    return interrupts.temp_dir(prefix="irshard-ray-", parent=parent)
+
+
+def _reachable(address: str, seconds: float) -> None:
+    """A HOST:PORT address that refuses connections is a mistake said at
+    once: Ray itself would retry it for a minute or more in native code."""
+    import socket
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return                        # "auto", "ray://...": Ray's to resolve
+    hint = ("check --ray-address (the head node's GCS address, as `ray start "
+            "--head` prints it)")
+    wait = min(5.0, max(seconds, 0.5))
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)),
+                                      timeout=wait) as connection:
+            # A GCS serves gRPC: HTTP/2, which answers the client's preface
+            # with its SETTINGS frame. Anything else (an HTTP/1 server, a
+            # silent port) would hold ray.init in native code for a minute.
+            connection.sendall(_HTTP2_PREFACE)
+            answer = b""
+            while len(answer) < 9:
+                part = connection.recv(9 - len(answer))
+                if not part:
+                    break
+                answer += part
+    except socket.timeout:
+        raise UsageError(f"the server at {address} does not answer as a Ray "
+                         f"cluster's GCS (nothing within {wait:g} s); "
+                         f"{hint}") from None
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise UsageError(f"cannot reach the Ray cluster at {address}: "
+                         f"{reason}; {hint}") from None
+    if len(answer) < 9 or answer[3] != 0x4:
+        said = "an HTTP/1 server" if answer.startswith(b"HTTP/") else \
+            "not an HTTP/2 (gRPC) server"
+        raise UsageError(f"the server at {address} is not a Ray cluster's GCS "
+                         f"({said}); {hint}")
+
+
+# HTTP/2's client preface and an empty SETTINGS frame.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+class _keep_handlers:
+    """While the block runs, attempts to replace the handlers of `signals`
+    are ignored (Ray's `init` installs its own for SIGTERM and SIGINT,
+    which exit the process at once: a signal during start-up left Ray's
+    processes and directory behind); after it, the handlers are as before."""
+
+    def __init__(self, *signals: int):
+        self.signals = signals
+
+    def __enter__(self):
+        self.saved = {s: signal.getsignal(s) for s in self.signals}
+        self.original = signal.signal
+        kept = self
+
+        def guarded(signum, handler):
+            if signum in kept.signals:
+                return kept.saved.get(signum)
+            return kept.original(signum, handler)
+        signal.signal = guarded
+        return self
+
+    def __exit__(self, *exc):
+        import threading
+        signal.signal = self.original
+        if threading.current_thread() is threading.main_thread():
+            for s, handler in self.saved.items():
+                if handler is not None:
+                    signal.signal(s, handler)
+        return False
+
+
+class _keep_dispositions:
+    """While the block runs, the handlers of `signals` stay as they are below
+    Python too. Ray's `shutdown` sets SIGTERM back to the system's default
+    in native code a moment in (Python still believes its handler is
+    there), and a signal in the second that follows ended the process with
+    Ray's agents still running. A thread watches the handlers (sigaction,
+    glibc's layout) and puts them back; elsewhere it does nothing."""
+
+    def __init__(self, *signals: int):
+        self.signals = signals
+        self.thread = None
+
+    def __enter__(self):
+        import ctypes
+        import threading
+        if not sys.platform.startswith("linux"):
+            return self
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return self
+
+        class Sigaction(ctypes.Structure):
+            _fields_ = [("handler", ctypes.c_void_p),
+                        ("mask", ctypes.c_ulong * (128 // ctypes.sizeof(ctypes.c_ulong))),
+                        ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+        saved = {}
+        for s in self.signals:
+            action = Sigaction()
+            if libc.sigaction(int(s), None, ctypes.byref(action)) == 0:
+                saved[int(s)] = action
+        self.done = threading.Event()
+
+        def watch():
+            current = Sigaction()
+            while not self.done.wait(0.002):
+                for s, action in saved.items():
+                    if libc.sigaction(s, None, ctypes.byref(current)) == 0 \
+                            and current.handler != action.handler:
+                        libc.sigaction(s, ctypes.byref(action), None)
+        self.thread = threading.Thread(target=watch, name="irshard-signals",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.thread is not None:
+            self.done.set()
+            self.thread.join()
+        return False
+
+
+class _Late(BaseException):   # not caught by Ray's own retries
+    pass
+
+
+class _alarm:
+    """Raises `_Late` in the main thread after `seconds` (between two
+    Python steps: Ray's connection retries return to Python every few
+    seconds)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def _ring(self, signum, frame):
+        raise _Late
+
+    def __enter__(self):
+        import threading
+        self.armed = threading.current_thread() is threading.main_thread()
+        if self.armed:
+            self.previous = signal.signal(signal.SIGALRM, self._ring)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+        return False
+
+
+def _init(ray, address: str | None, num_processes: int, seconds: float,
+          timeout: float) -> str | None:
+    """Starts a local instance or joins the cluster at `address` within
+    `seconds`; returns the local instance's directory."""
+    import logging
+    options: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
+                                   logging_level=logging.ERROR,
+                                   configure_logging=False)
+    session = None
+    if address is None:
+        # A local instance for this run only, on the loopback interface.
+        session = _session_dir()
+        options.update(_node_ip_address="127.0.0.1", _temp_dir=session,
+                       num_cpus=max(num_processes, os.cpu_count() or 1),
+                       object_store_memory=80 * 1024 * 1024)
+    else:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        options["address"] = address
+        _reachable(address, seconds)
+    where = f"join the Ray cluster at {address}" if address else \
+        "start a local Ray instance"
+    try:
+        # Ray retries an unreachable address for minutes (and must start on
+        # the main thread): an alarm keeps --timeout. Ray installs handlers
+        # of its own for SIGTERM and SIGINT, which would end this process
+        # without stopping the run: the launcher's stay.
+        with distributed.quiet_stderr(), _alarm(max(seconds, 1.0)), \
+                _keep_handlers(signal.SIGTERM, signal.SIGINT):
+            ray.init(**options)
+    except BaseException as e:
+        # Interrupted, late or refused: whatever of Ray started is stopped.
+        _shutdown(ray, session)
+        if isinstance(e, _Late):
+            raise UsageError(
+                f"cannot {where} within --timeout {timeout:g} s"
+                + ("; check --ray-address" if address else "")) from None
+        if not isinstance(e, Exception):
+            raise
+        raise UsageError(f"cannot {where}: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                         + ("; check --ray-address" if address else "")) from None
+    return session
+
+
+def launch(argv: Sequence[str], num_processes: int, timeout: float,
+           total_devices: int, platform: str, address: str | None
+           ) -> distributed.LaunchResult:
+    """Runs `irshard ARGV` as `num_processes` Ray tasks forming one mesh,
+    within `timeout` seconds (starting Ray included)."""
+    deadline = time.monotonic() + timeout - _STOP_BUDGET
+    ray = _import_ray(local=address is None)
+    session = _init(ray, address, num_processes, deadline - time.monotonic(),
+                    timeout)
+    try:
+        return _run(ray, argv, num_processes, deadline, timeout, total_devices,
+                    platform, session)
+    finally:
+        _shutdown(ray, session)
+
+
+def _shutdown(ray, session: str | None) -> None:
+    """Disconnects from Ray; a local instance (`session`, its directory) is
+    stopped whole: Ray's `shutdown` knows only the processes of an instance
+    that finished starting, so every process this one started (the GCS,
+    the raylet, the dashboard and their agents, the workers) is ended too,
+    then the directory removed. A signal meanwhile is held until all that
+    is done (stopping halfway would leave Ray's agents running)."""
+    with _held(signal.SIGTERM, signal.SIGINT):
+        with distributed.quiet_stderr(), \
+                _keep_dispositions(signal.SIGTERM, signal.SIGINT):
+            try:
+                ray.shutdown()
+            except Exception:
+                pass
+        if session is not None:
+            _end_descendants()
+            interrupts.remove(session)
+
+
+class _held:
+    """SIGTERM and Ctrl-C during the block are noted, not acted on; at its
+    end they interrupt (KeyboardInterrupt), as they would have."""
+
+    def __init__(self, *signals: int):
+        self.signals = signals
+        self.came: list[int] = []
+
+    def __enter__(self):
+        import threading
+        self.saved = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                self.saved[s] = signal.signal(s, lambda n, _: self.came.append(n))
+        return self
+
+    def __exit__(self, kind, *rest):
+        for s, handler in self.saved.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if self.came and kind is None:
+            raise KeyboardInterrupt
+        return False
+
+
+def _stat(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command's name (state, parent,
+    ...); None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _descendants() -> list[int]:
+    """The processes below this one (Linux: read from /proc)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields and len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _end_descendants(grace: float = 2.0) -> None:
+    pids = _descendants()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        end = time.monotonic() + grace
+        while time.monotonic() < end and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        pids = [p for p in pids if _alive(p)]
+        if not pids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie left for its parent to reap."""
+    fields = _stat(pid)
+    if not fields:
+        return False
+    if fields[0] == b"Z":
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+@dataclass
+class _Stopper:
+    """The launcher's word to the tasks (stop), and theirs to it (which
+    have started: a task Ray has not placed cannot be asked to stop)."""
+
+    flag: bool = False
+    begun: set = field(default_factory=set)
+
+    def stop(self) -> None:
+        self.flag = True
+
+    def stopped(self) -> bool:
+        return self.flag
+
+    def start(self, index: int) -> None:
+        self.begun.add(index)
+
+    def started(self) -> list:
+        return sorted(self.begun)
+
+
+def _run(ray, argv, num_processes, deadline, timeout, total_devices, platform,
+         session=None):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def left() -> float:
+        return max(0.5, deadline - time.monotonic())
+
+    # The coordinator and process 0 on the launcher's own node where it can
+    # (its output is the command's), elsewhere where it cannot.
+    here = NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=True)
+    try:
+        node_id, host, port = ray.get(
+            ray.remote(num_cpus=0)(_place).options(scheduling_strategy=here)
+            .remote(), timeout=left())
+    except ray.exceptions.GetTimeoutError:
+        return distributed.LaunchResult(3, b"", [
+            f"irshard: error: Ray did not run the launcher's first task "
+            f"within {timeout:g} s (`ray status` shows the cluster's state)"])
+    stopper = ray.remote(num_cpus=0)(_Stopper).remote()
+    share = max(1, total_devices // num_processes)
+    resources: dict[str, Any] = {"num_cpus": 1}
+    if platform == "gpu":
+        resources["num_gpus"] = share
+    elif platform == "tpu":
+        resources["resources"] = {"TPU": share}
+    task = ray.remote(max_retries=0)(_run_process)
+    refs = []
+    for i in range(num_processes):
+        child = [*argv, "--coordinator", f"{host}:{port}", "--process-id", str(i),
+                 "--num-processes", str(num_processes)]
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False) if i == 0 \
+            else "SPREAD"
+        refs.append(task.options(scheduling_strategy=strategy, **resources)
+                    .remote(i, child, left(), stopper, os.getcwd(), session))
+    index_of = {ref: i for i, ref in enumerate(refs)}
+    results: dict[int, dict] = {}
+    exited: dict[int, float] = {}
+    first_failure: int | None = None
+    pending = list(refs)
+    stop_sent = 0.0
+    unplaced: list[int] = []
+    infeasible = False
+    deadline_hit = False
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=_POLL)
+        now = time.monotonic()
+        for ref in ready:
+            i = index_of[ref]
+            try:
+                results[i] = ray.get(ref)
+            except ray.exceptions.TaskUnschedulableError:
+                unplaced.append(i)
+                infeasible = True
+                results[i] = {"index": i, "returncode": None, "stage": "starting",
+                              "stdout": b"", "stderr": [], "timed_out": False,
+                              "stopped": True}
+                continue
+            except Exception as e:   # the task itself failed (its worker died)
+                results[i] = {"index": i, "returncode": -int(signal.SIGKILL),
+                              "stage": "starting", "stdout": b"",
+                              "stderr": [f"the Ray task failed: "
+                                         f"{str(e).splitlines()[0] if str(e) else e}"],
+                              "timed_out": False, "stopped": False}
+            exited[i] = now
+            if results[i]["returncode"] not in (0, None) and first_failure is None:
+                first_failure = i
+        failing = first_failure is not None and now - exited[first_failure] \
+            > distributed._GRACE
+        if pending and not stop_sent and (failing or unplaced or now > deadline):
+            stopper.stop.remote()
+            stop_sent = now
+            deadline_hit = not (failing or unplaced)
+        if stop_sent and pending and now > stop_sent + 1.0:
+            # Tasks Ray never placed are cancelled; started ones have a
+            # little longer to stop their processes themselves.
+            try:
+                started = set(ray.get(stopper.started.remote(), timeout=1.0))
+            except Exception:          # the actor is gone: cancel them all
+                started = set()
+            late = now > stop_sent + 3.0
+            for ref in list(pending):
+                i = index_of[ref]
+                if i in started and not late:
+                    continue
+                ray.cancel(ref, force=True)
+                pending.remove(ref)
+                if i not in started:
+                    unplaced.append(i)
+                results[i] = {"index": i, "returncode": None, "stage": "starting",
+                              "stdout": b"", "stderr": [], "timed_out": True,
+                              "stopped": True}
+    if unplaced and first_failure is None:
+        try:
+            started = ray.get(stopper.started.remote(), timeout=1.0)
+        except Exception:
+            started = []
+        return _unplaced(unplaced, num_processes, resources, timeout,
+                         infeasible, started)
+    finished = []
+    for i in range(num_processes):
+        r = results[i]
+        finished.append(_Finished(i, r["returncode"], r["stage"],
+                                  [r["stdout"]] if r["stdout"] else [],
+                                  list(r["stderr"]), exited.get(i)))
+    running = [f for f in finished if f.returncode is None]
+    timed_out = bool(running) and first_failure is None and (
+        deadline_hit or any(results[f.index]["timed_out"] for f in running))
+    failure = finished[first_failure] if first_failure is not None else None
+    return distributed._verdict(finished, running, timed_out, timeout, failure)
+
+
+def _unplaced(indices, num_processes, resources, timeout, at_once, started):
+    """Processes Ray never started: the resources their tasks asked for."""
+    need = {"CPU": resources["num_cpus"]}
+    if "num_gpus" in resources:
+        need["GPU"] = resources["num_gpus"]
+    need.update(resources.get("resources", {}))
+    needs = ", ".join(f"{k}: {v}" for k, v in need.items())
+    which = (f"process{'es' if len(indices) > 1 else ''} "
+             f"{', '.join(map(str, sorted(indices)))} of {num_processes}")
+    if at_once:
+        what = (f"Ray cannot start {which}: no node of the cluster has "
+                f"{{{needs}}}")
+    else:
+        what = (f"Ray did not start {which} within {timeout:g} s: no node had "
+                f"{{{needs}}} free")
+    what += " (`ray status` lists the cluster's resources)"
+    if started:
+        what += (f"; stopped process{'es' if len(started) > 1 else ''} "
+                 f"{', '.join(map(str, sorted(started)))}")
+    return distributed.LaunchResult(3, b"", [f"irshard: error: {what}"])
+
+
+def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
+                 total_devices: int, platform: str, address: str | None,
+                 output: str | None = None) -> int:
+    """`--launcher ray`: launches, relays process 0's output (written here
+    to `output`: process 0 may run on another node), returns the exit
+    code."""
+    distributed.check_launch(num_processes, timeout, total_devices, platform)
+    argv = distributed.strip_option(argv, "-o", True)
+    argv = distributed.strip_option(argv, "--output", True)
+
+    def run():
+        return launch(argv, num_processes, timeout, total_devices, platform,
+                      address)
+    return distributed.relay(run, output)

@@ -1,0 +1,520 @@
+"""`irshard suggest`: changes that remove or shrink the costliest
+collectives, each verified by recompiling.
+
+Candidates come from the explanations (`explain`) of the costliest
+collectives (by estimated time, else bytes per run) and from XLA's
+findings:
+
+- an input the collective reads, sharded as its reader needs it, or with
+  the collective's mesh axis on another dimension;
+- an input a partial sum reads sharded over the summed axis, the same way;
+- the op it reads, constrained at its line to the sharding the reader
+  needs (`--constrain OP@FILE:LINE=SPEC`);
+- an output read through the collective, left as computed (`--out-shard`);
+- for an involuntary full rematerialization, the inputs sharded as the op
+  wants them, or the op kept in its operands' sharding.
+
+Each candidate is compiled from the program already traced (the StableHLO
+with other shardings or constraints: JAX does not trace again), in this
+process or, where compiling dominates, in parallel processes running the
+same command with the candidate's flags appended. A candidate helps when
+it takes less estimated time per run (or, with no estimate, moves fewer
+bytes), or removes a finding without taking longer; every number shown is
+from its compile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from irshard.core.errors import IrshardError
+from irshard.core.specs import MeshSpec, parse_sharding
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A change to the command: its flags and what they do to the module."""
+
+    flags: tuple[str, ...]
+    description: str
+    inputs: tuple[tuple[int, str], ...] = ()       # input index -> spec text
+    outputs: tuple[tuple[int, str], ...] = ()      # output index -> spec text
+    constraints: tuple[tuple[str, str], ...] = ()  # (match, spec text)
+
+    @property
+    def command_text(self) -> str:
+        return " ".join(shlex.quote(f) for f in self.flags)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user's command already says, so that a candidate's flags
+    work appended to it."""
+
+    shards: tuple[str, ...] = ()          # --shard PATTERN=SPEC
+    out_shards: tuple[str, ...] = ()      # --out-shard INDEX=SPEC
+    is_module: bool = False               # a .mlir file: inputs by arg name
+
+    def input_flag(self, path: str) -> str:
+        """`--shard`, unless a rule of the command matches the input (the
+        first rule that matches applies): then `--override-shard`."""
+        from irshard.core import tree
+        from irshard.loading.program import parse_rules
+        rules = parse_rules(self.shards)
+        return "--override-shard" if tree.first_match(rules, path) else "--shard"
+
+    def output_given(self, index: int) -> bool:
+        return any(item.split("=", 1)[0].strip() == str(index)
+                   for item in self.out_shards)
+
+
+def spec_text(entries: Sequence[str]) -> str:
+    return ",".join(entries)
+
+
+def _cost(c: dict[str, Any]) -> tuple[float, int]:
+    runs = c.get("executions") or 1
+    return (c.get("time_s") or 0.0) * runs, c["bytes"] * runs
+
+
+def costliest(report: dict[str, Any], top: int) -> list[dict[str, Any]]:
+    """The `top` collectives that cost the most per run (time, then bytes)."""
+    ranked = sorted(enumerate(report["collectives"]),
+                    key=lambda ic: (tuple(-x for x in _cost(ic[1])), ic[0]))
+    return [c for _, c in ranked[:top]]
+
+
+# ---------------------------------------------------------------------------
+# Candidates
+
+
+class _Builder:
+    def __init__(self, report: dict[str, Any], mesh: MeshSpec, options: Options):
+        self.report = report
+        self.mesh = mesh
+        self.options = options
+        self.inputs = {t["name"]: (i, t) for i, t in enumerate(report["inputs"])}
+        self.found: list[Candidate] = []
+        self.seen: set[tuple[str, ...]] = set()
+
+    def add(self, candidate: Candidate) -> None:
+        if candidate.flags and candidate.flags not in self.seen:
+            self.seen.add(candidate.flags)
+            self.found.append(candidate)
+
+    def input_change(self, changes: Sequence[tuple[str, Sequence[str]]],
+                     description: str) -> None:
+        """Inputs (by name) given new shardings, where they fit."""
+        flags: list[str] = []
+        inputs = []
+        for name, entries in changes:
+            if name not in self.inputs:
+                return
+            index, info = self.inputs[name]
+            if info.get("sharding") is not None and list(entries) == info["sharding"]:
+                return
+            if not self.fits(entries, info["shape"]):
+                return
+            flags += [self.options.input_flag(name), f"{name}={spec_text(entries)}"]
+            inputs.append((index, spec_text(entries)))
+        if inputs:
+            self.add(Candidate(tuple(flags), description, inputs=tuple(inputs)))
+
+    def fits(self, entries: Sequence[str], shape: Sequence[int]) -> bool:
+        from irshard.core.specs import check_sharding
+        if len(entries) != len(shape):
+            return False
+        try:
+            check_sharding(parse_sharding(spec_text(entries)), tuple(shape),
+                           self.mesh, "candidate")
+        except IrshardError:
+            return False
+        return True
+
+    def moved(self, entries: Sequence[str], shape: Sequence[int],
+              axes: Sequence[str]) -> list[tuple[list[str], str]]:
+        """`entries` with each of `axes` taken off its dimension: dropped
+        (replicated), or onto each other dimension it divides."""
+        result = []
+        for axis in axes:
+            dims = [d for d, e in enumerate(entries) if axis in e.split("+")]
+            if not dims:
+                continue
+            here = dims[0]
+            base = list(entries)
+            rest = [p for p in base[here].split("+") if p != axis]
+            base[here] = "+".join(rest) or "_"
+            result.append((base, f"without {axis}"))
+            for d in range(len(entries)):
+                if d == here:
+                    continue
+                other = list(base)
+                parts = [p for p in other[d].split("+") if p != "_"] + [axis]
+                other[d] = "+".join(parts)
+                if self.fits(other, shape):
+                    result.append((other, f"{axis} on dimension {d}"))
+        return result
+
+    def from_collective(self, c: dict[str, Any]) -> None:
+        why = c.get("why") or {}
+        operand = why.get("operand") or {}
+        needed = why.get("needed") or {}
+        axes = [a.split(":")[0] for a in c.get("mesh_axes") or ()]
+        where = _where(c)
+        reads = [operand] + list(why.get("combined", [])[1:])
+        for value in reads:
+            self.from_value(value, needed, axes, c, where)
+        # An output read through the collective: leave it as computed.
+        reader = needed.get("op") or ""
+        if reader.startswith("output ") and operand.get("sharding"):
+            name = reader[len("output "):]
+            outputs = [i for i, t in enumerate(self.report.get("outputs", []))
+                       if t.get("name") == name]
+            if outputs and not self.options.output_given(outputs[0]):
+                spec = spec_text(operand["sharding"])
+                self.add(Candidate(("--out-shard", f"{outputs[0]}={spec}"),
+                                   f"output {name} left sharded {spec}, as it "
+                                   f"is computed, instead of gathered ({where})",
+                                   outputs=((outputs[0], spec),)))
+
+    def from_value(self, value, needed, axes, c, where) -> None:
+        name = value.get("value") or ""
+        spec = value.get("sharding")
+        want = needed.get("sharding")
+        if name.startswith("input ") and spec is not None:
+            path = name[len("input "):]
+            _, info = self.inputs.get(path, (None, None))
+            if info is None:
+                return
+            if want is not None and c["kind"] != "collective-permute":
+                self.input_change([(path, want)],
+                                  f"input {path} sharded {spec_text(want)}, as "
+                                  f"{_reader(needed)} needs it ({where})")
+            for entries, how in self.moved(spec, info["shape"], axes):
+                self.input_change([(path, entries)],
+                                  f"input {path} sharded {spec_text(entries)} "
+                                  f"({how}) ({where})")
+        elif spec is not None and value.get("source") and want is not None \
+                and _is_op(name) and len(want) == len(spec) \
+                and c["kind"] != "collective-permute":
+            src = value["source"]
+            match = f"{_op_name(name)}@{src['file']}:{src['line']}"
+            self.add(Candidate(("--constrain", f"{match}={spec_text(want)}"),
+                               f"{name} at {src['file']}:{src['line']} computed "
+                               f"{spec_text(want)}, as {_reader(needed)} needs "
+                               f"it ({where})",
+                               constraints=((match, spec_text(want)),)))
+        # A partial sum: what it sums over, without the summed axis there.
+        for over in value.get("sums_over", []):
+            over_name = over.get("value") or ""
+            if over_name.startswith("input ") and over.get("sharding"):
+                path = over_name[len("input "):]
+                _, info = self.inputs.get(path, (None, None))
+                if info is not None:
+                    for entries, how in self.moved(over["sharding"], info["shape"],
+                                                   axes):
+                        self.input_change([(path, entries)],
+                                          f"input {path} sharded "
+                                          f"{spec_text(entries)} ({how}), so "
+                                          f"{name} sums nothing over "
+                                          f"{'+'.join(axes)} ({where})")
+
+    def from_finding(self, f: dict[str, Any]) -> None:
+        """An involuntary full rematerialization: the inputs sharded as the
+        op wants them (all those sharded as its operands are), or the op
+        kept in its operands' sharding."""
+        if f.get("kind") != "involuntary-remat":
+            return
+        source, target = f.get("from"), f.get("to")
+        if not source or not target or "{" in source + target:
+            return
+        before = source.split(",") if source != "replicated" else None
+        after = target.split(",") if target != "replicated" else None
+        where = f"{f['source']['file']}:{f['source']['line']}" if f.get("source") else "?"
+        if before is not None:
+            rank = len(before)
+            after = after or ["_"] * rank
+            same = [(name, after) for name, (_, info) in self.inputs.items()
+                    if info.get("sharding") == before and len(info["shape"]) == rank]
+            if same:
+                names = ", ".join(n for n, _ in same)
+                self.input_change(same, f"input{'s' if len(same) > 1 else ''} "
+                                        f"{names} sharded {spec_text(after)}, as "
+                                        f"{f.get('op') or 'the op'} at {where} "
+                                        f"wants them: no rematerialization")
+        if f.get("source") and f.get("op") and before is not None:
+            match = f"{f['op']}@{f['source']['file']}:{f['source']['line']}"
+            self.add(Candidate(("--constrain", f"{match}={source}"),
+                               f"{f['op']} at {where} computed {source}, as its "
+                               f"operands are",
+                               constraints=((match, source),)))
+
+
+def _is_op(name: str) -> bool:
+    """An op's name (`add`, `dot_general`), not `the result of ...`."""
+    return name.replace("_", "").replace("-", "").isalnum()
+
+
+def _where(c: dict[str, Any]) -> str:
+    src = c.get("source")
+    at = f" at {src['file']}:{src['line']}" if src else ""
+    return f"{c['name']}{at}"
+
+
+def _reader(needed: dict[str, Any]) -> str:
+    op = needed.get("op") or "its reader"
+    src = needed.get("source")
+    return f"{op} at {src['file']}:{src['line']}" if src else op
+
+
+def _op_name(primitive: str) -> str:
+    """The StableHLO op a JAX primitive lowers to (`reduce_sum` -> reduce)."""
+    from irshard.collectives.explain import PRIMITIVE_OPS
+    return PRIMITIVE_OPS.get(primitive, (primitive,))[0]
+
+
+def candidates(report: dict[str, Any], mesh: MeshSpec, options: Options,
+               top: int = 3, limit: int = 16) -> list[Candidate]:
+    """Changes worth compiling, for the `top` costliest collectives and
+    every finding, at most `limit`."""
+    builder = _Builder(report, mesh, options)
+    for f in report.get("findings", []):
+        builder.from_finding(f)
+    for c in costliest(report, top):
+        builder.from_collective(c)
+    return builder.found[:limit]
+
+
+# ---------------------------------------------------------------------------
+# Compiling candidates
+
+
+def compile_in_process(lowered) -> Callable[[Candidate], dict[str, Any]]:
+    """A function that compiles a candidate from the traced program: its
+    StableHLO with the candidate's shardings and constraints."""
+    from irshard.backend import shardy
+    from irshard.ir.annotation import annotate
+    from irshard.passes.constrain import ConstrainPass
+
+    def compile_candidate(candidate: Candidate) -> dict[str, Any]:
+        module = shardy.clone_module(lowered.module)
+        annotate(module, lowered.info.mesh,
+                 {i: parse_sharding(s) for i, s in candidate.inputs},
+                 {i: parse_sharding(s) for i, s in candidate.outputs})
+        for match, spec in candidate.constraints:
+            ConstrainPass(match=match, sharding=spec).apply(module)
+        stage = dataclasses.replace(lowered, module=module)
+        return stage.compile().report().to_json()
+    return compile_candidate
+
+
+def compile_in_processes(argv: Sequence[str], jobs: int
+                         ) -> Callable[[Sequence[Candidate]], list[Any]]:
+    """Compiles candidates in `jobs` processes at once, each running
+    `irshard compile ARGV FLAGS --format json`."""
+    import concurrent.futures
+    import json
+    import subprocess
+    import sys
+
+    def one(candidate: Candidate):
+        done = subprocess.run([sys.executable, "-m", "irshard", "compile", *argv,
+                               *candidate.flags, "--format", "json"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["failed"])[0]
+            return first.replace("irshard: error: ", "", 1)
+        return json.loads(done.stdout)
+
+    def run(found: Sequence[Candidate]) -> list[Any]:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(one, found))
+    return run
+
+
+# ---------------------------------------------------------------------------
+# Results
+
+
+def _summary(report: dict[str, Any]) -> dict[str, Any]:
+    from irshard.pipeline.diff import Side
+    totals = Side("", report).totals()
+    totals["findings"] = len(report.get("findings", []))
+    memory = report.get("memory") or {}
+    if "fits" in memory:
+        totals["fits"] = memory["fits"]
+    return totals
+
+
+def _removes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """Collectives fewer after than before, by line and kind."""
+    from irshard.pipeline.diff import Side
+    a, b = Side("", before).groups(), Side("", after).groups()
+    removed = []
+    for key in sorted(a):
+        fewer = a[key].count - (b[key].count if key in b else 0)
+        if fewer > 0:
+            file, line, kind = key
+            removed.append({"kind": kind, "count": fewer,
+                            "source": None if file == "-" else
+                            {"file": file, "line": line}})
+    return removed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    candidate: Candidate
+    report: dict[str, Any] | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Suggestions:
+    command: tuple[str, ...]
+    baseline: dict[str, Any]
+    outcomes: tuple[Outcome, ...]
+    targets: tuple[str, ...]          # the collectives looked at
+
+    def _entry(self, outcome: Outcome) -> dict[str, Any]:
+        base = _summary(self.baseline)
+        after = _summary(outcome.report)
+        entry = {"change": list(outcome.candidate.flags),
+                 "description": outcome.candidate.description,
+                 "bytes_per_run": after["bytes_per_run"],
+                 "delta_bytes_per_run": after["bytes_per_run"] - base["bytes_per_run"]}
+        if "time_s" in after and "time_s" in base:
+            entry["time_s"] = after["time_s"]
+            entry["delta_time_s"] = after["time_s"] - base["time_s"]
+        if "memory_bytes" in after:
+            entry["memory_bytes"] = after["memory_bytes"]
+            entry["delta_memory_bytes"] = after["memory_bytes"] - base.get(
+                "memory_bytes", 0)
+        if "fits" in after:
+            entry["fits"] = after["fits"]
+        entry["collectives"] = after["count"]
+        entry["findings"] = after["findings"]
+        entry["removes"] = _removes(self.baseline, outcome.report)
+        return entry
+
+    def helps(self, outcome: Outcome) -> bool:
+        if outcome.report is None:
+            return False
+        base, after = _summary(self.baseline), _summary(outcome.report)
+        if after.get("fits") is False and base.get("fits") is not False:
+            return False
+        if "time_s" in base and "time_s" in after:
+            slack = 1e-3 * base["time_s"]
+            if after["time_s"] < base["time_s"] - slack:
+                return True
+            return (after["time_s"] <= base["time_s"] + slack
+                    and (after["findings"] < base["findings"]
+                         or after["bytes_per_run"] < base["bytes_per_run"]))
+        return (after["bytes_per_run"] < base["bytes_per_run"]
+                or (after["findings"] < base["findings"]
+                    and after["bytes_per_run"] <= base["bytes_per_run"]))
+
+    def helpful(self) -> list[dict[str, Any]]:
+        entries = [self._entry(o) for o in self.outcomes if self.helps(o)]
+        entries.sort(key=lambda e: (e.get("delta_time_s", 0.0),
+                                    e["delta_bytes_per_run"], e["findings"],
+                                    e["change"]))
+        return entries
+
+    def to_json(self) -> dict[str, Any]:
+        rejected = []
+        for o in self.outcomes:
+            if o.report is None:
+                rejected.append({"change": list(o.candidate.flags),
+                                 "reason": o.error or "failed"})
+            elif not self.helps(o):
+                e = self._entry(o)
+                rejected.append({"change": e["change"], "reason": "does not help",
+                                 "delta_bytes_per_run": e["delta_bytes_per_run"],
+                                 **({"delta_time_s": e["delta_time_s"]}
+                                    if "delta_time_s" in e else {})})
+        return {"schema": SCHEMA, "command": list(self.command),
+                "baseline": _summary(self.baseline),
+                "looked_at": list(self.targets),
+                "tried": len(self.outcomes),
+                "suggestions": self.helpful(),
+                "rejected": rejected}
+
+    def render_json(self) -> str:
+        from irshard.reporting.report import dumps_json
+        return dumps_json(self.to_json()) + "\n"
+
+    def render_text(self) -> str:
+        from irshard.reporting.report import human_bytes, human_time
+        base = _summary(self.baseline)
+        time = f", {human_time(base['time_s'])}" if "time_s" in base else ""
+        memory = f", memory {human_bytes(base['memory_bytes'])}" \
+            if "memory_bytes" in base else ""
+        findings = base["findings"]
+        lines = [f"baseline: {base['count']} collectives, "
+                 f"{human_bytes(base['bytes_per_run'])} per run{time}{memory}"
+                 + (f", {findings} finding{'s' if findings != 1 else ''}"
+                    if findings else ""),
+                 f"looked at: {', '.join(self.targets) or 'nothing'}"]
+        helpful = self.helpful()
+        lines.append(f"tried {len(self.outcomes)} change"
+                     f"{'s' if len(self.outcomes) != 1 else ''}, "
+                     f"{len(helpful)} help" + (":" if helpful else ""))
+        for n, e in enumerate(helpful, 1):
+            change = " ".join(shlex.quote(f) for f in e["change"])
+            lines += ["", f"{n}. {change}", f"   {e['description']}"]
+            parts = [f"bytes per run {human_bytes(base['bytes_per_run'])} -> "
+                     f"{human_bytes(e['bytes_per_run'])}"]
+            if "time_s" in e:
+                parts.append(f"time {human_time(base['time_s'])} -> "
+                             f"{human_time(e['time_s'])}")
+            if "memory_bytes" in e:
+                fits = "" if e.get("fits", True) else " (does not fit)"
+                parts.append(f"memory {human_bytes(base.get('memory_bytes', 0))} -> "
+                             f"{human_bytes(e['memory_bytes'])}{fits}")
+            lines.append("   " + ", ".join(parts))
+            removed = [f"{r['count']} {r['kind']}"
+                       + (f" at {r['source']['file']}:{r['source']['line']}"
+                          if r["source"] else "") for r in e["removes"]]
+            if e["findings"] < findings:
+                removed.append(f"{findings - e['findings']} finding"
+                               f"{'s' if findings - e['findings'] != 1 else ''}")
+            if removed:
+                lines.append("   removes " + "; ".join(removed))
+        failed = [o for o in self.outcomes if o.report is None]
+        if failed:
+            lines += ["", f"{len(failed)} change{'s' if len(failed) != 1 else ''} "
+                          f"did not compile:"]
+            lines += [f"  {o.candidate.command_text}: {o.error}" for o in failed]
+        if self.command:
+            lines += ["", "each change is appended to: irshard compile "
+                      + " ".join(shlex.quote(a) for a in self.command)]
+        return "\n".join(lines) + "\n"
+
+
+def suggest(baseline: dict[str, Any], found: Sequence[Candidate],
+            compile_one: Callable[[Candidate], dict[str, Any]] | None,
+            compile_many: Callable[[Sequence[Candidate]], list[Any]] | None,
+            command: Sequence[str], top: int) -> Suggestions:
+    """Compiles each candidate and keeps what it did."""
+    outcomes = []
+    if compile_many is not None:
+        for candidate, result in zip(found, compile_many(found)):
+            if isinstance(result, dict):
+                outcomes.append(Outcome(candidate, result))
+            else:
+                outcomes.append(Outcome(candidate, None, str(result)))
+    else:
+        for candidate in found:
+            try:
+                outcomes.append(Outcome(candidate, compile_one(candidate)))
+            except IrshardError as e:
+                outcomes.append(Outcome(candidate, None,
+                                        str(e).splitlines()[0] if str(e) else
+                                        type(e).__name__))
+    targets = tuple(_where(c) for c in costliest(baseline, top))
+    return Suggestions(tuple(command), baseline, tuple(outcomes), targets)

@@ -1,0 +1,6 @@
+"""What XLA writes, read: HLO modules through XLA's own objects (`hlo`), the
+streaming scan of printed HLO (`hloscan`), tile assignments in mesh axes
+(`tiling`) and replica groups (`replica_groups`).
+
+May import `irshard.core` and `irshard.backend`.
+"""

@@ -1,0 +1,473 @@
+"""A structured view of an XLA HLO module.
+
+Structure comes from XLA's own objects (`HloModule.computations()`,
+`HloInstruction.name/opcode/operands/users`). What those objects do not
+expose — an instruction's result shape and attributes (replica groups,
+metadata, backend config, called computations) and the module's source tables
+— is read from the text the same module prints, one instruction at a time.
+Because every module is printed by the jaxlib in use (text files are first
+parsed by XLA's own parser), there is one printed form to read per attribute;
+where XLA prints an attribute several ways (replica groups), each is handled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from irshard.core.frames import Frame
+from irshard.core.specs import lookup_dtype
+from irshard.core.syntax import (attribute_pairs, matching_bracket,
+                             split_top_level, unquote)
+
+# Sizes of HLO element types the tensor grammar has no name for.
+_EXTRA_ITEMSIZES = {"token": 0, "opaque": 0}
+
+
+def element_size(dtype: str) -> int:
+    """Bytes per element of an HLO element type (`f32`, `s32`, `f8e4m3fn`)."""
+    known = lookup_dtype(dtype)
+    if known is not None:
+        return known.itemsize
+    if dtype in _EXTRA_ITEMSIZES:
+        return _EXTRA_ITEMSIZES[dtype]
+    m = re.match(r"[a-z]+(\d+)", dtype)
+    return max(1, int(m.group(1)) // 8) if m else 0
+
+
+@dataclass(frozen=True)
+class ArrayShape:
+    """An array shape as HLO prints it: `f32[8,4]{1,0}`."""
+
+    dtype: str
+    dims: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.dims) * element_size(self.dtype)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+Shape = Any  # ArrayShape, or a tuple of Shape
+
+
+def shape_leaves(shape: Shape) -> list[ArrayShape]:
+    if isinstance(shape, ArrayShape):
+        return [shape]
+    return [leaf for element in shape for leaf in shape_leaves(element)]
+
+
+def shape_bytes(shape: Shape) -> int:
+    return sum(leaf.nbytes for leaf in shape_leaves(shape))
+
+
+class _Scanner:
+    """A cursor over printed HLO text."""
+
+    def __init__(self, text: str, pos: int = 0):
+        self.text = text
+        self.pos = pos
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def skip_spaces(self) -> None:
+        while self.peek() == " ":
+            self.pos += 1
+
+    def balanced(self) -> str:
+        """The text of a bracketed group starting here, brackets included."""
+        start = self.pos
+        end = matching_bracket(self.text, start)
+        self.pos = end + 1
+        return self.text[start:self.pos]
+
+
+def parse_shape(text: str) -> Shape:
+    """`f32[8,4]{1,0}`, `(f32[4], s32[])`, `f32[<=8]`, `token[]`."""
+    text = _INDEX_COMMENT.sub("", text).strip()
+    if text.startswith("("):
+        inner = text[1:matching_bracket(text, 0)]
+        return tuple(parse_shape(part) for part in split_top_level(inner))
+    m = re.match(r"([a-z][a-z0-9]*)\[([^\]]*)\]", text)
+    if not m:
+        raise ValueError(f"not an HLO shape: {text!r}")
+    dims = tuple(int(d.strip().lstrip("<=")) for d in m.group(2).split(",")
+                 if d.strip())
+    return ArrayShape(m.group(1), dims)
+
+
+_METADATA_ITEM = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+# The form JAX's modules print most: an op name without escapes and a stack
+# frame.
+_COMMON_METADATA = re.compile(r'\{op_name="([^"\\]*)" stack_frame_id=(\d+)\}')
+
+
+def parse_metadata(text: str) -> dict[str, str]:
+    """`{op_name="jit(f)/dot" stack_frame_id=2}` -> {"op_name": ..., ...}."""
+    m = _COMMON_METADATA.fullmatch(text)
+    if m is not None:
+        return {"op_name": m.group(1), "stack_frame_id": m.group(2)}
+    body = text.strip()
+    if body.startswith("{"):
+        body = body[1:-1]
+    result: dict[str, str] = {}
+    for m in _METADATA_ITEM.finditer(body):
+        value = m.group(2)
+        if value.startswith('"'):
+            value = unquote(value)
+        result[m.group(1)] = value
+    return result
+
+
+_CALLED_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
+                "true_computation", "false_computation", "called_computations")
+_CALLS_SOMETHING = re.compile("(?:" + "|".join(_CALLED_KEYS) + ")=")
+
+
+class Instruction:
+    """One HLO instruction: structure from XLA, attributes from its text.
+
+    The text is parsed on first use: a report reads the attributes of a few
+    instructions (collectives, loops and their neighbours), not of all.
+    """
+
+    __slots__ = ("name", "opcode", "computation", "operands", "users", "text",
+                 "wrapped", "root", "done", "_parsed", "_metadata")
+
+    def __init__(self, name: str, opcode: str, computation: str,
+                 operands: list[str], users: list[str], text: str,
+                 wrapped: str | None = None, root: bool | None = None):
+        self.name = name
+        self.opcode = opcode
+        self.computation = computation
+        self.operands = operands
+        self.users = users
+        self.text = text
+        # For `async-start`: the instruction it runs asynchronously (XLA
+        # prints the pair as e.g. `reduce-scatter-start`, without the call).
+        self.wrapped = wrapped
+        # Whether it is its computation's root (XLA's own objects do not
+        # say, and an instruction printed alone drops the `ROOT`).
+        self.root = root
+        # For an asynchronous `-start`: its `-done`, where the reader paired
+        # them (`ScannedModule`; XLA's objects give it as a user).
+        self.done: "Instruction | None" = None
+        self._parsed: tuple[Shape, dict[str, str]] | None = None
+        self._metadata: dict[str, str] | None = None
+
+    def _parse(self) -> tuple[Shape, dict[str, str]]:
+        if self._parsed is None:
+            _, shape, _, attrs = parse_instruction_text(self.text)
+            self._parsed = (shape, attrs)
+        return self._parsed
+
+    def forget(self) -> None:
+        """Drops the parsed attributes (they are parsed again on use)."""
+        self._parsed = None
+        self._metadata = None
+
+    @property
+    def shape(self) -> Shape:
+        return self._parse()[0]
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        return self._parse()[1]
+
+    @property
+    def is_root(self) -> bool:
+        if self.root is not None:
+            return self.root
+        return self.text.lstrip().startswith("ROOT ")
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        if self._metadata is None:
+            if "metadata=" not in self.text:
+                self._metadata = {}
+            else:
+                raw = self.attrs.get("metadata")
+                self._metadata = parse_metadata(raw) if raw else {}
+        return self._metadata
+
+    @property
+    def backend_config(self) -> dict[str, Any]:
+        raw = self.attrs.get("backend_config")
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def called_computations(self) -> list[tuple[str, str]]:
+        """(attribute, computation) pairs, in printed order."""
+        if _CALLS_SOMETHING.search(self.text) is None:
+            return []
+        result = []
+        for key in _CALLED_KEYS:
+            if key in self.attrs:
+                for name in re.findall(r"%?([\w.\-]+)", self.attrs[key]):
+                    result.append((key, name))
+        return result
+
+    def __repr__(self) -> str:
+        return f"Instruction({self.text!r})"
+
+
+# Long tuples are printed with `/*index=5*/` markers between elements.
+_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
+
+
+_HEAD = re.compile(r"(?:ROOT )?%?([^\s=]+) = ([^\s(]\S*) ([a-z][a-z0-9\-]*)")
+_FLAT_OPERANDS = re.compile(r"\([^()\"]*\)")
+
+
+def operands_end(line: str, pos: int) -> int:
+    """Where the operand list that opens at `pos` closes (`pos - 1` where
+    none opens there)."""
+    if not line.startswith("(", pos):
+        return pos - 1
+    m = _FLAT_OPERANDS.match(line, pos)
+    return m.end() - 1 if m else matching_bracket(line, pos)
+# Printed shapes by their text: a module repeats a few shapes many times.
+_SHAPES: dict[str, Shape] = {}
+
+
+def parse_instruction_text(text: str) -> tuple[str, Shape, str, dict[str, str]]:
+    """`%n = f32[4]{0} all-gather(%a), channel_id=1, ...` ->
+    (name, shape, opcode, attributes)."""
+    line = text.strip()
+    m = _HEAD.match(line) if "/*" not in line else None
+    if m is not None:
+        shape_text = m.group(2)
+        shape = _SHAPES.get(shape_text)
+        if shape is None:
+            shape = parse_shape(shape_text)
+            if len(_SHAPES) < 4096:
+                _SHAPES[shape_text] = shape
+        pos = m.end()
+        pos = operands_end(line, pos) + 1
+        attrs = attribute_pairs(line, pos) if line.startswith(", ", pos) \
+            or pos == len(line) else None
+        if attrs is not None and "device_ids" not in attrs:
+            return m.group(1), shape, m.group(3), attrs
+    return _parse_instruction_slowly(text)
+
+
+def _parse_instruction_slowly(text: str) -> tuple[str, Shape, str, dict[str, str]]:
+    line = _INDEX_COMMENT.sub("", text.strip())
+    if line.startswith("ROOT "):
+        line = line[5:]
+    name, _, rest = line.partition(" = ")
+    s = _Scanner(rest)
+    if s.peek() == "(":
+        shape_text = s.balanced()
+    else:
+        m = re.compile(r"\S+").match(rest, s.pos)
+        shape_text = m.group(0)
+        s.pos = m.end()
+    s.skip_spaces()
+    m = re.compile(r"[a-z][a-z0-9\-]*").match(rest, s.pos)
+    if not m:
+        raise ValueError(f"no opcode in {text!r}")
+    opcode = m.group(0)
+    s.pos = m.end()
+    if s.peek() == "(":
+        s.balanced()
+    attrs: dict[str, str] = {}
+    tail = rest[s.pos:].lstrip(", ")
+    previous = None
+    for part in split_top_level(tail):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if key == "device_ids" and previous == "replica_groups":
+            # `replica_groups=mesh[...], device_ids=(...) {...}` is one value.
+            attrs[previous] += ", " + part.strip()
+        elif eq:
+            attrs[key] = value.strip()
+            previous = key
+    return name.lstrip("%"), parse_shape(shape_text), opcode, attrs
+
+
+def opcode_name(enum_name: str) -> str:
+    """`kAllGatherStart` -> `all-gather-start` (HLO's printed opcode)."""
+    body = enum_name[1:] if enum_name.startswith("k") else enum_name
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", body).lower()
+
+
+class StackFrameTable:
+    """The `FileNames/FunctionNames/FileLocations/StackFrames` tables a module
+    prints before its computations, resolving a `stack_frame_id` to its
+    chain of frames, innermost first."""
+
+    def __init__(self, files: dict[int, str], functions: dict[int, str],
+                 locations: dict[int, dict[str, int]],
+                 frames: dict[int, dict[str, int]]):
+        self.files = files
+        self.functions = functions
+        self.locations = locations
+        self.frames = frames
+        # Some XLA releases print each parent id one higher than it is, so the
+        # first (root) frame shows itself as its parent; a frame cannot really
+        # be its own parent, so that pattern identifies the convention.
+        self._chains: dict[int, tuple[Frame, ...]] = {}
+        first = frames.get(1)
+        self._parent_offset = 1 if first and first.get("parent_frame_id") == 1 else 0
+
+    @classmethod
+    def parse(cls, module_text: str) -> "StackFrameTable":
+        tables: dict[str, dict[int, str]] = {}
+        current = None
+        for line in module_text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("%", "ENTRY")) or stripped.endswith("{"):
+                break  # the first computation: the tables are behind us
+            if stripped in ("FileNames", "FunctionNames", "FileLocations",
+                            "StackFrames"):
+                current = tables.setdefault(stripped, {})
+                continue
+            if not stripped:
+                continue
+            m = re.match(r"(\d+)\s+(.*)$", stripped)
+            if current is not None and m:
+                current[int(m.group(1))] = m.group(2)
+            elif current is not None:
+                current = None
+
+        def strings(name):
+            return {k: unquote(v) for k, v in tables.get(name, {}).items()}
+
+        def records(name):
+            return {k: {a: int(b) for a, b in re.findall(r"(\w+)=(-?\d+)", v)}
+                    for k, v in tables.get(name, {}).items()}
+
+        return cls(strings("FileNames"), strings("FunctionNames"),
+                   records("FileLocations"), records("StackFrames"))
+
+    def chain(self, frame_id: int) -> list[Frame]:
+        return list(self.chain_of(frame_id))
+
+    def chain_of(self, frame_id: int) -> tuple[Frame, ...]:
+        """`chain`, as one tuple per frame id (the same object each time)."""
+        cached = self._chains.get(frame_id)
+        if cached is None:
+            cached = self._chains[frame_id] = tuple(self._chain(frame_id))
+        return cached
+
+    def _chain(self, frame_id: int) -> list[Frame]:
+        result: list[Frame] = []
+        seen: set[int] = set()
+        while frame_id and frame_id in self.frames and frame_id not in seen:
+            seen.add(frame_id)
+            frame = self.frames[frame_id]
+            loc = self.locations.get(frame.get("file_location_id", 0))
+            if loc:
+                result.append(Frame(
+                    self.files.get(loc.get("file_name_id", 0), "?"),
+                    self.functions.get(loc.get("function_name_id", 0), "?"),
+                    loc.get("line", 0), loc.get("column", 0)))
+            frame_id = frame.get("parent_frame_id", 0) - self._parent_offset
+        return result
+
+
+def root_of(body: list[Instruction]) -> Instruction | None:
+    """A computation's root: the one marked ROOT, else its last."""
+    for inst in body:
+        if inst.is_root:
+            return inst
+    return body[-1] if body else None
+
+
+class HloModuleView:
+    """Computations and instructions of one HLO module, with the call graph."""
+
+    def __init__(self, module: Any, text: str | None = None):
+        from irshard import backend
+        self.module = module
+        self.text = text if text is not None else module.to_string()
+        self.name = module.name
+        opcodes = {value: opcode_name(name)
+                   for value, name in backend.hlo_opcode_names().items()}
+        async_start = backend.hlo_opcode("kAsyncStart")
+        schedule = backend.hlo_schedule(module)
+        roots = set(re.findall(r"^\s*ROOT %?([^\s=]+) = ", self.text, re.M))
+        self.computations: dict[str, list[Instruction]] = {}
+        self.instructions: dict[str, Instruction] = {}
+        for comp in module.computations():
+            body = []
+            # Program order: the schedule of a scheduled module (what the
+            # executable runs, in order), else XLA's instruction order.
+            ordered = backend.scheduled_sequence(schedule, comp)
+            for hi in ordered if ordered is not None else comp.instructions():
+                inst = Instruction(
+                    name=hi.name, opcode=opcodes[hi.opcode],
+                    computation=comp.name,
+                    operands=[o.name for o in hi.operands()],
+                    users=[u.name for u in hi.users()],
+                    text=hi.to_string(),
+                    wrapped=(hi.async_wrapped_root().name
+                             if hi.opcode == async_start else None),
+                    root=hi.name in roots)
+                body.append(inst)
+                self.instructions[inst.name] = inst
+            self.computations[comp.name] = body
+        m = re.search(r"^ENTRY %?([\w.\-]+)", self.text, re.M)
+        self.entry = m.group(1) if m else list(self.computations)[-1]
+        self.stack_frames = StackFrameTable.parse(self.text)
+        header = self.text.split("\n", 1)[0]
+        m = re.search(r"num_partitions=(\d+)", header)
+        self.num_partitions = int(m.group(1)) if m else 1
+        m = re.search(r"replica_count=(\d+)", header)
+        self.num_replicas = int(m.group(1)) if m else 1
+
+    @classmethod
+    def from_text(cls, text: str) -> "HloModuleView":
+        from irshard import backend
+        return cls(backend.hlo_module_from_text(text))
+
+    def instructions_of(self, computation: str) -> list[Instruction]:
+        return self.computations.get(computation, [])
+
+    # The questions `irshard.collectives.analysis` asks, as `hloscan.ScannedModule`
+    # answers them too.
+
+    def visits(self, computation: str) -> list[Instruction]:
+        return self.instructions_of(computation)
+
+    def get(self, name: str, computation: str) -> Instruction | None:
+        return self.instructions.get(name)
+
+    def users(self, inst: Instruction) -> list[Instruction]:
+        return [self.instructions[u] for u in inst.users if u in self.instructions]
+
+    def async_done(self, inst: Instruction) -> Instruction | None:
+        for user in self.users(inst):
+            if user.opcode.endswith("-done"):
+                return user
+        return None
+
+    def root(self, computation: str) -> Instruction | None:
+        return root_of(self.instructions_of(computation))
+
+    def parameters(self) -> list[Instruction]:
+        return [inst for inst in self.instructions_of(self.entry)
+                if inst.opcode == "parameter"]
+
+    @property
+    def header(self) -> str:
+        return self.text.split("\n", 1)[0]
+
+    @property
+    def printed_mesh(self) -> str | None:
+        m = re.search(r"mesh\[[^\]]*\]", self.text)
+        return m.group(0) if m else None

@@ -1,0 +1,497 @@
+"""The part of a printed HLO module a collective report reads, in one pass.
+
+A report needs few of a module's instructions: its collectives, the
+instructions that call other computations (loops, calls, branches), the
+entry's parameters, and, on demand, the neighbours of a collective or the
+loop pattern of a `while`. `ScannedModule` finds those with a streaming
+scan of the text (bytes regexes over blocks of lines, so Python only sees
+the lines that matter), remembers where each computation lies, and reads a
+computation whole only when a question needs it. It answers the questions
+`HloModuleView` answers for `irshard.collectives.analysis`, on the same printed forms,
+in less time than XLA's parser takes to read the text and in memory far
+below the text's size.
+
+Printed forms the scan does not read (generic asynchronous instructions,
+whose wrapped instruction XLA names as it parses) raise `NeedsParser`: the
+caller then uses XLA's own parser.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import re
+from array import array
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+from irshard.xla.hlo import Instruction, StackFrameTable, operands_end, root_of
+from irshard.core.syntax import matching_bracket
+
+# Lines the report reads, found by the literals they hold (a search for one
+# literal runs at memory speed; one pattern of many alternatives does not):
+# collectives and their async halves, anything that calls a computation
+# (`calls=%f`, `branch_computations={%a, %b}`), sends between slices, the
+# entry's parameters, the first printed mesh, and top-level lines
+# (computation headers and ends).
+_LITERALS = [re.compile(re.escape(literal)) for literal in (
+    b"=%", b"={%", b"-start(", b"-done(", b" all-", b" reduce-scatter(",
+    b" collective-", b" ragged-", b"_xla_megascale", b"mesh[",
+    b"\n%", b"\nENTRY", b"\n}")]
+# An indented line that is not an instruction: a module XLA's parser is to
+# judge (and name what is wrong with).
+_NOT_INSTRUCTION = re.compile(rb"\n +(?! |(?:ROOT )?%?[\w.\-]+ = )")
+_COMPUTATION = re.compile(r"(ENTRY )?%?([\w.\-]+) \(.*\) -> .+ \{\s*$")
+
+# The entry's parameters: looked for in the entry only.
+_PARAMETER = re.compile(re.escape(b" parameter("))
+_NAME = re.compile(r" *(ROOT )?%?([^\s=]+) = ")
+_OPCODE = re.compile(r"[a-z][a-z0-9\-]*")
+# An operand: an instruction, or one element of a tuple-shaped instruction
+# (`%param.1#0`: how jaxlib 0.11 on prints a get-tuple-element folded into
+# its user).
+_OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)?)")
+_CALLEE = re.compile(r"%?([\w.\-]+)")
+
+# `-start`/`-done` opcodes of their own (not generic async sugar).
+_OWN_ASYNC = {"all-gather-start", "all-gather-done", "all-reduce-start",
+              "all-reduce-done", "collective-permute-start",
+              "collective-permute-done", "copy-start", "copy-done",
+              "send-done", "recv-done"}
+_COLLECTIVES = {"all-reduce", "all-reduce-start", "all-gather",
+                "all-gather-start", "reduce-scatter", "all-to-all",
+                "ragged-all-to-all", "collective-permute",
+                "collective-permute-start", "collective-broadcast"}
+# A collective's line, read in the scan's bytes without decoding: where it
+# is, its name (to pair a `-start` with its `-done`) and its opcode.
+_COLLECTIVE_LINE = re.compile(
+    rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +"
+    rb"(all-reduce(?:-start)?|all-gather(?:-start)?|reduce-scatter|all-to-all"
+    rb"|ragged-all-to-all|collective-permute(?:-start)?|collective-broadcast)\(")
+_CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
+              "true_computation", "false_computation", "called_computations")
+_BLOCK = 2 << 20
+_WINDOW = 1 << 20       # bytes read at once when lines are read back
+
+
+class NeedsParser(Exception):
+    """The module uses a printed form the scan does not read."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """An instruction that only calls computations (a fusion, a reduce):
+    what visiting the module in program order needs of it."""
+
+    name: str
+    opcode: str
+    callees: tuple[tuple[str, str], ...]
+    wrapped: None = None
+    text: str = ""
+
+    def called_computations(self) -> list[tuple[str, str]]:
+        return list(self.callees)
+
+
+@dataclass
+class _Computation:
+    name: str
+    start: int                       # byte offsets of its lines in the text
+    end: int = -1
+    entry: bool = False
+    # What the report visits, in program order: collectives (a code >= 0,
+    # the collective's number in `ScannedModule._spans`) and loops, calls,
+    # fusions that hold collectives (code -1 - i: `calls[i]`). A collective
+    # is read back from the text when visited: a module of a hundred
+    # thousand collectives keeps 40 bytes of each.
+    codes: array = field(default_factory=lambda: array("q"))
+    calls: list = field(default_factory=list)
+    parameters: list = field(default_factory=list)
+    has_sites: bool = False          # collectives here or in what it calls
+
+
+class _Source:
+    """Bytes of the module: a file read in blocks, or text in memory."""
+
+    def __init__(self, path: str | None = None, data: bytes | None = None):
+        self.path = path
+        self.data = data
+        self._window: tuple[int, bytes] = (0, b"")
+
+    def blocks(self) -> Iterator[tuple[int, bytes]]:
+        """(offset, block) pairs, each block whole lines."""
+        if self.data is not None:
+            f: BinaryIO = io.BytesIO(self.data)
+        else:
+            f = open(self.path, "rb")
+        with f:
+            offset, rest = 0, b""
+            while True:
+                chunk = f.read(_BLOCK)
+                if not chunk:
+                    if rest:
+                        yield offset, rest + b"\n"
+                    return
+                chunk = rest + chunk
+                cut = chunk.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = chunk
+                    continue
+                yield offset, chunk[:cut]
+                offset += cut
+                rest = chunk[cut:]
+
+    def read(self, start: int, end: int) -> bytes:
+        if self.data is not None:
+            return self.data[start:end]
+        at, window = self._window
+        if at <= start and end <= at + len(window):
+            return window[start - at:end - at]
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            data = f.read(max(end - start, _WINDOW))
+        # Lines are read back in program order, mostly forward: keep what
+        # follows for the next.
+        self._window = (start, data) if end - start < _WINDOW else (0, b"")
+        return data[:end - start]
+
+
+_HEAD = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
+                   r" +([a-z][a-z0-9\-]*)")
+_CALLS = re.compile(r"(?:, |\)\s*)(calls|to_apply|body|condition|branch_computations"
+                    r"|true_computation|false_computation|called_computations)="
+                    r"(\{[^}]*\}|%?[\w.\-]+)")
+
+
+def _head(line: str) -> tuple[bool, str, str, int]:
+    """(is_root, name, opcode, position after the opcode) of an
+    instruction line."""
+    m = _HEAD.match(line)
+    if m:
+        return bool(m.group(1)), m.group(2), m.group(3), m.end()
+    m = _NAME.match(line)
+    if not m:
+        raise NeedsParser(f"not an instruction: {line[:80]!r}")
+    pos = m.end()
+    if line.startswith("(", pos):        # a deeply nested tuple shape
+        pos = matching_bracket(line, pos) + 1
+    else:
+        space = line.find(" ", pos)
+        pos = space if space >= 0 else len(line)
+    while line.startswith(" ", pos):
+        pos += 1
+    op = _OPCODE.match(line, pos)
+    if not op:
+        raise NeedsParser(f"no opcode in {line[:80]!r}")
+    return bool(m.group(1)), m.group(2), op.group(0), op.end()
+
+
+def _callees(line: str, pos: int) -> tuple[tuple[str, str], ...]:
+    """(attribute, computation) pairs a printed instruction calls, in the
+    order `Instruction.called_computations` gives them."""
+    found = dict((m.group(1), m.group(2)) for m in _CALLS.finditer(line, pos))
+    if not found:
+        return ()
+    return tuple((key, name) for key in _CALL_KEYS if key in found
+                 for name in _CALLEE.findall(found[key]))
+
+
+def _instruction(line: str, computation: str) -> Instruction:
+    root, name, opcode, pos = _head(line)
+    close = operands_end(line, pos)
+    operands = _OPERAND.findall(line, pos, close + 1) if close >= pos else []
+    return Instruction(name=name, opcode=opcode, computation=computation,
+                       operands=operands, users=[], text=line.strip(),
+                       root=root)
+
+
+def _tuple_element(table: dict[str, Instruction], name: str) -> Instruction | None:
+    """The get-tuple-element that an operand `%t#i` stands for."""
+    base, _, index = name.rpartition("#")
+    tuple_inst = table.get(base)
+    if tuple_inst is None:
+        return None
+    shape = tuple_inst.shape
+    if not isinstance(shape, tuple) or int(index) >= len(shape):
+        return None
+    inst = Instruction(name=name, opcode="get-tuple-element",
+                       computation=tuple_inst.computation, operands=[base],
+                       users=[], text=f"%{name} = get-tuple-element(%{base}), "
+                                      f"index={index}")
+    inst._parsed = (shape[int(index)], {"index": index})
+    return inst
+
+
+class ScannedModule:
+    """A module's header, source tables, computations and the instructions
+    a report reads; anything else is read from the text when asked for."""
+
+    def __init__(self, source: _Source):
+        self._source = source
+        self.computations: dict[str, _Computation] = {}
+        self._named: dict[str, Instruction] = {}        # loops and calls
+        # Each collective's line (start, end) and its `-done`'s, or -1, -1.
+        self._spans = array("q")
+        self._pending: dict[bytes, int] = {}            # `-start`s not done
+        self._loaded: dict[str, dict[str, Instruction]] = {}
+        self._order: dict[str, list[Instruction]] = {}
+        self.header = ""
+        self.printed_mesh: str | None = None
+        self.entry = ""
+        self._scan()
+        self.stack_frames = StackFrameTable.parse(self._prelude)
+        del self._prelude
+        m = re.search(r"num_partitions=(\d+)", self.header)
+        self.num_partitions = int(m.group(1)) if m else 1
+        m = re.search(r"replica_count=(\d+)", self.header)
+        self.num_replicas = int(m.group(1)) if m else 1
+        m = re.match(r"HloModule ([^\s,]+)", self.header)
+        self.name = m.group(1) if m else ""
+
+    @classmethod
+    def from_file(cls, path: str) -> "ScannedModule":
+        return cls(_Source(path=path))
+
+    @classmethod
+    def from_text(cls, text: str) -> "ScannedModule":
+        return cls(_Source(data=text.encode("utf-8")))
+
+    # -- the scan ----------------------------------------------------------
+
+    def _scan(self) -> None:
+        prelude: list[str] = []
+        current: _Computation | None = None
+        first = True
+        for offset, block in self._source.blocks():
+            if first:
+                first = False
+                end = block.find(b"\n")
+                self.header = block[:end].decode("utf-8", "replace")
+                if not self.header.startswith("HloModule"):
+                    raise NeedsParser("no HloModule header")
+            if current is None and not self.computations:
+                prelude.append(block.decode("utf-8", "replace"))
+            # A block starts at a line start: a top-level line there has no
+            # newline before it for the literals to find.
+            done = 0
+            if block[:1] not in (b" ", b"\n", b""):
+                stop = block.find(b"\n")
+                current = self._top_level(block[:stop].decode("utf-8", "replace"),
+                                          offset, offset + stop, current)
+                done = stop
+            odd = _NOT_INSTRUCTION.search(block)
+            if odd is not None:
+                end = block.find(b"\n", odd.start() + 1)
+                raise NeedsParser(f"not an instruction: {block[odd.start() + 1:end][:80]!r}")
+            found = [[m.start() for m in literal.finditer(block)]
+                     for literal in _LITERALS]
+            entry_at = 0 if current is not None and current.entry \
+                else block.find(b"\nENTRY")
+            if entry_at >= 0:
+                found.append([m.start() for m in _PARAMETER.finditer(block, entry_at)])
+            hits = heapq.merge(*found)
+            for hit in hits:
+                if hit < done:
+                    continue                  # on a line already read
+                if block[hit] == 10:          # a top-level line
+                    start = hit + 1
+                else:
+                    start = block.rfind(b"\n", 0, hit) + 1
+                stop = block.find(b"\n", hit + 1)
+                if stop < 0:
+                    stop = len(block)
+                done = stop
+                if block[start] != 32:             # not indented
+                    line = block[start:stop].decode("utf-8", "replace")
+                    current = self._top_level(line, offset + start, offset + stop,
+                                              current)
+                elif current is not None:
+                    m = _COLLECTIVE_LINE.match(block, start)
+                    if m is not None and m.end() <= stop:
+                        self._collective(current, m, offset + start, offset + stop,
+                                         block.find(b"mesh[", start, stop) >= 0)
+                    else:
+                        self._keep(block[start:stop].decode("utf-8", "replace"),
+                                   current, offset + start, offset + stop)
+        if current is not None:
+            raise NeedsParser(f"computation {current.name} is not closed")
+        if not self.entry:
+            raise NeedsParser("no ENTRY computation")
+        self._prelude = "".join(prelude).split("\n%", 1)[0].split("\nENTRY", 1)[0]
+
+    def _top_level(self, line: str, start: int, stop: int,
+                   current: _Computation | None) -> _Computation | None:
+        if line.rstrip() == "}":
+            if current is not None:
+                current.end = start
+            return None
+        if line.rstrip().endswith("{") and current is None \
+                and not line.startswith("HloModule"):
+            m = _COMPUTATION.match(line)
+            if m is None:
+                raise NeedsParser(f"not a computation: {line[:80]!r}")
+            comp = _Computation(m.group(2), stop + 1, entry=bool(m.group(1)))
+            if comp.name in self.computations:
+                raise NeedsParser(f"computation {comp.name} printed twice")
+            self.computations[comp.name] = comp
+            if comp.entry:
+                self.entry = comp.name
+            return comp
+        if "mesh[" in line and self.printed_mesh is None:
+            self.printed_mesh = line
+        return current
+
+    def _collective(self, comp: _Computation, m: re.Match, start: int,
+                    stop: int, mesh: bool) -> None:
+        if mesh and self.printed_mesh is None:
+            self.printed_mesh = self._source.read(start, stop).decode(
+                "utf-8", "replace")
+        self._record(comp, start, stop,
+                     m.group(1) if m.group(2).endswith(b"-start") else None)
+
+    def _record(self, comp: _Computation, start: int, stop: int,
+                pending: bytes | None) -> None:
+        """A collective's line; `pending`: the name its `-done` will take."""
+        number = len(self._spans) // 4
+        self._spans.extend((start, stop, -1, -1))
+        comp.codes.append(number)
+        comp.has_sites = True
+        if pending is not None:
+            self._pending[pending] = number
+
+    def _keep(self, line: str, comp: _Computation, start: int, stop: int) -> None:
+        if "mesh[" in line and self.printed_mesh is None:
+            self.printed_mesh = line
+        _, name, opcode, pos = _head(line)
+        if opcode.endswith(("-start", "-done", "-update")) and opcode not in \
+                _OWN_ASYNC and opcode not in _COLLECTIVES \
+                or opcode in ("async-start", "async-update", "async-done"):
+            raise NeedsParser(f"asynchronous {opcode}")
+        if opcode.endswith("-done"):
+            close = operands_end(line, pos)
+            operands = _OPERAND.findall(line, pos, close + 1)
+            number = self._pending.pop(operands[0].encode(), None) \
+                if operands else None
+            if number is not None:
+                self._spans[4 * number + 2] = start
+                self._spans[4 * number + 3] = stop
+            return
+        if opcode == "parameter":
+            if comp.entry:
+                comp.parameters.append(_instruction(line, comp.name))
+            return
+        collective = opcode in _COLLECTIVES or (
+            opcode == "send" and "_xla_megascale" in line)
+        if collective:
+            self._record(comp, start, stop, name.encode() if opcode.endswith(
+                "-start") or opcode == "send" else None)
+            return
+        callees = _callees(line, pos)
+        if not callees:
+            return
+        if opcode in ("while", "conditional", "call"):
+            inst = _instruction(line, comp.name)
+            self._named[name] = inst
+            self._call(comp, inst)
+            comp.has_sites = comp.has_sites or any(
+                self._may_have_sites(c) for _, c in callees)
+            return
+        # A fusion, reduce, sort...: visited only where its computations
+        # hold collectives (callees are printed before their callers; one
+        # not yet seen is kept).
+        if any(self._may_have_sites(c) for _, c in callees):
+            self._call(comp, _Call(name, opcode, callees))
+            comp.has_sites = True
+
+    @staticmethod
+    def _call(comp: _Computation, visit) -> None:
+        comp.codes.append(-1 - len(comp.calls))
+        comp.calls.append(visit)
+
+    def _may_have_sites(self, name: str) -> bool:
+        comp = self.computations.get(name)
+        return comp is None or comp.end < 0 or comp.has_sites
+
+    # -- what analysis asks --------------------------------------------------
+
+    def visits(self, computation: str) -> Iterator:
+        """The instructions of `computation` a program-order walk needs,
+        each collective read from the text as it comes."""
+        comp = self.computations.get(computation)
+        if comp is None:
+            return
+        spans = self._spans
+        for code in comp.codes:
+            if code < 0:
+                yield comp.calls[-1 - code]
+                continue
+            start, stop, done_start, done_stop = spans[4 * code:4 * code + 4]
+            inst = _instruction(self._line(start, stop), computation)
+            if done_start >= 0:
+                inst.done = _instruction(self._line(done_start, done_stop),
+                                         computation)
+            yield inst
+
+    def _line(self, start: int, stop: int) -> str:
+        return self._source.read(start, stop).decode("utf-8", "replace")
+
+    def instructions_of(self, computation: str) -> list[Instruction]:
+        """Every instruction of `computation`, read from the text."""
+        self._load(computation)
+        return self._order.get(computation, [])
+
+    def parameters(self) -> list[Instruction]:
+        return self.computations[self.entry].parameters
+
+    def get(self, name: str, computation: str) -> Instruction | None:
+        inst = self._named.get(name)
+        if inst is not None and inst.computation == computation:
+            return inst
+        return self._load(computation).get(name)
+
+    def users(self, inst: Instruction) -> list[Instruction]:
+        table = self._load(inst.computation)
+        full = table.get(inst.name)
+        return [table[u] for u in full.users] if full is not None else []
+
+    def release(self, inst: Instruction) -> None:
+        """Forgets what was parsed of `inst` (read again if asked): a report
+        of thousands of collectives need not hold them all parsed."""
+        inst.forget()
+
+    def async_done(self, inst: Instruction) -> Instruction | None:
+        return inst.done
+
+    def root(self, computation: str) -> Instruction | None:
+        return root_of(self.instructions_of(computation))
+
+    def _load(self, computation: str) -> dict[str, Instruction]:
+        table = self._loaded.get(computation)
+        if table is not None:
+            return table
+        comp = self.computations.get(computation)
+        table, order = {}, []
+        if comp is not None and comp.end >= comp.start:
+            text = self._source.read(comp.start, comp.end).decode("utf-8", "replace")
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                inst = _instruction(line, computation)
+                table[inst.name] = inst
+                order.append(inst)
+            for inst in order:
+                for operand in inst.operands:
+                    if "#" in operand and operand not in table:
+                        element = _tuple_element(table, operand)
+                        if element is not None:
+                            table[operand] = element
+                            table[element.operands[0]].users.append(operand)
+                for operand in dict.fromkeys(inst.operands):
+                    if operand in table:
+                        table[operand].users.append(inst.name)
+        if len(self._loaded) > 64:          # keep memory bounded
+            self._loaded.clear()
+            self._order.clear()
+        self._loaded[computation] = table
+        self._order[computation] = order
+        return table
