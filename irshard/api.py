@@ -44,6 +44,17 @@ class Report(CollectiveReport):
         from irshard.reporting import budget
         return budget.check(self, budgets)
 
+    def to_text(self) -> str:
+        """The text report, as `irshard compile` prints it."""
+        from irshard.reporting import text
+        return text.render_text(self)
+
+    def to_json_text(self) -> str:
+        """The JSON report (`--format json`) as text: what `irshard diff`
+        and `irshard.compare` read back."""
+        from irshard.reporting import writer
+        return writer.render_json(self)
+
     def to_html(self) -> str:
         """The HTML report (`--format html`): one self-contained page."""
         from irshard.pipeline import htmlreport

@@ -231,8 +231,9 @@ def render_report(report, fmt: str, compiled=None, fold: bool = False):
     if fmt == "html":
         from irshard.pipeline import htmlreport
         return htmlreport.render_report(report, compiled)
-    return report.render_json_pieces() if fmt == "json" \
-        else report.render_text_pieces(fold)
+    from irshard.reporting import text, writer
+    return writer.render_json_pieces(report) if fmt == "json" \
+        else text.render_text_pieces(report, fold)
 
 
 def _folds(args) -> bool:
@@ -526,12 +527,12 @@ def cmd_calibrate(args) -> int:
     backend.configure(mesh.num_devices, "cpu")
     result = calibrate.calibrate(mesh, sizes, args.repeats)
     if args.output:
-        from irshard.reporting.report import dumps_json
+        from irshard.reporting.writer import dumps_json
         from irshard.core import files
         files.write(args.output, dumps_json(
             {"links": result["links"], "error": result["error"]}) + "\n")
     if args.format == "json":
-        from irshard.reporting.report import dumps_json
+        from irshard.reporting.writer import dumps_json
         write_output(None, dumps_json(result) + "\n")
     else:
         write_output(None, calibrate.render_text(result))
@@ -622,11 +623,12 @@ def cmd_collectives(args) -> int:
         text = htmlreport.render_report(
             chosen, ir_text=htmlreport.read_ir(files.get(chosen.module, "")))
     elif args.format == "json":
-        from irshard.reporting.report import SCHEMA, dumps_json
+        from irshard.reporting.report import SCHEMA
+        from irshard.reporting.writer import dumps_json, render_json_pieces
         if len(reports) == 1 and not os.path.isdir(args.path):
             # Written as it is made: a large module's report is never
             # held whole.
-            text = reports[0].render_json_pieces()
+            text = render_json_pieces(reports[0])
         else:
             body = {"schema": SCHEMA, "source": args.path,
                     "modules": [r.to_json() for r in reports]}
@@ -643,10 +645,11 @@ def cmd_collectives(args) -> int:
 def _texts_of(reports, skipped, mesh) -> Iterator[str]:
     """The text reports of several modules, in pieces, one blank line
     between them, and the modules skipped."""
+    from irshard.reporting.text import render_text_pieces
     for i, r in enumerate(reports):
         if i:
             yield "\n"
-        yield from r.render_text_pieces()
+        yield from render_text_pieces(r)
     if skipped:
         yield (f"\nskipped {len(skipped)} module"
                f"{'' if len(skipped) == 1 else 's'} that "

@@ -121,7 +121,7 @@ def _held_reports(value: Any, given: list) -> list:
 
 def _label(report) -> str:
     """`model.py:train_step  mesh fsdp=8 (8 cpu devices)`."""
-    from irshard.reporting.report import headline
+    from irshard.reporting.text import headline
     what, where = headline(report)[:2]
     return f"{os.path.basename(what)}  {where}"
 
@@ -129,7 +129,7 @@ def _label(report) -> str:
 def _hold(item, budgets: list[str], value: Any, given: list) -> None:
     from irshard.reporting import budget
     from irshard.core.errors import IrshardError
-    from irshard.reporting.report import render_text_lines
+    from irshard.reporting.text import render_text_lines
     reports = _held_reports(value, given)
     if not reports:
         pytest.fail(f"{MARKER}: the test gave no report to hold to its budgets; "
@@ -165,6 +165,7 @@ def _write(item, held: list) -> None:
         return
     from irshard.reporting import budget
     from irshard.core import files
+    from irshard.reporting.writer import render_json
     os.makedirs(folder, exist_ok=True)
     stem = re.sub(r"[^\w.-]+", "-", item.nodeid).strip("-")
     for i, (report, outcomes) in enumerate(held):
@@ -172,7 +173,7 @@ def _write(item, held: list) -> None:
             report = budget.recorded(report, outcomes)
         name = stem if len(held) == 1 else f"{stem}-{i + 1}"
         path = os.path.join(folder, name)
-        files.write(path + ".json", report.render_json())
+        files.write(path + ".json", render_json(report))
         to_html = getattr(report, "to_html", None)
         if to_html is not None:
             files.write(path + ".html", to_html())

@@ -16,12 +16,11 @@ from irshard.backend import shardy
 from irshard.core.errors import IRError, PassError
 from irshard.core.frames import Frame, UserCode
 from irshard.passes import ModulePass
-from irshard.reporting.report import Collective, CollectiveReport, axis_size, tensor_info
+from irshard.reporting.report import Collective, CollectiveReport, tensor_info
+from irshard.reporting.text import render_text
+from irshard.reporting.writer import render_json
 from irshard.core.specs import MeshSpec, ShardingSpec, dtype_from_mlir
 
-def _local_shape(shape, spec: ShardingSpec, mesh: MeshSpec) -> tuple[int, ...]:
-    return tuple(-(-n // math.prod(axis_size(a, mesh) for a in d.axes))
-                 for n, d in zip(shape, spec.dims))
 
 
 def _element_type(type_: ir.Type) -> tuple[str, int]:
@@ -120,9 +119,9 @@ def sdy_collectives(module: ir.Module, mesh: MeshSpec, mesh_name: str,
                 value = operation.results[0]
                 shape = shardy.tensor_shape(value.type) or ()
                 dtype, itemsize = _element_type(value.type)
-                local = _local_shape(shape, out_spec, mesh)
+                local = out_spec.local_shape(shape, mesh)
                 axes = shardy.collective_axes(operation, mesh)
-                group = math.prod(axis_size(a, mesh) for a in axes) if axes else 1
+                group = math.prod(mesh.axis_size(a) for a in axes) if axes else 1
                 nbytes = math.prod(local) * itemsize
                 source, attribution = _attribute(operation, resolver)
                 result.append(Collective(
@@ -193,6 +192,6 @@ class CollectivesPass(ModulePass):
             if not message.startswith(self.name):
                 message = f"{self.name}: {message}"
             raise PassError(message) from None
-        text = report.render_json() if self.format == "json" else report.render_text()
+        text = render_json(report) if self.format == "json" else render_text(report)
         sys.stderr.write(text)
         sys.stderr.flush()

@@ -49,7 +49,7 @@ class InlinePass(ModulePass):
         if self.default_pipeline.strip():
             from irshard import backend
             try:
-                backend._run_pipeline(module.operation,
+                backend.run_pipeline(module.operation,
                                       f"builtin.module({self.default_pipeline})")
             except Exception as e:
                 raise PassError(f"pass 'inline': its default pipeline "

@@ -11,7 +11,7 @@ from jaxlib.mlir import ir
 
 from irshard.backend import shardy
 from irshard.passes import ModulePass
-from irshard.reporting.report import table
+from irshard.reporting.text import table
 from irshard.core.syntax import split_top_level
 
 

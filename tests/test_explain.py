@@ -11,6 +11,7 @@ import pytest
 
 import irshard
 from irshard.collectives import explain
+from irshard.collectives import values
 from irshard.core.specs import parse_mesh
 from tests.conftest import EXAMPLES, run_irshard
 
@@ -199,7 +200,7 @@ def test_explain_is_deterministic():
 ])
 def test_fit_reads_the_sharding_from_the_shapes(spec, shape, local, expected):
     mesh = parse_mesh("x=4,y=2")
-    assert explain._fit(spec, shape, local, mesh) == expected
+    assert explain.fit(spec, shape, local, mesh) == expected
 
 
 def test_needed_removes_gathered_and_moves_split_axes():
@@ -226,7 +227,7 @@ def test_needed_removes_gathered_and_moves_split_axes():
     (None, None),
 ])
 def test_primitive_of_an_op_name(op_name, primitive):
-    assert explain._primitive(op_name) == primitive
+    assert values._primitive(op_name) == primitive
 
 
 # ---------------------------------------------------------------------------
@@ -288,15 +289,15 @@ def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
     made all the same, without origins, and says so."""
     import signal
 
-    from irshard import backend
-    run = backend._run_pipeline
+    from irshard.backend import lowering
+    run = lowering.run_pipeline
 
     def crashing(operation, pipeline):
         if "debug-sharding-origins" in pipeline:
             os.kill(os.getpid(), signal.SIGSEGV)
         run(operation, pipeline)
 
-    monkeypatch.setattr(backend, "_run_pipeline", crashing)
+    monkeypatch.setattr(lowering, "run_pipeline", crashing)
 
     def loss(w, x):
         return jnp.sum(x @ w)
@@ -311,7 +312,7 @@ def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
                                 "sharding came from; shardings are shown "
                                 "without their origins")
     # Without the crash, the same program's origins are there.
-    monkeypatch.setattr(backend, "_run_pipeline", run)
+    monkeypatch.setattr(lowering, "run_pipeline", run)
     report = irshard.compile(loss, *args, mesh="dp=4", shardings=("_,_", "dp,_"),
                              explain=True)
     assert report.collectives[0].why["origins"] == {"dp": {"kind": "input", "name": "x"}}
@@ -324,11 +325,12 @@ def test_a_child_that_fails_without_a_signal_hands_over_to_this_process(monkeypa
     from jaxlib.mlir import ir
 
     from irshard import backend
+    from irshard.backend import lowering
 
     def failing(operation, pipeline):
         raise RuntimeError("a diagnostic")
 
-    monkeypatch.setattr(backend, "_run_pipeline", failing)
+    monkeypatch.setattr(lowering, "run_pipeline", failing)
     with backend.ir_context():
         module = ir.Module.parse("func.func private @unused() { return }\n"
                                  "func.func @main() { return }")

@@ -322,12 +322,12 @@ def test_blocks_split_anywhere(monkeypatch):
 def test_the_json_written_in_pieces_is_the_whole(tmp_path, blocks):
     """A report's JSON is written collective by collective; it must be the
     JSON of the whole report, byte for byte."""
-    from irshard.reporting.report import dumps_json
+    from irshard.reporting.writer import dumps_json, render_json_pieces
     path = tmp_path / "m.hlo"
     path.write_text(_generate(blocks, True))
     report = dumps.report(dumps.FoundModule("m", str(path), "file"), str(path), None)
     assert len(report.collectives) == (9 if blocks else 0)
-    pieces = list(report.render_json_pieces())
+    pieces = list(render_json_pieces(report))
     assert len(pieces) > (9 if blocks else 2)
     assert "".join(pieces) == dumps_json(report.to_json()) + "\n"
 
@@ -375,7 +375,7 @@ def test_the_collectives_table_streamed_is_the_table():
     collectives alike) is `table()` of every row, including names that
     are all digits (right-aligned) and plain `Collective`s among packed
     ones."""
-    from irshard.reporting import report as rp
+    from irshard.reporting import text
     view = hloscan.ScannedModule.from_file(os.path.join(DATA, "dense_loop.hlo"))
     found = analysis.collectives(view, None, None)
     header = ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs",
@@ -383,11 +383,11 @@ def test_the_collectives_table_streamed_is_the_table():
     for shown in (found, found[:3] + [dataclasses.replace(found[3])],
                   [_renamed(c, str(10 ** i)) for i, c in
                    enumerate(found[:5])]):
-        rows = [rp._collective_cells(c, False) for c in shown]
+        rows = [text._collective_cells(c, False) for c in shown]
         for row, c in zip(rows, shown):
             row[1] = c.name
-        assert list(rp._collectives_table(header, shown, False)) == \
-            rp.table(header, rows)
+        assert list(text._collectives_table(header, shown, False)) == \
+            text.table(header, rows)
 
 
 def _renamed(c, name):

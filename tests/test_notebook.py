@@ -123,7 +123,7 @@ def test_compare_gives_a_diff_that_shows_itself(reports, tmp_path):
     assert d.totals()["b"]["count"] == len(b.collectives)
     # A report, its JSON form and its file compare the same.
     path = tmp_path / "a.json"
-    path.write_text(a.render_json())
+    path.write_text(a.to_json_text())
     for other in (a.to_json(), str(path)):
         assert irshard.compare(other, b).to_json()["changes"] == d.to_json()["changes"]
     assert irshard.compare(a, b).a.label == "test_notebook.py (layer) mesh fsdp=4"

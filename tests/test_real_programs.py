@@ -238,7 +238,7 @@ LM1B_RUN = ("run", LM1B, "--fn", "p_train_step", "--args", "args", *LM1B_SHARDS)
 def test_a_terminal_gets_folded_tables_and_no_layouts():
     """On a terminal, `run` leaves the layouts out and cuts tables longer
     than 20 rows; --full and a pipe get everything."""
-    from irshard.reporting.report import FOLDED_ROWS
+    from irshard.reporting.text import FOLDED_ROWS
     assert FOLDED_ROWS == 20
     text = on_a_terminal(*LM1B_RUN)
     assert "\nlayout\n" not in text

@@ -101,7 +101,7 @@ def _through_copies(view: HloModuleView, name: str,
     return inst
 
 
-def _tuple_index(inst: Instruction | None) -> int | None:
+def tuple_index(inst: Instruction | None) -> int | None:
     if inst is None or inst.opcode != "get-tuple-element":
         return None
     m = re.search(r"\d+", inst.attrs.get("index", ""))
@@ -134,9 +134,9 @@ def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
     direction = re.search(r"[A-Z]+", cond.attrs.get("direction", ""))
     direction = direction.group(0) if direction else ""
     lhs, rhs = (_through_copies(view, o, cond.computation) for o in cond.operands)
-    if _tuple_index(lhs) is None:
+    if tuple_index(lhs) is None:
         lhs, rhs, direction = rhs, lhs, _FLIP.get(direction, "")
-    index, limit = _tuple_index(lhs), _constant_value(rhs)
+    index, limit = tuple_index(lhs), _constant_value(rhs)
     if index is None or limit is None:
         return None
     init_tuple = view.get(loop.operands[0], loop.computation) \
@@ -157,7 +157,7 @@ def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
               for o in update.operands]
     step = next((_constant_value(v) for v in values
                  if _constant_value(v) is not None), None)
-    if step is None or not any(_tuple_index(v) == index for v in values):
+    if step is None or not any(tuple_index(v) == index for v in values):
         return None
     if update.opcode == "subtract":
         step = -step

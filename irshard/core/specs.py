@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 from irshard.core.errors import SpecError
 
@@ -186,6 +187,27 @@ class MeshSpec:
                 return axis.size
         raise KeyError(name)
 
+    def axis_size(self, name: str) -> int:
+        """A mesh axis's size; a sub-axis in Shardy's notation (`x:(1)2`)
+        is its own size, 2."""
+        if ":(" in name:
+            return int(name.rsplit(")", 1)[1])
+        return self.size_of(name)
+
+    def local_shape(self, shape: Sequence[int],
+                    entries: Sequence[str]) -> tuple[int, ...]:
+        """The per-device shape of a tensor of `shape` whose dimensions are
+        sharded as `entries` (`_`, `x`, `x+y`, sub-axes), rounded up as the
+        partitioner pads an uneven split."""
+        result = []
+        for dim, entry in zip(shape, entries):
+            div = 1
+            for part in entry.rstrip("?").split("+"):
+                if part and part != "_":
+                    div *= self.axis_size(part)
+            result.append(-(-dim // div))
+        return tuple(result)
+
     def coords(self, device: int) -> tuple[int, ...]:
         """Mesh coordinates of logical device `device` (row-major order)."""
         coords = []
@@ -318,12 +340,17 @@ class ShardingSpec:
 
     def shards(self, mesh: MeshSpec) -> tuple[int, ...]:
         """Number of shards along each dimension."""
-        return tuple(math.prod(mesh.size_of(a) for a in d.axes)
+        return tuple(math.prod(mesh.axis_size(a) for a in d.axes)
                      for d in self.dims)
 
-    def local_shape(self, shape: tuple[int, ...],
+    def entries(self) -> tuple[str, ...]:
+        """Each dimension as the report writes it: `_`, `x`, `x+y`."""
+        return tuple(str(d).rstrip("?") for d in self.dims)
+
+    def local_shape(self, shape: Sequence[int],
                     mesh: MeshSpec) -> tuple[int, ...]:
-        return tuple(n // s for n, s in zip(shape, self.shards(mesh)))
+        """The per-device shape, rounded up as the partitioner pads."""
+        return mesh.local_shape(shape, self.entries())
 
     def __str__(self) -> str:
         return ",".join(str(d) for d in self.dims)

@@ -59,7 +59,7 @@ def check_plan(mesh: MeshSpec, sizes: Sequence[int] | None,
     and `repeats` make a calibration that fits this host and ends."""
     import os
     from irshard.core.errors import UsageError
-    from irshard.reporting.report import human_bytes
+    from irshard.reporting.text import human_bytes
     if not any(a.size > 1 for a in mesh.axes):
         raise UsageError(f"--mesh {mesh}: calibration needs an axis of at "
                          f"least 2 devices")
@@ -250,7 +250,7 @@ def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
 
 
 def render_text(result: dict[str, Any]) -> str:
-    from irshard.reporting.report import human_bytes, human_time, table
+    from irshard.reporting.text import human_bytes, human_time, table
     host = result["links"]["host"]
     lines = [f"calibration on mesh {result['mesh']}", "",
              "measurements (one collective, launch overhead removed)"]

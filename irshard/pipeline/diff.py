@@ -136,7 +136,6 @@ def _pick(modules: list[dict[str, Any]], path: str, module: str | None
 
 def load(path: str, module: str | None = None, stage: str = "optimized") -> Side:
     """A report from a JSON report, an HLO file or an XLA dump directory."""
-    from irshard.core import files
     if not os.path.exists(path):
         raise UsageError(f"'{path}' does not exist; give a JSON report "
                          f"(irshard compile --format json -o FILE), an HLO "
@@ -238,7 +237,7 @@ class Diff:
 
     def regressions(self) -> list[str]:
         """What B does worse than A: more bytes per run, more time."""
-        from irshard.reporting.report import human_bytes, human_time
+        from irshard.reporting.text import human_bytes, human_time
         t = self.totals()
         a, b = t["a"], t["b"]
         found = []
@@ -264,7 +263,7 @@ class Diff:
                 "regressions": self.regressions()}
 
     def render_json(self) -> str:
-        from irshard.reporting.report import dumps_json
+        from irshard.reporting.writer import dumps_json
         return dumps_json(self.to_json()) + "\n"
 
     def to_html(self) -> str:
@@ -285,7 +284,7 @@ class Diff:
         return notebook.diff_markdown(self)
 
     def render_text(self) -> str:
-        from irshard.reporting.report import change_text, human_bytes, human_time, table
+        from irshard.reporting.text import change_text, human_bytes, human_time, table
         lines = [f"A: {self.a.label}", f"B: {self.b.label}", ""]
         changed = [c for c in self.changes if c.status != "same"]
         timed = any(c.a.time_s is not None or c.b.time_s is not None
@@ -338,7 +337,7 @@ def _signed(n: int) -> str:
 
 
 def _time(t: float | None) -> str:
-    from irshard.reporting.report import human_time
+    from irshard.reporting.text import human_time
     return "-" if t is None else human_time(t)
 
 

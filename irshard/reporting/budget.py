@@ -204,7 +204,7 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
     over collectives one line per source line (its collectives by kind and
     their bytes per run), for `memory` its parts, for `remat` each
     rematerialization. At most `limit` lines, then how many more."""
-    from irshard.reporting.report import human_bytes, human_time
+    from irshard.reporting.text import human_bytes, human_time
     q = outcome.budget.quantity
     if q == "memory":
         m = report.memory or {}
@@ -244,7 +244,7 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
 
 
 def _human(n: float) -> str:
-    from irshard.reporting.report import human_bytes
+    from irshard.reporting.text import human_bytes
     return human_bytes(int(n))
 
 

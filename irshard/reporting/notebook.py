@@ -106,14 +106,15 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
 
 def _headline(report) -> tuple[str, str]:
     """The program (its file's name, not its path) and the rest."""
-    from irshard.reporting.report import headline
+    from irshard.reporting.text import headline
     what, *rest = headline(report)
     path, colon, function = what.rpartition(":") if report.function else (what, "", "")
     return os.path.basename(path) + colon + function, "  ".join(rest)
 
 
 def _report_facts(report) -> list[tuple[str, str]]:
-    from irshard.reporting.report import human_bytes, human_time, memory_in_use
+    from irshard.reporting.report import memory_in_use
+    from irshard.reporting.text import human_bytes, human_time
     totals = report.totals()
     kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
     at_least = "at least " if totals.get("unknown_executions") else ""
@@ -143,7 +144,8 @@ def _report_facts(report) -> list[tuple[str, str]]:
 def _heaviest(report) -> tuple[list[list[str]], int]:
     """The summary's rows: the collectives that move the most bytes per
     run (program order breaks ties), and how many are left out."""
-    from irshard.reporting.report import format_shape, human_bytes
+    from irshard.core.specs import format_shape
+    from irshard.reporting.text import human_bytes
     order = sorted(range(len(report.collectives)),
                    key=lambda i: -report.collectives[i].bytes
                    * report.collectives[i].executions)
@@ -208,7 +210,7 @@ def report_text(report) -> str:
 
 
 def _diff_facts(diff) -> list[tuple[str, str]]:
-    from irshard.reporting.report import change_text, human_bytes, human_time
+    from irshard.reporting.text import change_text, human_bytes, human_time
     t = diff.totals()
     a, b = t["a"], t["b"]
     facts = [("collectives", f"{a['count']} -> {b['count']}"),
@@ -230,7 +232,7 @@ _DIFF_HEADER = ["change", "kind", "count", "bytes per run", "delta", "source"]
 
 
 def _diff_rows(diff) -> tuple[list[list[str]], int]:
-    from irshard.reporting.report import human_bytes
+    from irshard.reporting.text import human_bytes
     changed = [c for c in diff.changes if c.status != "same"]
     rows = []
     for c in changed[:ROWS]:

@@ -29,7 +29,9 @@ from irshard.pipeline import check, show
 from irshard.loading import data
 from irshard.core import files, tree
 from irshard.core.errors import InputError, UsageError
-from irshard.reporting.report import TensorInfo, dumps_json, render_text_lines, table
+from irshard.reporting.report import TensorInfo
+from irshard.reporting.writer import dumps_json
+from irshard.reporting.text import render_text_lines, table
 from irshard.core.specs import TensorType, format_shape
 from irshard.pipeline.stages import Optimized, StableHLO, TensorDecl
 
@@ -179,7 +181,7 @@ class RunResult:
     def render_text_lines(self, fold: bool = False) -> list[str]:
         """The run's tables; `fold` (a terminal's text) cuts long tables and
         leaves the layouts out."""
-        from irshard.reporting.report import FOLDED_ROWS, fold_note
+        from irshard.reporting.text import FOLDED_ROWS, fold_note
         limit = FOLDED_ROWS if fold else None
         lines = ["", f"run: seed {self.seed}, {self.processes} "
                  f"process{'es' if self.processes > 1 else ''}", "", "inputs"]

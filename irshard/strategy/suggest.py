@@ -274,7 +274,7 @@ def _reader(needed: dict[str, Any]) -> str:
 
 def _op_name(primitive: str) -> str:
     """The StableHLO op a JAX primitive lowers to (`reduce_sum` -> reduce)."""
-    from irshard.collectives.explain import PRIMITIVE_OPS
+    from irshard.collectives.values import PRIMITIVE_OPS
     return PRIMITIVE_OPS.get(primitive, (primitive,))[0]
 
 
@@ -445,11 +445,11 @@ class Suggestions:
                 "rejected": rejected}
 
     def render_json(self) -> str:
-        from irshard.reporting.report import dumps_json
+        from irshard.reporting.writer import dumps_json
         return dumps_json(self.to_json()) + "\n"
 
     def render_text(self) -> str:
-        from irshard.reporting.report import human_bytes, human_time
+        from irshard.reporting.text import human_bytes, human_time
         base = _summary(self.baseline)
         time = f", {human_time(base['time_s'])}" if "time_s" in base else ""
         memory = f", memory {human_bytes(base['memory_bytes'])}" \

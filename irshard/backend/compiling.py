@@ -1,0 +1,233 @@
+"""XLA compilation: compile options and dump flags, the executable and its
+shardings, the partitioner's dump read back, HLO modules from text or a
+serialized proto, schedules and opcodes.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+from irshard.core import syntax
+from irshard.core.errors import BackendError
+from irshard.backend.devices import _Progress, cost_analysis, first_line, message, quiet_native_stderr
+
+
+# ---------------------------------------------------------------------------
+# XLA compilation
+
+
+def _compile_options(module, num_partitions: int, device_ids: Sequence[int],
+                     overrides: dict[str, str] | None,
+                     propagate_to_parameters: Sequence[bool],
+                     propagate_to_outputs: Sequence[bool]):
+    """Compile options as `jax.jit` makes them for the same program."""
+    import numpy as np
+    from jax._src import compiler
+    options = compiler.get_compile_options(
+        num_replicas=1, num_partitions=num_partitions,
+        device_assignment=np.array([list(device_ids)], dtype=np.int64),
+        env_options_overrides=overrides,
+        detailed_logging=compiler.use_detailed_logging(module))
+    build = options.executable_build_options
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = True
+    build.allow_spmd_sharding_propagation_to_parameters = list(
+        propagate_to_parameters)
+    build.allow_spmd_sharding_propagation_to_output = list(propagate_to_outputs)
+    return options
+
+
+@dataclass
+class CompiledExecutable:
+    """A loaded executable and what XLA printed of it."""
+
+    executable: Any
+    devices: tuple[Any, ...]
+    partitioned_text: str | None     # HLO after SPMD partitioning, if asked
+    # Host callbacks the executable calls; they must live as long as it.
+    callbacks: Any = None
+    log: str = ""                    # what XLA wrote to stderr while compiling
+
+    def hlo_modules(self) -> list[Any]:
+        return list(self.executable.hlo_modules())
+
+    def memory_stats(self) -> dict[str, int]:
+        stats = self.executable.get_compiled_memory_stats()
+        return {
+            "argument_bytes": int(stats.argument_size_in_bytes),
+            "output_bytes": int(stats.output_size_in_bytes),
+            "alias_bytes": int(stats.alias_size_in_bytes),
+            "temp_bytes": int(stats.temp_size_in_bytes),
+        }
+
+    def cost(self) -> dict[str, float]:
+        """XLA's cost analysis: flops, bytes accessed."""
+        return cost_analysis(self.executable)
+
+    def parameter_shardings(self, count: int) -> list[Any]:
+        """XLA's sharding of each of the `count` parameters."""
+        return _shardings(self.executable.get_parameter_shardings(), count)
+
+    def output_shardings(self, count: int) -> list[Any]:
+        return _shardings(self.executable.get_output_shardings(), count)
+
+
+def _shardings(protos, count: int) -> list[Any]:
+    # A single-device executable reports no shardings: all are replicated.
+    from jaxlib import _hlo
+    if protos is None:
+        return [_hlo.HloSharding.replicate() for _ in range(count)]
+    return [_hlo_sharding(s) for s in protos]
+
+
+def _hlo_sharding(op_sharding):
+    from jaxlib import _hlo
+    return _hlo.HloSharding.from_proto(op_sharding)
+
+
+def hlo_sharding_from_text(text: str):
+    """XLA's sharding of printed text: IRError for a malformed device list
+    (XLA would abort), RuntimeError for what XLA's parser rejects."""
+    from jaxlib import _hlo
+    problem = syntax.device_list_problem(text)
+    if problem:
+        from irshard.core.errors import IRError
+        raise IRError(f"malformed sharding {text}: {problem}")
+    return _hlo.HloSharding.from_string(text)
+
+
+def compile_module(module, mesh_devices: Sequence[Any],
+                   propagate_to_parameters: Sequence[bool],
+                   propagate_to_outputs: Sequence[bool],
+                   capture_partitioned: bool = False,
+                   callbacks: tuple[tuple[Any, ...], Any] = ((), None),
+                   ) -> CompiledExecutable:
+    """Compiles a StableHLO module annotated with Shardy shardings for the
+    devices of the mesh (logical device i runs on `mesh_devices[i]`).
+
+    `propagate_to_parameters[i]` lets XLA refine argument i's sharding (its
+    sharding has open dimensions); `propagate_to_outputs[i]` lets it choose
+    result i's (no sharding was given for it). `callbacks` are the host
+    callbacks the lowering registered and what keeps them alive.
+
+    With `capture_partitioned`, XLA dumps the module right after SPMD
+    partitioning into a temporary directory, read and then removed whatever
+    happens (an interrupt included). The compile itself runs where Ctrl-C
+    still reaches the command (`interrupts.call`).
+    """
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client as xc
+
+    from irshard.core import interrupts
+    client = getattr(mesh_devices[0], "client", None) or \
+        xla_bridge.get_backend(mesh_devices[0].platform)
+    from jax._src.lib import _jax as jaxlib_core
+    compile_only = isinstance(client, jaxlib_core.CompileOnlyPyClient)
+    device_list = xc.DeviceList(tuple(mesh_devices))
+    host_callbacks, keepalive = callbacks
+    dump_dir = interrupts.temp_dir() if capture_partitioned else None
+    try:
+        overrides = None
+        if dump_dir:
+            overrides = {
+                "xla_dump_to": dump_dir,
+                "xla_dump_hlo_pass_re": "spmd-partitioning",
+            }
+        options = _compile_options(module, len(mesh_devices),
+                                   [d.id for d in mesh_devices], overrides,
+                                   propagate_to_parameters, propagate_to_outputs)
+        extra = {"host_callbacks": list(host_callbacks)} if host_callbacks else {}
+        # A described slice (no devices here) compiles, but cannot load.
+        compile_fn = client.compile if compile_only else client.compile_and_load
+        try:
+            # What XLA warns about while compiling is captured (findings).
+            with quiet_native_stderr() as logged:
+                executable = interrupts.call(
+                    compile_fn, module, device_list, options, **extra,
+                    progress=_Progress(logged.terminal,
+                                       f"compiling with XLA for "
+                                       f"{len(mesh_devices)} devices"))
+        except Exception as e:  # XlaRuntimeError and friends
+            raise BackendError(f"XLA failed to compile the module: "
+                               f"{message(e)}") from None
+        partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
+                       if dump_dir else None)
+    finally:
+        if dump_dir:
+            interrupts.remove(dump_dir)
+    return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
+                              (host_callbacks, keepalive), logged.text)
+
+
+def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
+    # After `spmd-partitioning` (`tpu-spmd-partitioning` in libtpu).
+    files = sorted(f for f in glob.glob(os.path.join(dump_dir, "*.txt"))
+                   if re.search(r"\.after_(tpu-)?spmd-partitioning\.",
+                                os.path.basename(f)))
+    if not files and num_devices == 1:
+        # One device: XLA runs no partitioner, and the per-device program is
+        # the module as XLA received it.
+        files = sorted(glob.glob(os.path.join(
+            dump_dir, "*before_optimizations.txt")))
+    if not files:
+        raise BackendError("XLA wrote no dump after spmd-partitioning; this "
+                           "jaxlib may name its passes differently")
+    with open(files[0], encoding="utf-8") as f:
+        return f.read()
+
+
+def hlo_module_from_text(text: str):
+    """Parses HLO text with XLA's own parser (raises ValueError)."""
+    from jaxlib import _hlo
+    problem = syntax.device_list_problem(text)
+    if problem:
+        raise ValueError(f"malformed device list {problem}")
+    problem = syntax.parameter_problem(text)
+    if problem:
+        raise ValueError(problem)
+    try:
+        return _hlo.hlo_module_from_text(text)
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+
+
+def hlo_module_from_proto(data: bytes):
+    """Parses a serialized HloModuleProto (raises ValueError)."""
+    from jaxlib import _hlo
+    try:
+        return _hlo.HloModule.from_serialized_hlo_module_proto(data)
+    except Exception as e:
+        raise ValueError(first_line(e)) from None
+
+
+def hlo_schedule(module) -> Any:
+    """The module's instruction schedule, or None when it is not scheduled."""
+    try:
+        return module.schedule()
+    except Exception:
+        return None
+
+
+def scheduled_sequence(schedule, computation) -> list[Any] | None:
+    """The instructions of `computation` in scheduled order, or None when
+    the schedule has no sequence for it (fused and applied computations)."""
+    if schedule is None:
+        return None
+    try:
+        return list(schedule.sequence(computation))
+    except Exception:
+        return None
+
+
+def hlo_opcode(name: str) -> Any:
+    """XLA's opcode enum member `name`, e.g. `kAsyncStart`."""
+    from jaxlib import _hlo
+    return getattr(_hlo.HloOpcode, name)
+
+
+def hlo_opcode_names() -> dict[Any, str]:
+    from jaxlib import _hlo
+    return {value: name for name, value in _hlo.HloOpcode.__members__.items()}

@@ -1,0 +1,412 @@
+"""From a function to MLIR: the MLIR context with Shardy's passes, lowering
+with `jax.jit`, pytree leaves (arrays, abstract arrays, typed PRNG keys,
+refs), gradients, and running registered MLIR passes (isolated in a child
+process where a pass may abort).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+from irshard.core.errors import SpecError
+from irshard.backend.devices import _jax, partition_spec
+
+
+# ---------------------------------------------------------------------------
+# MLIR
+
+
+def ir_context():
+    """An MLIR context with the StableHLO, CHLO and Shardy dialects loaded and
+    Shardy's passes registered (as JAX makes it for its own lowering)."""
+    from jax._src.interpreters import mlir as jax_mlir
+    return jax_mlir.make_ir_context()
+
+
+@dataclass(frozen=True)
+class LoweredFunction:
+    """The StableHLO module of a traced function, and its flattened outputs."""
+
+    module: Any                           # jaxlib.mlir.ir.Module
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[str, ...]           # NumPy dtype names
+    out_names: tuple[tuple[Any, ...], ...]   # each output's key path
+    # Python callbacks the program calls (jax.debug.print, pure_callback):
+    # the executable must be compiled with them and keep them alive.
+    callbacks: tuple[tuple[Any, ...], Any] = ((), None)
+    out_tree: Any = None                  # the outputs' pytree structure
+
+
+class BadOutput(TypeError):
+    """The traced function returned something that is not an array."""
+
+
+def array_outputs(outputs, refs: Sequence[Any] = ()) -> tuple[Any, list[str]]:
+    """`outputs` with every leaf that is not an array or number replaced by
+    None (passed through as static, as `eqx.filter_jit` does), and those
+    leaves' names. Outputs with no array at all (and no `refs` written)
+    are refused: JAX's own error about a string output names no line of the
+    user's."""
+    import numpy as np
+    jax = _jax()
+    from irshard.core import tree
+    flat, treedef = jax.tree_util.tree_flatten_with_path(outputs)
+    arrays = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+    kept = [leaf if isinstance(leaf, arrays) else None for _, leaf in flat]
+    static = [(path, leaf) for (path, leaf), k in zip(flat, kept) if k is None]
+    if not static:
+        return outputs, []
+    if len(static) == len(flat) and not refs:
+        path, leaf = static[0]
+        where = f" (output {tree.output_path(path)})" if path else ""
+        raise BadOutput(f"it returns a {type(leaf).__name__}{where} and no "
+                        f"array; irshard compiles functions that return "
+                        f"arrays (or pytrees of arrays)")
+    return (jax.tree_util.tree_unflatten(treedef, kept),
+            [f"{tree.output_path(path)} ({type(leaf).__name__})"
+             for path, leaf in static])
+
+
+def is_ref(x) -> bool:
+    """A `jax.Ref` (a mutable array)."""
+    ref = getattr(_jax(), "Ref", None)
+    return ref is not None and isinstance(x, ref)
+
+
+def new_ref(value):
+    return _jax().new_ref(value)
+
+
+def ref_value(ref):
+    """The array a `jax.Ref` holds (inside a trace: its current value)."""
+    return ref[...]
+
+
+def jit_options(fn: Callable[..., Any]) -> dict[str, tuple[Any, ...]]:
+    """What a `jax.jit`-wrapped function was told about its arguments:
+    `static_argnums`, `static_argnames`, `donate_argnums`,
+    `donate_argnames` (empty for any other callable)."""
+    info = getattr(fn, "_jit_info", None)
+    return {name: tuple(getattr(info, name, None) or ())
+            for name in ("static_argnums", "static_argnames",
+                         "donate_argnums", "donate_argnames")}
+
+
+def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
+          dtypes: Sequence[str], mesh,
+          weak: Sequence[bool] | None = None,
+          shardings: Sequence[Sequence[Sequence[str]]] | None = None,
+          donated: Sequence[int] = (),
+          ) -> LoweredFunction:
+    """Traces `fn` on abstract inputs and lowers it to StableHLO.
+
+    The mesh is set as JAX's context mesh while tracing, so the function may
+    use `with_sharding_constraint(x, P(...))` or `shard_map` without naming a
+    mesh. On a mesh of Auto axes the inputs carry no sharding (the annotate
+    pass attaches it); with Explicit axes each input is traced with its
+    sharding (`shardings[i]`: each dimension's axes; given only then) in its
+    type, as
+    `jax.jit` sees a sharded array, so `reshard` and sharding-in-types rules
+    apply. Unused inputs are kept (`jax.jit` drops them by default), so
+    argument i of the module is always input i. Inputs `donated` are
+    donated (`donate_argnums`): XLA may reuse their buffers for outputs.
+    """
+    jax = _jax()
+    weak = weak or [False] * len(shapes)
+    placed = [jax.sharding.NamedSharding(mesh, partition_spec(entries))
+              for entries in shardings] if shardings is not None \
+        else [None] * len(shapes)
+    avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
+             for s, d, w, p in zip(shapes, dtypes, weak, placed)]
+    with jax.set_mesh(mesh):
+        lowered = jax.jit(fn, keep_unused=True,
+                          donate_argnums=tuple(donated)).lower(*avals)
+        module = lowered.compiler_ir("stablehlo")
+    leaves = jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]
+    return LoweredFunction(
+        module=module,
+        out_shapes=tuple(tuple(leaf.shape) for _, leaf in leaves),
+        out_dtypes=tuple(str(leaf.dtype) for _, leaf in leaves),
+        out_names=tuple(tuple(path) for path, _ in leaves),
+        callbacks=_host_callbacks(lowered),
+        out_tree=jax.tree_util.tree_structure(lowered.out_info))
+
+
+def _host_callbacks(lowered) -> tuple[tuple[Any, ...], Any]:
+    """The callbacks a lowering registered, and what keeps them alive."""
+    lowering = getattr(lowered, "_lowering", None)
+    compile_args = getattr(lowering, "compile_args", None) or {}
+    return (tuple(compile_args.get("host_callbacks", ()) or ()),
+            compile_args.get("keepalive"))
+
+
+# ---------------------------------------------------------------------------
+# Pytree leaves: arrays, abstract arrays, scalars, typed PRNG keys
+
+
+def describe_leaf(x) -> tuple | None:
+    """(shape, dtype name, key dtype name, key implementation, weak type,
+    sharding) of an array-like leaf, as `jax.jit` would see it (dtypes
+    canonical: 64-bit only with jax_enable_x64); None for anything else.
+    A typed PRNG key is described by its key data (u32[..., 2])."""
+    import numpy as np
+    jax = _jax()
+    sharding, weak = None, False
+    if isinstance(x, jax.ShapeDtypeStruct):
+        shape, dtype, weak = x.shape, x.dtype, x.weak_type
+        # A bare PartitionSpec stands for the context mesh, which is --mesh
+        # here; reading `.sharding` would look for a `jax.set_mesh` context.
+        sharding = getattr(x, "_sharding", None)
+        if not isinstance(sharding, jax.sharding.PartitionSpec):
+            sharding = x.sharding
+    elif isinstance(x, jax.Array):
+        shape, dtype, sharding = x.shape, x.dtype, x.sharding
+        weak = bool(getattr(x, "weak_type", False))
+    elif isinstance(x, (np.ndarray, np.generic)):
+        shape, dtype = x.shape, x.dtype
+    elif isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
+        shape, weak = (), True
+        dtype = jax.numpy.asarray(x).dtype
+    else:
+        return None
+    if not isinstance(sharding, (jax.sharding.NamedSharding,
+                                 jax.sharding.PartitionSpec)):
+        sharding = None
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data,
+                              jax.ShapeDtypeStruct(shape, dtype))
+        return (tuple(data.shape), str(data.dtype), str(dtype),
+                dtype._impl.name, False, sharding)
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    return tuple(shape), str(np.dtype(dtype)), None, None, weak, sharding
+
+
+def is_sharding(x) -> bool:
+    """A `PartitionSpec` or `NamedSharding`."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    return isinstance(x, (NamedSharding, PartitionSpec))
+
+
+def is_abstract(x) -> bool:
+    return isinstance(x, _jax().ShapeDtypeStruct)
+
+
+def key_data(key):
+    """A typed PRNG key array's key data."""
+    return _jax().random.key_data(key)
+
+
+def wrap_key(data, impl: str):
+    """A typed PRNG key array from its key data."""
+    return _jax().random.wrap_key_data(data, impl=impl)
+
+
+def key_data_outputs(outputs) -> tuple[Any, list[str | None]]:
+    """`outputs` with every typed PRNG key replaced by its key data, and for
+    each output leaf its key dtype's name (None for other arrays)."""
+    jax = _jax()
+    keys: list[str | None] = []
+
+    def unwrap(x):
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            keys.append(str(dtype))
+            return jax.random.key_data(x)
+        keys.append(None)
+        return x
+
+    return jax.tree_util.tree_map(unwrap, outputs), keys
+
+
+def partition_entries(value, mesh_axes: dict[str, int], what: str):
+    """[(axes, open), ...] of a PartitionSpec or NamedSharding; None for
+    anything else. A NamedSharding's mesh must have the program's axes, each
+    of the size `mesh_axes` gives it."""
+    jax = _jax()
+    from jax.sharding import NamedSharding, PartitionSpec
+    if isinstance(value, NamedSharding):
+        sizes = dict(value.mesh.shape)
+        names = tuple(value.mesh.axis_names)
+        mesh_names = list(mesh_axes)
+        if not set(names) <= set(mesh_names):
+            raise SpecError(f"{what}: its sharding's mesh has axes "
+                            f"{', '.join(names)}, but --mesh has "
+                            f"{', '.join(mesh_names)}")
+        differ = [n for n in names if sizes[n] != mesh_axes[n]]
+        if differ:
+            raise SpecError(
+                f"{what}: its sharding's mesh has "
+                + ", ".join(f"{n}={sizes[n]}" for n in differ)
+                + ", but --mesh has "
+                + ", ".join(f"{n}={mesh_axes[n]}" for n in differ)
+                + "; make them agree")
+        value = value.spec
+    if not isinstance(value, PartitionSpec):
+        return None
+    entries = []
+    for entry in value:
+        if entry is None:
+            entries.append(((), False))
+        elif entry is PartitionSpec.UNCONSTRAINED:
+            entries.append(((), True))
+        elif isinstance(entry, str):
+            entries.append(((entry,), False))
+        else:
+            entries.append((tuple(entry), False))
+    del jax
+    return entries
+
+
+def enable_x64() -> None:
+    """64-bit types for the rest of the process (jax_enable_x64): without it
+    JAX silently makes i64/f64 values 32-bit."""
+    _jax().config.update("jax_enable_x64", True)
+
+
+def gradient(fn: Callable[..., Any], argnums: Sequence[int]) -> Callable[..., Any]:
+    """The reverse-mode gradient of scalar-valued `fn` w.r.t. `argnums`."""
+    jax = _jax()
+    grad_fn = jax.grad(fn, argnums=tuple(argnums))
+    grad_fn.__name__ = f"grad_{getattr(fn, '__name__', 'fn')}"
+    return grad_fn
+
+
+class PassFailure(Exception):
+    """A registered pass failed; `describe` gives MLIR's first diagnostic."""
+
+    def __init__(self, error):
+        super().__init__(getattr(error, "message", str(error)))
+        self.error = error
+        from irshard.backend import shardy
+        found = shardy.file_locations(error.error_diagnostics[0].location) \
+            if getattr(error, "error_diagnostics", None) else []
+        self.file = found[0][0] if found else ""
+
+    def describe(self, source: str | None = None, first_line: int = 1) -> str:
+        from irshard.backend import shardy
+        return shardy.diagnostic_text(self.error, source, first_line)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def run_registered_passes(module, pipeline: str) -> None:
+    """Runs a pipeline of passes registered with MLIR (Shardy's, upstream's)
+    over `module` (a module or its operation) in place. `pipeline` is MLIR's
+    textual form, anchored on the module, e.g.
+    `builtin.module(sdy-propagation-pipeline)`."""
+    from jaxlib.mlir import ir, passmanager
+
+    from irshard.core import interrupts
+    operation = getattr(module, "operation", module)
+    with operation.context:
+        pm = passmanager.PassManager.parse(pipeline)
+        try:
+            interrupts.call(pm.run, operation)
+        except ir.MLIRError as e:
+            raise PassFailure(e) from None
+
+
+def run_registered_passes_isolated(module, pipeline: str,
+                                   diagnostics: list | None = None,
+                                   record: Callable[[Any], Any] | None = None
+                                   ) -> tuple[Any, str | None]:
+    """`run_registered_passes` in a forked child, so that a native crash in
+    a pass (a Shardy debug option on IR it does not expect) cannot take this
+    process down. Returns `(operation, None)` with the child's result, or
+    `(None, why)` when the child died of a signal (`why` names it). A pass
+    that fails with a diagnostic is run again here, so its `PassFailure`
+    is raised as usual. The diagnostics of a child that succeeds (warnings,
+    remarks), each as `record` makes it (picklable), are added to
+    `diagnostics`. Where `fork` is missing, the passes run in-process."""
+    import pickle
+    import faulthandler
+    import signal as signals
+    import warnings
+
+    from jaxlib.mlir import ir
+
+    from irshard.core import interrupts
+    operation = getattr(module, "operation", module)
+    if not hasattr(os, "fork"):
+        run_registered_passes(operation, pipeline)
+        return operation, None
+    where = interrupts.temp_dir("irshard-passes-")
+    result = os.path.join(where, "module.mlirbc")
+    try:
+        with warnings.catch_warnings():
+            # Python warns that a forked child of a threaded process may
+            # deadlock; the child only runs MLIR passes, on its context with
+            # multithreading turned off, and writes one file.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)   # JAX's own
+            pid = os.fork()
+        if pid == 0:                            # the child
+            status = 1
+            try:
+                # A crash is reported by the parent, in its own words.
+                faulthandler.disable()
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                said: list = []
+
+                def keep(info) -> bool:
+                    said.append(record(info))
+                    return False                # the others see it too
+
+                with operation.context:
+                    # The parent's thread pool has no threads here.
+                    operation.context.enable_multithreading(False)
+                    if record is not None:
+                        operation.context.attach_diagnostic_handler(keep)
+                    run_pipeline(operation, pipeline)
+                    with open(result, "wb") as f:
+                        operation.write_bytecode(f)
+                with open(result + ".said", "wb") as f:
+                    pickle.dump(said, f)
+                status = 0
+            finally:
+                os._exit(status)
+        try:
+            _, status = interrupts.call(os.waitpid, pid, 0)
+        except BaseException:
+            os.kill(pid, signals.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            try:
+                name = signals.Signals(number).name
+            except ValueError:
+                name = f"signal {number}"
+            return None, name
+        if os.WEXITSTATUS(status) != 0:
+            run_registered_passes(operation, pipeline)   # raises its failure
+            return operation, None
+        with open(result, "rb") as f:
+            data = f.read()
+        if diagnostics is not None:
+            with open(result + ".said", "rb") as f:
+                diagnostics += pickle.load(f)
+        with operation.context:
+            # A clone owns itself; the parsed module's operation would go
+            # with the module.
+            return ir.Module.parse(data).operation.clone(), None
+    finally:
+        interrupts.remove(where)
+
+
+def run_pipeline(operation, pipeline: str) -> None:
+    """Runs a textual pipeline on `operation` (in its context, from any
+    thread)."""
+    from jaxlib.mlir import passmanager
+    passmanager.PassManager.parse(pipeline, context=operation.context).run(operation)
+
+
+def parse_pipeline(pipeline: str, context) -> Any:
+    """Parses a textual pipeline with MLIR's own parser (raises ValueError)."""
+    from jaxlib.mlir import passmanager
+    with context:
+        return passmanager.PassManager.parse(pipeline)

@@ -1,0 +1,319 @@
+"""The report as text: units, tables (folded on a terminal), the headline,
+the collectives by source line, memory and the verdict, notes.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from irshard.core.specs import format_shape
+from irshard.reporting.report import Collective, CollectiveReport, TensorInfo, memory_in_use, report_notes
+
+
+def human_time(seconds: float) -> str:
+    """`812 ns`, `12.3 us`, `1.23 ms`, `4.56 s`."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns" if seconds else "0 s"
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024 or unit == "EiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def change_text(a: float, b: float, fmt) -> str:
+    """`+2.0 MiB (+49.6%)`: from `a` to `b`, each shown by `fmt`."""
+    if a == b:
+        return "="
+    sign = "+" if b > a else "-"
+    text = f"{sign}{fmt(abs(b - a))}"
+    if a:
+        text += f" ({sign}{abs(b - a) / a * 100:.3g}%)"
+    return text
+
+
+def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    """Left-aligned columns; numeric columns (all digits) right-aligned."""
+    if not rows:
+        return []
+    widths = [max(len(str(r[i])) for r in [header] + rows)
+              for i in range(len(header))]
+    numeric = [all(str(r[i]).replace(",", "").isdigit() for r in rows)
+               for i in range(len(header))]
+
+    def fmt(row):
+        cells = [str(c).rjust(w) if num else str(c).ljust(w)
+                 for c, w, num in zip(row, widths, numeric)]
+        return (indent + "  ".join(cells)).rstrip()
+
+    return [fmt(header)] + [fmt(r) for r in rows]
+
+
+def _collective_cells(c: Collective, timed: bool) -> list[str]:
+    """A collectives table row; its name cell (the one cell no two rows
+    share) is left empty."""
+    axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
+    runs = str(c.executions) if c.executions_known else "?"
+    kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
+    shape = format_shape(c.dtype, c.shape) + ("*" if c.backend_dtype else "")
+    source = str(c.source) if c.source else "-"
+    if c.attribution == "inferred":
+        source += " [inferred]"
+    row = [kind, "", shape, str(c.bytes), str(c.wire_bytes), axes,
+           str(c.group_size), runs]
+    if timed:
+        row += [c.link or "?",
+                human_time(c.time_s) if c.time_s is not None else "?"]
+    return row + [source]
+
+
+def _collectives_table(header: list[str], shown: Sequence[Collective],
+                       timed: bool, indent: str = "  ") -> Iterator[str]:
+    """`table(header, rows)` of the collectives, line by line: the cells
+    other than the name are made once for collectives alike (a
+    `PackedCollective`'s shared fields), and the table twice walked (its
+    widths, then its lines) rather than held."""
+    cells: dict[int, list[str]] = {}
+
+    def cells_of(c: Collective) -> list[str]:
+        # By the shared fields, else by the collective: both live as long
+        # as the report, so their identities are not reused meanwhile.
+        key = id(getattr(c, "_shared", c))
+        found = cells.get(key)
+        if found is None:
+            found = cells[key] = _collective_cells(c, timed)
+        return found
+
+    if not shown:
+        return
+    rest: dict[int, list[str]] = {}        # each distinct row, by identity
+    name_width, name_numeric = len(header[1]), True
+    for c in shown:
+        row = cells_of(c)
+        rest[id(row)] = row
+        name = c.name
+        if len(name) > name_width:
+            name_width = len(name)
+        if name_numeric and not name.replace(",", "").isdigit():
+            name_numeric = False
+    distinct = list(rest.values())
+    widths = [max(len(cell) for cell in [header[i]] + [r[i] for r in distinct])
+              for i in range(len(header))]
+    widths[1] = name_width
+    numeric = [all(r[i].replace(",", "").isdigit() for r in distinct)
+               for i in range(len(header))]
+    numeric[1] = name_numeric
+
+    def cell(text: str, i: int) -> str:
+        return text.rjust(widths[i]) if numeric[i] else text.ljust(widths[i])
+
+    yield (indent + "  ".join(cell(h, i) for i, h in enumerate(header))).rstrip()
+    # Each distinct row's cells before and after the name, padded once.
+    around: dict[int, tuple[str, str]] = {}
+    for c in shown:
+        row = cells_of(c)
+        sides = around.get(id(row))
+        if sides is None:
+            sides = around[id(row)] = (
+                indent + cell(row[0], 0) + "  ",
+                "".join("  " + cell(row[i], i) for i in range(2, len(row))))
+        yield (sides[0] + cell(c.name, 1) + sides[1]).rstrip()
+
+
+def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list[str]]:
+    rows = []
+    for t in tensors:
+        row = [str(t.index)] if with_index else []
+        row += [t.name + (" (donated)" if t.donated else ""),
+                format_shape(t.dtype, t.shape), t.sharding_label,
+                format_shape(t.dtype, t.local_shape)]
+        rows.append(row)
+    return rows
+
+
+# How many rows a folded table shows (`fold`: the text a terminal gets).
+FOLDED_ROWS = 20
+
+
+def fold_note(shown: int, total: int, what: str) -> list[str]:
+    """The line under a folded table."""
+    if shown >= total:
+        return []
+    return [f"  ... {total - shown} more {what} (--full lists every one)"]
+
+
+def _by_source_lines(collectives: Sequence[Collective],
+                     limit: int) -> list[str]:
+    """A folded table's collectives summed by the source line that caused
+    them, the heaviest lines first."""
+    groups: dict[str, list[Collective]] = {}
+    for c in collectives:
+        groups.setdefault(str(c.source) if c.source else "-", []).append(c)
+    heaviest = sorted(groups.items(), key=lambda item: (
+        -sum(c.bytes * c.executions for c in item[1]), item[0]))
+    rows = []
+    for source, group in heaviest[:limit]:
+        counts: dict[str, int] = {}
+        for c in group:
+            counts[c.kind] = counts.get(c.kind, 0) + 1
+        rows.append([source, str(len(group)),
+                     ", ".join(k if len(counts) == 1 else f"{n} {k}"
+                               for k, n in sorted(counts.items())),
+                     str(sum(c.bytes * c.executions for c in group))])
+    title = f"by source line ({len(groups)} lines"
+    title += f", the {limit} that move the most bytes per run)" \
+        if len(groups) > limit else ")"
+    return (["", title]
+            + table(["source", "collectives", "kinds", "bytes per run"], rows)
+            + fold_note(len(rows), len(groups), "source lines"))
+
+
+def render_text_lines(report: CollectiveReport, tensors: bool = True,
+                      fold: bool = False) -> list[str]:
+    return list(text_lines(report, tensors, fold))
+
+
+def headline(report: CollectiveReport) -> list[str]:
+    """What the report is about, in parts: the program, its mesh, the
+    target (where not the CPU), the stage, the module."""
+    what = report.source + (f":{report.function}" if report.function else "")
+    if report.mesh:
+        devices = " ".join(filter(None, [str(report.mesh.num_devices),
+                                         report.platform, "devices"]))
+        types = report.mesh.types_text()
+        where = f"mesh {report.mesh}{f' {types}' if types else ''} ({devices})"
+    else:
+        where = "no mesh"
+    parts = [what, where]
+    if report.target and report.target.get("kind") != "cpu":
+        parts.append(f"target {report.target['name']}"
+                     + (" (estimated)" if report.target.get("estimated") else ""))
+    parts.append(f"stage {report.stage_name}")
+    if report.module:
+        parts.append(f"module {report.module}")
+    return parts
+
+
+def text_lines(report: CollectiveReport, tensors: bool = True,
+               fold: bool = False) -> Iterator[str]:
+    """The text report's lines, the collectives table's made as they come
+    (a module's hundred thousand rows are never all held)."""
+    lines = ["  ".join(headline(report))]
+    limit = FOLDED_ROWS if fold else None
+    if report.inputs and tensors:
+        lines += ["", "inputs"]
+        lines += table(["name", "type", "sharding", "per device"],
+                       _tensor_rows(report.inputs[:limit], False))
+        lines += fold_note(len(report.inputs[:limit]), len(report.inputs), "inputs")
+    if report.outputs and tensors:
+        lines += ["", "outputs"]
+        lines += table(["#", "name", "type", "sharding", "per device"],
+                       _tensor_rows(report.outputs[:limit], True))
+        lines += fold_note(len(report.outputs[:limit]), len(report.outputs),
+                           "outputs")
+    lines += [""]
+    if not report.collectives:
+        lines.append("collectives: none")
+    else:
+        lines.append("collectives")
+        timed = any(c.time_s is not None for c in report.collectives)
+        shown = report.collectives
+        if limit is not None and len(shown) > limit:
+            # The heaviest (bytes per run), in program order.
+            heaviest = sorted(range(len(shown)),
+                              key=lambda i: -shown[i].bytes * shown[i].executions)
+            shown = tuple(shown[i] for i in sorted(heaviest[:limit]))
+            lines[-1] += (f" (the {limit} that move the most bytes per run, "
+                          f"of {len(report.collectives)})")
+        yield from lines
+        lines = []
+        yield from _collectives_table(
+            ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs"]
+            + (["link", "time"] if timed else []) + ["source"], shown, timed)
+        lines += fold_note(len(shown), len(report.collectives), "collectives")
+        if limit is not None and len(report.collectives) > limit:
+            lines += _by_source_lines(report.collectives, limit)
+        if any(c.why is not None for c in report.collectives):
+            lines += ["", "why"]
+            for c in report.collectives:
+                if c.why is not None:
+                    where = f"  {c.source}" if c.source else ""
+                    lines.append(f"  {c.name}{where}")
+                    lines += [f"    {line}" for line in c.why["text"].split("\n")]
+    totals = report.totals()
+    kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
+    lines += ["", f"totals: {totals['count']} collective"
+              f"{'' if totals['count'] == 1 else 's'}"
+              + (f" ({kinds})" if kinds else "")]
+    at_least = "at least " if totals.get("unknown_executions") else ""
+    lines.append(f"  per run: {at_least}{totals['bytes_per_run']} bytes "
+                 f"({human_bytes(totals['bytes_per_run'])}), wire "
+                 f"{totals['wire_bytes_per_run']} bytes "
+                 f"({human_bytes(totals['wire_bytes_per_run'])}) per device")
+    if "time_s" in totals:
+        estimated = " (estimated)" if report.target and \
+            report.target.get("estimated") else ""
+        lines.append(f"  time per run: {at_least}{human_time(totals['time_s'])}"
+                     f"{estimated}, from the {report.target['profile'] if report.target else 'cpu-host'} profile")
+    if at_least:
+        lines.append(f"  ({totals['unknown_executions']} in loops whose trip "
+                     f"count is not known counted once)")
+    if report.memory:
+        m = report.memory
+        aliased = m.get("alias_bytes", 0)
+        lines.append(
+            f"memory per device: arguments {human_bytes(m['argument_bytes'])}, "
+            f"outputs {human_bytes(m['output_bytes'])}"
+            + (f" ({human_bytes(aliased)} in donated arguments)" if aliased
+               else "")
+            + f", temp {human_bytes(m['temp_bytes'])}")
+    verdict = _verdict(report)
+    if verdict:
+        lines.append(verdict)
+    if report.findings:
+        lines += ["", f"findings: {len(report.findings)}"]
+        for f in report.findings:
+            lines.append(f"  {f.kind}  {f.describe()}")
+    budgets = report.extra.get("budgets")
+    if budgets:
+        lines += ["", "budgets"]
+        lines += table(["budget", "value", "result"],
+                       [[b["budget"], str(b["value"]),
+                         "ok" if b["passed"] else "EXCEEDED"] for b in budgets])
+    for note in report_notes(report):
+        lines.append(f"note: {note}")
+    yield from lines
+
+
+def _verdict(report: CollectiveReport) -> str | None:
+    """`fits in 16 GiB HBM: 11.2 GiB; comm 3.1 ms vs compute 8.4 ms per step`."""
+    m = report.memory or {}
+    parts = []
+    if m.get("capacity_bytes"):
+        fits = "fits in" if m["fits"] else "does not fit in"
+        parts.append(f"{fits} {human_bytes(m['capacity_bytes'])} HBM: "
+                     f"{human_bytes(memory_in_use(m))}")
+    r = report.roofline
+    if r:
+        parts.append(f"comm {human_time(r['comm_s'])} vs compute "
+                     f"{human_time(r['compute_s'])} (memory "
+                     f"{human_time(r['memory_s'])}) per step, {r['bound']}-bound")
+    return "; ".join(parts) if parts else None
+
+
+def render_text(report: CollectiveReport, fold: bool = False) -> str:
+    """The report as text; `fold`: tables cut to their heaviest rows, as a
+    terminal gets them."""
+    return "".join(render_text_pieces(report, fold))
+
+
+def render_text_pieces(report: CollectiveReport, fold: bool = False) -> Iterator[str]:
+    """`render_text` line by line, made as they are written."""
+    for line in text_lines(report, fold=fold):
+        yield line + "\n"
