@@ -1,4 +1,5 @@
-"""The `irshard` command line: a thin shim over the library.
+"""The `irshard` command line: its options, the dispatch to `commands`, and
+the one error line.
 
 Parsing and checking the command line imports nothing heavy; JAX is imported
 only once a command needs it, after the device count for the mesh is set.
@@ -12,11 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-from irshard import REPORT_STAGES, STAGES, __version__
-from irshard.core.errors import IrshardError, UsageError
-from irshard.core.specs import parse_mesh
+from irshard import REPORT_STAGES, STAGES, __version__, commands
+from irshard.core.errors import IrshardError, UsageError, error_line
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 
@@ -140,156 +140,6 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
                    help="print MLIR stages with their source locations")
 
 
-def _stages(args) -> list[str]:
-    for stage in args.emit:
-        if stage not in STAGES:
-            raise UsageError(f"unknown stage '{stage}'; stages are "
-                             f"{', '.join(STAGES)}")
-    if args.stage not in REPORT_STAGES:
-        what = ("unknown stage" if args.stage not in STAGES
-                else "the report reads HLO, not stage")
-        raise UsageError(f"{what} '{args.stage}'; --stage is one of "
-                         f"{', '.join(REPORT_STAGES)}")
-    return [s for s in STAGES if s in args.emit]
-
-
-def _source(args):
-    """The command line's program options as a `frontend.Source`."""
-    from irshard import frontend
-    from irshard.loading.program import parse_names
-    grad = args.grad
-    if isinstance(grad, str):
-        grad = parse_names(grad, "--grad")
-    return frontend.Source(
-        path=args.file, mesh=args.mesh, axis_types=args.axis_types,
-        fn=args.fn, args_fn=args.args_fn,
-        arg_types=tuple(args.arg), shards=tuple(args.shard),
-        overrides=tuple(args.override_shard),
-        out_shards=tuple(args.out_shard), constraints=tuple(args.constrain),
-        grad=grad,
-        static=parse_names(args.static, "--static", numbers=True),
-        donate=tuple(args.donate),
-        reference=getattr(args, "reference", None), platform=args.platform,
-        target=args.target, profile=args.profile)
-
-
-def check_output_path(path: str | None, option: str = "-o") -> None:
-    """Fails before any work if `path` cannot be written."""
-    from irshard.core import files
-    files.check_writable(path, option)
-
-
-def write_output(path: str | None, text) -> None:
-    """Writes to stdout, or whole to `path` (never a half-written file)."""
-    from irshard.core import files
-    files.emit(path, text)
-
-
-def _load(source, cluster=None, timeout: float | None = None):
-    """The program (stage `stablehlo`) of the command's FILE."""
-    from irshard import frontend
-    return frontend.load(source, cluster, timeout)
-
-
-def _emit_texts(lowered, emits: list[str], stage: str, debug_info: bool,
-                compile_anyway: bool = False, explain: bool = False):
-    """The requested stages' IR, in pipeline order, and the compiled program
-    (None when only MLIR stages were asked for and not `compile_anyway`)."""
-    texts = []
-    if "stablehlo" in emits:
-        texts.append(("stablehlo", lowered.as_text(debug_info)))
-    if "propagated" in emits:
-        propagated = lowered.propagate()
-        for note in propagated.notes:
-            print(f"irshard: note: {note}", file=sys.stderr)
-        texts.append(("propagated", propagated.as_text(debug_info)))
-    compiled = None
-    if (compile_anyway or not emits
-            or any(s in emits for s in ("partitioned", "optimized"))):
-        compiled = lowered.compile(
-            partitioned="partitioned" in emits or stage == "partitioned"
-            or explain)
-    if "partitioned" in emits:
-        texts.append(("partitioned", compiled.partitioned().as_text()))
-    if "optimized" in emits:
-        texts.append(("optimized", compiled.as_text()))
-    return texts, compiled
-
-
-def join_stage_texts(texts: list[tuple[str, str]]) -> str:
-    if len(texts) == 1:
-        text = texts[0][1]
-        return text if text.endswith("\n") else text + "\n"
-    parts = []
-    for name, text in texts:
-        parts.append(f"// ----- irshard stage: {name}\n")
-        parts.append(text if text.endswith("\n") else text + "\n")
-    return "".join(parts)
-
-
-def render_report(report, fmt: str, compiled=None, fold: bool = False):
-    if fmt == "html":
-        from irshard.pipeline import htmlreport
-        return htmlreport.render_report(report, compiled)
-    from irshard.reporting import text, writer
-    return writer.render_json_pieces(report) if fmt == "json" \
-        else text.render_text_pieces(report, fold)
-
-
-def _folds(args) -> bool:
-    """Whether the text goes to a terminal, folded (long tables cut to
-    their heaviest rows, layouts left out) unless --full."""
-    from irshard.core import files
-    return (not getattr(args, "full", False) and args.output is None
-            and files.STDOUT.isatty())
-
-
-# ---------------------------------------------------------------------------
-# Commands
-
-
-def _budgets(args) -> list:
-    """The --budget expressions, parsed before any work."""
-    from irshard.reporting import budget
-    return [budget.parse_budget(text) for text in args.budget]
-
-
-def _held_to(report, budgets):
-    """The report with its budgets' outcomes (JSON `budgets`), and the
-    error to exit with when one is exceeded."""
-    from irshard.reporting import budget
-    if not budgets:
-        return report, None
-    outcomes = budget.evaluate(report, budgets)
-    return budget.recorded(report, outcomes), budget.breach_error(outcomes)
-
-
-def cmd_compile(args) -> int:
-    emits = _stages(args)
-    budgets = _budgets(args)
-    source = _source(args)
-    source.mesh_spec()
-    check_output_path(args.output)
-    lowered = _load(source)
-    args.explain = args.explain or args.format == "html"
-    texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
-                                  explain=args.explain)
-    if emits and not budgets:
-        write_output(args.output, join_stage_texts(texts))
-        return 0
-    read = compiled.partitioned() if args.stage == "partitioned" else compiled
-    report = read.report()
-    if args.explain:
-        from irshard.collectives import explain
-        report = explain.explained(report, lowered, read)
-    report, breach = _held_to(report, budgets)
-    write_output(args.output, join_stage_texts(texts) if emits
-                 else render_report(report, args.format, compiled, _folds(args)))
-    if breach is not None:
-        raise breach
-    return 0
-
-
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true",
                    help="also run the function unsharded on one device and "
@@ -318,25 +168,6 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "minimum")
     p.add_argument("--save", metavar="PATH.npz",
                    help="save the outputs to a .npz file")
-
-
-def _run_options(args):
-    from irshard.loading.program import split_assignment
-    from irshard.running.execution import RunOptions
-    from irshard.running.execution import parse_range
-    inputs = tuple(split_assignment(item, "--input", "PATH.npy")
-                   for item in args.input)
-    ranges = tuple(parse_range(item) for item in args.range)
-    if len({name for name, _ in ranges}) < len(ranges):
-        raise UsageError("--range: an argument is given twice; give it once")
-    options = RunOptions(seed=args.seed, inputs=inputs, check=args.check,
-                         rtol=args.rtol, atol=args.atol, repeat=args.repeat,
-                         save=args.save, progress=True, ranges=ranges,
-                         reference=args.reference)
-    options.validate()
-    if args.save:
-        check_output_path(args.save, "--save")
-    return options
 
 
 def _add_process_options(p: argparse.ArgumentParser) -> None:
@@ -376,129 +207,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _cluster(args):
-    """This process's place in a multi-process run, or None."""
-    from irshard.running import distributed
-    _check_launcher(args)
-    if args.processes is not None and (args.coordinator or args.process_id
-                                       is not None or args.num_processes):
-        raise UsageError("--processes launches the processes itself; do not "
-                         "combine it with --coordinator/--process-id/"
-                         "--num-processes")
-    return distributed.detect(args.coordinator, args.process_id,
-                              args.num_processes)
-
-
-def _stage(name: str) -> None:
-    from irshard.running import distributed
-    distributed.report_stage(name)
-
-
-def _check_launcher(args) -> None:
-    if args.launcher is not None and args.processes is None:
-        raise UsageError(f"--launcher {args.launcher} starts the processes of "
-                         f"--processes N; give --processes too")
-    if args.ray_address is not None and args.launcher != "ray":
-        raise UsageError("--ray-address is for --launcher ray; give both")
-
-
-def _launch(args, total_devices: int) -> int:
-    """`--processes N`: this process only starts and watches the others."""
-    from irshard.running import distributed
-    argv = args.argv
-    for option in ("--processes", "--timeout", "--launcher", "--ray-address"):
-        argv = distributed.strip_option(argv, option, True)
-    timeout = args.timeout if args.timeout is not None else distributed.DEFAULT_TIMEOUT
-    if args.launcher == "ray":
-        from irshard.running import raylaunch
-        return raylaunch.run_launcher(argv, args.processes, timeout,
-                                      total_devices, args.platform,
-                                      args.ray_address, args.output)
-    return distributed.run_launcher(argv, args.processes, timeout,
-                                    total_devices, args.platform)
-
-
-def cmd_run(args) -> int:
-    emits = _stages(args)
-    if emits and args.format == "html":
-        raise UsageError("--emit prints IR before the report, which an HTML "
-                         "page cannot hold; drop --emit, or use --format text "
-                         "or json")
-    budgets = _budgets(args)
-    source = _source(args)
-    source.mesh_spec()
-    from irshard import frontend
-    frontend.Placement(source.target, source.platform).check_runnable()
-    check_output_path(args.output)
-    options = _run_options(args)
-    cluster = _cluster(args)
-    if args.processes is not None:
-        return _launch(args, source.total_devices())
-    lowered = _load(source, cluster, args.timeout)
-    _stage("compiling")
-    args.explain = args.explain or args.format == "html"
-    texts, compiled = _emit_texts(lowered, emits, args.stage, args.debug_info,
-                                  compile_anyway=True, explain=args.explain)
-    from irshard.running import execution
-    _stage("running")
-    result = execution.run(lowered, compiled, options)
-    _stage("writing")
-    read = compiled.partitioned() if args.stage == "partitioned" else compiled
-    report = read.report()
-    if args.explain:
-        from irshard.collectives import explain
-        report = explain.explained(report, lowered, read)
-    report, breach = _held_to(report, budgets)
-    text = execution.render(report, result, args.format, compiled, _folds(args))
-    if texts:
-        text = join_stage_texts(texts) + text
-    if _is_reporting_process():
-        write_output(args.output, text)
-    from irshard.pipeline import check
-    failure = check.failure(result.checks) or breach
-    if failure is not None:
-        raise failure
-    return 0
-
-
-def _is_reporting_process() -> bool:
-    from irshard import backend
-    return backend.process_index() == 0
-
-
-def cmd_show(args) -> int:
-    source = _source(args)
-    source.mesh_spec()
-    check_output_path(args.output)
-    lowered = _load(source)
-    compiled = lowered.compile()
-    from irshard.pipeline import show
-    inputs, outputs = show.placed(compiled)
-    write_output(args.output, show.render(compiled.info, inputs, outputs,
-                                          args.format))
-    return 0
-
-
-def cmd_devices(args) -> int:
-    from irshard import backend
-    from irshard.running import distributed
-    cluster = _cluster(args)
-    processes = args.processes or (cluster.num_processes if cluster else 1)
-    count = parse_mesh(args.mesh).num_devices if args.mesh else processes
-    if args.processes is not None:
-        return _launch(args, count)
-    backend.configure(distributed.local_devices(count, cluster, args.platform), args.platform,
-                      exact=cluster is not None)
-    if cluster is not None:
-        distributed.join(cluster, args.timeout)
-    if not _is_reporting_process():
-        return 0
-    listing = backend.describe_devices(args.platform)
-    from irshard.reporting import layout
-    write_output(None, layout.render_devices(listing, args.format))
-    return 0
-
-
 def _byte_sizes(text: str) -> list[int]:
     """`4KiB,64KiB,1MiB` -> bytes (argparse type)."""
     from irshard.reporting.budget import UNITS
@@ -511,32 +219,6 @@ def _byte_sizes(text: str) -> list[int]:
                 f"'{item}' is not a size; give sizes such as 4KiB,64KiB,1MiB")
         sizes.append(int(m.group(1)) * int(UNITS[m.group(2) or "B"]))
     return sizes
-
-
-def cmd_calibrate(args) -> int:
-    from irshard import backend
-    mesh = parse_mesh(args.mesh)
-    check_output_path(args.output)
-    from irshard.pipeline import calibrate
-    sizes = calibrate.check_plan(mesh, args.sizes, args.repeats)
-    seconds = calibrate.expected_seconds(mesh, sizes, args.repeats)
-    if seconds > 60:
-        print(f"irshard: calibrate: {calibrate.count(mesh, sizes)} "
-              f"measurements x {args.repeats} runs, about "
-              f"{seconds / 60:.0f} min", file=sys.stderr, flush=True)
-    backend.configure(mesh.num_devices, "cpu")
-    result = calibrate.calibrate(mesh, sizes, args.repeats)
-    if args.output:
-        from irshard.reporting.writer import dumps_json
-        from irshard.core import files
-        files.write(args.output, dumps_json(
-            {"links": result["links"], "error": result["error"]}) + "\n")
-    if args.format == "json":
-        from irshard.reporting.writer import dumps_json
-        write_output(None, dumps_json(result) + "\n")
-    else:
-        write_output(None, calibrate.render_text(result))
-    return 0
 
 
 def add_opt_arguments(p: argparse.ArgumentParser) -> None:
@@ -570,120 +252,6 @@ def add_opt_arguments(p: argparse.ArgumentParser) -> None:
                    help="print locations")
 
 
-def cmd_opt(args) -> int:
-    from irshard import backend
-    backend.configure(1, "cpu")
-    from irshard.ir import opt
-    if args.list_passes:
-        write_output(args.output, opt.list_passes())
-        return 0
-    if args.file is None:
-        raise UsageError("give a .mlir file (or '-' for stdin), or --list-passes")
-    check_output_path(args.output)
-    from irshard.pipeline import irfile
-    data = irfile.read_bytes(args.file)
-    try:
-        text = opt.opt(data, args.file, args.pipeline,
-                       split_input_file=args.split_input_file,
-                       verify_diagnostics=args.verify_diagnostics,
-                       print_ir_after_all=args.print_ir_after_all,
-                       debug_info=args.debug_info,
-                       allow_unregistered_dialect=args.allow_unregistered_dialect)
-    except opt.VerifyFailed as e:
-        # As mlir-opt: the modules that were made, every mismatch, exit 1.
-        if e.output:
-            write_output(args.output, e.output)
-        sys.stderr.write("".join(line + "\n" for line in e.problems))
-        return 1
-    write_output(args.output, text)
-    return 0
-
-
-def cmd_collectives(args) -> int:
-    check_output_path(args.output)
-    mesh = parse_mesh(args.mesh) if args.mesh else None
-    if args.stage not in REPORT_STAGES:
-        raise UsageError(f"unknown stage '{args.stage}'; --stage is one of "
-                         f"{', '.join(REPORT_STAGES)}")
-    from irshard import backend
-    backend.configure(1, "cpu")
-    from irshard.collectives import dumps
-    reports, skipped = dumps.reports(args.path, args.stage, mesh)
-    if args.format == "html":
-        from irshard.pipeline import diff, htmlreport
-        def sharded(r):
-            return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)
-        chosen = diff.main_module(reports, sharded)
-        if chosen is None:
-            names = ", ".join(r.module or "?" for r in reports) or "none"
-            count = sum(map(sharded, reports)) or len(reports)
-            raise UsageError(f"--format html shows one module; '{args.path}' "
-                             f"holds {count} ({names}): give one module's HLO file")
-        files = {m.label: m.path for m in dumps.find_modules(args.path, args.stage)}
-        text = htmlreport.render_report(
-            chosen, ir_text=htmlreport.read_ir(files.get(chosen.module, "")))
-    elif args.format == "json":
-        from irshard.reporting.report import SCHEMA
-        from irshard.reporting.writer import dumps_json, render_json_pieces
-        if len(reports) == 1 and not os.path.isdir(args.path):
-            # Written as it is made: a large module's report is never
-            # held whole.
-            text = render_json_pieces(reports[0])
-        else:
-            body = {"schema": SCHEMA, "source": args.path,
-                    "modules": [r.to_json() for r in reports]}
-            if skipped:
-                body["skipped"] = [{"module": label, "devices": n}
-                                   for label, n in skipped]
-            text = dumps_json(body) + "\n"
-    else:
-        text = _texts_of(reports, skipped, mesh)
-    write_output(args.output, text)
-    return 0
-
-
-def _texts_of(reports, skipped, mesh) -> Iterator[str]:
-    """The text reports of several modules, in pieces, one blank line
-    between them, and the modules skipped."""
-    from irshard.reporting.text import render_text_pieces
-    for i, r in enumerate(reports):
-        if i:
-            yield "\n"
-        yield from render_text_pieces(r)
-    if skipped:
-        yield (f"\nskipped {len(skipped)} module"
-               f"{'' if len(skipped) == 1 else 's'} that "
-               f"run{'s' if len(skipped) == 1 else ''} on another number "
-               f"of devices than --mesh {mesh}:\n")
-        yield "".join(f"  {label}  ({n} device{'' if n == 1 else 's'})\n"
-                      for label, n in skipped)
-
-
-def _program_argv(args) -> list[str]:
-    """The program options of a command, as `irshard compile` takes them."""
-    argv = [args.file]
-    for option, value in (("--fn", args.fn), ("--mesh", args.mesh),
-                          ("--axis-types", args.axis_types),
-                          ("--args", args.args_fn), ("--static", args.static),
-                          ("--target", args.target), ("--profile", args.profile)):
-        if value is not None:
-            argv += [option, value]
-    for option, values in (("--arg", args.arg), ("--shard", args.shard),
-                           ("--override-shard", args.override_shard),
-                           ("--out-shard", args.out_shard),
-                           ("--constrain", args.constrain),
-                           ("--donate", args.donate)):
-        for value in values:
-            argv += [option, value]
-    if args.grad is True:
-        argv.append("--grad")
-    elif args.grad:
-        argv += ["--grad", args.grad]
-    if args.platform != "cpu":
-        argv += ["--platform", args.platform]
-    return argv
-
-
 def _count(text: str) -> int:
     """A positive whole number (argparse type)."""
     if text.isdigit() and int(text) > 0:
@@ -698,59 +266,6 @@ def _jobs(text: str) -> int | str:
     if text.isdigit() and int(text) > 0:
         return int(text)
     raise argparse.ArgumentTypeError(f"'{text}' is not a positive number or auto")
-
-
-def cmd_suggest(args) -> int:
-    import time
-
-    from irshard.collectives import explain
-    from irshard.strategy import suggest
-    source = _source(args)
-    mesh = source.mesh_spec()
-    check_output_path(args.output)
-    lowered = _load(source)
-    started = time.perf_counter()
-    compiled = lowered.compile(partitioned=True)
-    compile_s = time.perf_counter() - started
-    baseline = explain.explained(compiled.report(), lowered, compiled).to_json()
-    options = suggest.Options(shards=tuple(args.shard) + tuple(args.override_shard),
-                              out_shards=tuple(args.out_shard),
-                              is_module=source.is_module)
-    found = suggest.candidates(baseline, mesh or lowered.info.mesh, options,
-                               args.top, args.max_candidates)
-    argv = _program_argv(args)
-    jobs = args.jobs
-    if jobs == "auto":
-        # Other processes trace the program again (seconds each): worth it
-        # when compiling takes longer, and there are cores to share.
-        cores = os.cpu_count() or 1
-        jobs = min(cores, len(found)) if cores > 1 and compile_s > 5 \
-            and len(found) > 1 else 1
-    many = suggest.compile_in_processes(argv, jobs) if jobs > 1 else None
-    one = suggest.compile_in_process(lowered) if many is None else None
-    result = suggest.suggest(baseline, found, one, many, argv, args.top)
-    write_output(args.output, result.render_json() if args.format == "json"
-                 else result.render_text())
-    return 0
-
-
-def cmd_diff(args) -> int:
-    check_output_path(args.output)
-    from irshard.pipeline import diff
-    a = diff.load(args.a, args.module, args.stage)
-    b = diff.load(args.b, args.module, args.stage)
-    result = diff.compare(a, b)
-    if args.format == "html":
-        from irshard.pipeline import htmlreport
-        text = htmlreport.render_diff(result)
-    else:
-        text = result.render_json() if args.format == "json" else result.render_text()
-    write_output(args.output, text)
-    regressions = result.regressions()
-    if args.fail_on_regression and regressions:
-        from irshard.core.errors import Regression
-        raise Regression("regression: " + "; ".join(regressions))
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -770,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "report its collectives (or print a stage's IR)")
     _add_program_options(p)
     _add_report_options(p)
-    p.set_defaults(handler=cmd_compile)
+    p.set_defaults(handler=commands.cmd_compile)
 
     p = sub.add_parser("run", help="compile as 'compile' does and execute the "
                        "program on the mesh; --check compares with one device")
@@ -778,14 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_options(p)
     _add_run_options(p)
     _add_process_options(p)
-    p.set_defaults(handler=cmd_run)
+    p.set_defaults(handler=commands.cmd_run)
 
     p = sub.add_parser("show", help="which device holds which slice of every "
                        "input and output, from the shardings alone")
     _add_program_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="PATH")
-    p.set_defaults(handler=cmd_show)
+    p.set_defaults(handler=commands.cmd_show)
 
     p = sub.add_parser("devices", help="the platform's devices, per process")
     p.add_argument("--platform", choices=PLATFORMS, default="cpu")
@@ -794,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: one per process)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     _add_process_options(p)
-    p.set_defaults(handler=cmd_devices)
+    p.set_defaults(handler=commands.cmd_devices)
 
     p = sub.add_parser("collectives", help="the collective report of an HLO "
                        "text file or of every module in an XLA dump directory")
@@ -811,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report format (default: text); html shows one "
                         "module: a file's, or a dump's only sharded one")
     p.add_argument("-o", "--output", metavar="PATH")
-    p.set_defaults(handler=cmd_collectives)
+    p.set_defaults(handler=commands.cmd_collectives)
 
     p = sub.add_parser("suggest", help="try changes that would remove the "
                        "costliest collectives, recompile each, and list those "
@@ -828,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tracing again, on as many cores as there are)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="PATH")
-    p.set_defaults(handler=cmd_suggest)
+    p.set_defaults(handler=commands.cmd_suggest)
 
     p = sub.add_parser("diff", help="compare two reports by source line and "
                        "kind: collectives added and removed, bytes, time, memory")
@@ -847,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "partitioned HLO")
     p.add_argument("--format", choices=("text", "json", "html"), default="text")
     p.add_argument("-o", "--output", metavar="PATH")
-    p.set_defaults(handler=cmd_diff)
+    p.set_defaults(handler=commands.cmd_diff)
 
     p = sub.add_parser("calibrate", help="time each collective kind on the "
                        "devices present and fit the time model (latency + "
@@ -862,13 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="save the fitted profile for --profile PATH")
-    p.set_defaults(handler=cmd_calibrate)
+    p.set_defaults(handler=commands.cmd_calibrate)
 
     p = sub.add_parser("opt", help="run a pass pipeline (irshard's passes and "
                        "Shardy's) over a StableHLO + Shardy module; also "
                        "installed as irshard-opt")
     add_opt_arguments(p)
-    p.set_defaults(handler=cmd_opt)
+    p.set_defaults(handler=commands.cmd_opt)
     return parser
 
 
@@ -909,16 +424,6 @@ def _check_one_line(args, argv: Sequence[str]) -> None:
                              f"(a newline, tab, ...); give it on one line")
 
 
-def format_error(error: BaseException) -> str:
-    """`irshard: error: FIRST LINE`, then any further lines of a multi-line
-    message (JAX's hints, the user's exception) indented by two spaces."""
-    lines = str(error).splitlines() or [type(error).__name__]
-    rest = ["  " + line if line.strip() else "" for line in lines[1:]]
-    while rest and not rest[-1]:
-        rest.pop()
-    return "\n".join([f"irshard: error: {lines[0]}"] + rest)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from irshard.core import files, interrupts
     parser = build_parser()
@@ -937,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         claimed = True
         return handler(args)
     except IrshardError as e:
-        print(format_error(e), file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         if getattr(e, "hard_exit", False):
             # Native threads are still running and would end the process
             # their own way (a fatal error of XLA's): leave now.
@@ -954,9 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if os.environ.get("IRSHARD_TRACEBACK"):
             raise
-        print(f"irshard: error: internal error: {type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''} (set "
-              f"IRSHARD_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        print(error_line(f"internal error: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''} (set "
+                         f"IRSHARD_TRACEBACK=1 for the traceback)"), file=sys.stderr)
         return 3
     finally:
         if claimed:

@@ -41,6 +41,33 @@ class Source:
     profile: str | None = None            # --profile: a saved hardware profile
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
+    def argv(self) -> list[str]:
+        """The program options as `irshard compile` takes them: what
+        reproduces this program from the command line."""
+        argv = [self.path]
+        for option, value in (("--fn", self.fn), ("--mesh", self.mesh),
+                              ("--axis-types", self.axis_types),
+                              ("--args", self.args_fn),
+                              ("--static", ",".join(self.static) or None),
+                              ("--target", self.target),
+                              ("--profile", self.profile)):
+            if value is not None:
+                argv += [option, value]
+        for option, values in (("--arg", self.arg_types), ("--shard", self.shards),
+                               ("--override-shard", self.overrides),
+                               ("--out-shard", self.out_shards),
+                               ("--constrain", self.constraints),
+                               ("--donate", self.donate)):
+            for value in values:
+                argv += [option, value]
+        if self.grad is True:
+            argv.append("--grad")
+        elif self.grad:
+            argv += ["--grad", ",".join(self.grad)]
+        if self.platform != "cpu":
+            argv += ["--platform", self.platform]
+        return argv
+
     @property
     def is_module(self) -> bool:
         from irshard.pipeline import irfile
@@ -177,7 +204,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     multi-process run), after joining the other processes."""
     from irshard.running import distributed
     from irshard.pipeline import irfile
-    from irshard.loading.program import replaced_overrides
+    from irshard.loading.leaves import replaced_overrides
     mesh = source.mesh_spec()
     constraints = parse_constraints(source.constraints)
     notes = replaced_overrides(source.overrides)
@@ -193,8 +220,8 @@ def load(source: Source, cluster=None, timeout: float | None = None):
         place.configure(mesh.num_devices if mesh
                         else irfile.declared_devices(data) or 1)
         join()
-        from irshard.loading.program import (parse_out_shardings, parse_overrides,
-                                     parse_rules)
+        from irshard.loading.program import parse_out_shardings
+        from irshard.loading.leaves import parse_overrides, parse_rules
         distributed.report_stage("tracing")
         return _noted(constrain(irfile.load(source.path, data, mesh,
                                             parse_overrides(source.overrides)

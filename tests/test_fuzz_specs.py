@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from irshard.running import execution
 from irshard.loading import program
 from irshard.core.errors import IrshardError, UsageError
+from irshard.core import specs
 from irshard.core.specs import (MeshSpec, MeshAxis, check_sharding, parse_mesh,
                            parse_sharding, parse_type)
 
@@ -72,7 +73,7 @@ def test_sharding(text, shape):
 @SETTINGS
 @given(texts, st.sampled_from(["--arg", "--shard", "--input", "--range"]))
 def test_name_value(text, option):
-    pair = one_line_error(program.split_assignment, text, option, "VALUE")
+    pair = one_line_error(specs.split_assignment, text, option, "VALUE")
     if pair is not None:
         name, value = pair
         assert name and "=" not in name

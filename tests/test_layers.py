@@ -39,7 +39,8 @@ FLOORS = {
     "strategy": ["strategy"],
     # The ways in: files, the Python API, pytest helpers and plugin, the
     # command line.
-    "front": ["frontend", "api", "testing", "pytest_plugin", "cli", "__main__"],
+    "front": ["frontend", "api", "testing", "pytest_plugin", "commands", "cli",
+              "__main__"],
 }
 
 

@@ -8,9 +8,9 @@ A case is an `irshard` command line run from the current directory (a
 checkout of the repository) with `python -m irshard`; its
 standard output, standard error and exit code go to DIR/NAME.out, and a
 file it writes with `-o` to DIR/NAME.<ext>. Cases whose output holds a
-measured time are not listed, nor `--emit`, whose IR carries the Python
-frames that traced it (irshard's own files and lines among them): the
-comparison is of reports.
+measured time are not listed: the comparison is of what is deterministic.
+(The IR names only the user's frames: irshard's own are left out of its
+locations, so `--emit` compares too.)
 """
 
 import argparse
@@ -49,6 +49,9 @@ CASES: dict[str, tuple[str, ...]] = {
                       "-o", "{out}.html"),
     "heat_set_partitioned": ("compile", *HEAT, "--fn", "simulate_set", "--stage",
                              "partitioned", "--format", "json"),
+    "heat_set_emit": ("compile", *HEAT, "--fn", "simulate_set", "--emit", "stablehlo",
+                      "--emit", "propagated", "--emit", "partitioned",
+                      "--emit", "optimized", "--debug-info"),
     "heat_set_budget": ("compile", *HEAT, "--fn", "simulate_set",
                         "--budget", "all-gather<=1", "--budget", "bytes<=1KiB"),
     "heat_show": ("show", *HEAT, "--fn", "simulate_set"),

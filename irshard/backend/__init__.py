@@ -38,7 +38,6 @@ from irshard.backend.devices import (  # noqa: F401
     tpu_devices,
     tpu_slice,
     visible_devices)
-
 from irshard.backend.lowering import (  # noqa: F401
     BadOutput,
     LoweredFunction,
@@ -59,10 +58,10 @@ from irshard.backend.lowering import (  # noqa: F401
     parse_pipeline,
     partition_entries,
     ref_value,
+    run_pipeline,
     run_registered_passes,
     run_registered_passes_isolated,
     wrap_key)
-
 from irshard.backend.compiling import (  # noqa: F401
     CompiledExecutable,
     compile_module,
@@ -73,7 +72,6 @@ from irshard.backend.compiling import (  # noqa: F401
     hlo_schedule,
     hlo_sharding_from_text,
     scheduled_sequence)
-
 from irshard.backend.running import (  # noqa: F401
     allgather_ints,
     block_until_ready,

@@ -113,6 +113,7 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
     donated (`donate_argnums`): XLA may reuse their buffers for outputs.
     """
     jax = _jax()
+    _exclude_own_frames()
     weak = weak or [False] * len(shapes)
     placed = [jax.sharding.NamedSharding(mesh, partition_spec(entries))
               for entries in shardings] if shardings is not None \
@@ -131,6 +132,28 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
         out_names=tuple(tuple(path) for path, _ in leaves),
         callbacks=_host_callbacks(lowered),
         out_tree=jax.tree_util.tree_structure(lowered.out_info))
+
+
+def _exclude_own_frames() -> None:
+    """irshard's own frames (the wrappers that call the user's function)
+    are left out of the locations JAX writes into the IR, as JAX leaves out
+    its own: the IR names the user's lines only, and does not change when
+    irshard's code does."""
+    import sys
+
+    from jax._src import source_info_util
+    # Python's frozen modules (`<frozen runpy>` of `python -m irshard`)
+    # are the standard library's too.
+    own = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+           "<frozen "]
+    # The `irshard` console script, where it is the program that runs.
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "main", None), "__module__", None) == "irshard.cli" \
+            and getattr(main, "__file__", None):
+        own.append(os.path.abspath(main.__file__))
+    for path in own:
+        if path not in source_info_util._exclude_paths:
+            source_info_util.register_exclusion(path)
 
 
 def _host_callbacks(lowered) -> tuple[tuple[Any, ...], Any]:

@@ -78,3 +78,18 @@ class BackendError(IrshardError):
     terms."""
 
     exit_code = 3
+
+
+# What every error line starts with, on stderr.
+ERROR_PREFIX = "irshard: error: "
+
+
+def error_line(message: str | BaseException) -> str:
+    """`irshard: error: FIRST LINE`, then any further lines of a multi-line
+    message (JAX's hints, the user's exception) indented by two spaces: the
+    one form every error of irshard takes on stderr."""
+    lines = str(message).splitlines() or [type(message).__name__]
+    rest = ["  " + line if line.strip() else "" for line in lines[1:]]
+    while rest and not rest[-1]:
+        rest.pop()
+    return "\n".join([ERROR_PREFIX + lines[0]] + rest)

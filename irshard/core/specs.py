@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from irshard.core.errors import SpecError
+from irshard.core.errors import SpecError, UsageError
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"[0-9]+\Z")
@@ -512,3 +512,12 @@ def check_size(shape: tuple[int, ...], dtype: DType, context: str) -> None:
 
 def format_shape(dtype: str, shape: tuple[int, ...] | list[int]) -> str:
     return f"{dtype}[{','.join(str(n) for n in shape)}]"
+
+
+def split_assignment(text: str, option: str, value_name: str) -> tuple[str, str]:
+    """`NAME=VALUE` -> (NAME, VALUE)."""
+    check_one_line(text, option)
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip():
+        raise UsageError(f"{option} '{text}': expected NAME={value_name}")
+    return name.strip(), value.strip()

@@ -46,7 +46,9 @@ def registered_passes(context) -> list[tuple[str, str]]:
 
 
 def list_passes() -> str:
+    from irshard import backend
     from irshard.passes import PASSES, pass_class
+    backend.configure(1, "cpu")
     lines = ["irshard's passes:"]
     for name in sorted(PASSES):
         cls = pass_class(name)
@@ -400,6 +402,7 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
     With `verify_diagnostics`, raises `VerifyFailed` (holding the output
     of the chunks that produced a module) where the diagnostics are not
     those the chunks expect."""
+    backend.configure(1, "cpu")
     context = backend.ir_context()
     context.allow_unregistered_dialects = allow_unregistered_dialect
     steps: list[pipeline.Step] = []

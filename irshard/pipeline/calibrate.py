@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from irshard.core.specs import MeshSpec
 
@@ -270,3 +270,33 @@ def render_text(result: dict[str, Any]) -> str:
               f"  median relative error on {result['held_out']} held-out "
               f"measurements: " + (f"{error:.1%}" if error is not None else "n/a")]
     return "\n".join(lines) + "\n"
+
+
+def calibrate_host(mesh: MeshSpec, sizes: Sequence[int] | None, repeats: int,
+                   note: Callable[[str], None] = lambda text: None
+                   ) -> dict[str, Any]:
+    """`irshard calibrate`: the plan checked, its duration told to `note`
+    when over a minute, this host's CPU devices set up for `mesh`, then
+    `calibrate`."""
+    from irshard import backend
+    planned = check_plan(mesh, sizes, repeats)
+    seconds = expected_seconds(mesh, planned, repeats)
+    if seconds > 60:
+        note(f"{count(mesh, planned)} measurements x {repeats} runs, about "
+             f"{seconds / 60:.0f} min")
+    backend.configure(mesh.num_devices, "cpu")
+    return calibrate(mesh, planned, repeats)
+
+
+def profile_json(result: dict[str, Any]) -> str:
+    """The fitted links as a profile `--profile` reads back."""
+    from irshard.reporting.writer import dumps_json
+    return dumps_json({"links": result["links"], "error": result["error"]}) + "\n"
+
+
+def render(result: dict[str, Any], fmt: str) -> str:
+    """The calibration as `fmt` (text or json)."""
+    if fmt == "json":
+        from irshard.reporting.writer import dumps_json
+        return dumps_json(result) + "\n"
+    return render_text(result)

@@ -30,7 +30,7 @@ from irshard.core import files, tree
 from irshard.core.errors import BackendError, UserCodeError
 from irshard.xla.hlo import HloModuleView
 from irshard.loading.loader import describe_user_exception, raised_by_user_code
-from irshard.loading.program import Program
+from irshard.loading.leaves import Program
 from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
 

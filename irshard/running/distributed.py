@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from irshard.core.errors import UsageError
+from irshard.core.errors import UsageError, error_line
 
 DEFAULT_TIMEOUT = 300.0
 _GRACE = 5.0           # how long the others may take to follow a failure
@@ -429,7 +429,7 @@ def _verdict(children, running, timed_out, timeout, first_failure) -> LaunchResu
         what += (f"; stopped process{'es' if len(others) > 1 else ''} "
                  f"{', '.join(map(str, others))}")
     tail = culprit.stderr_lines()[-_STDERR_TAIL:]
-    lines = [f"irshard: error: {what}"]
+    lines = [error_line(what)]
     if tail:
         lines.append(f"last lines of process {culprit.index}'s stderr:")
         lines += [f"  | {line}" for line in tail]

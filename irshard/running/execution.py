@@ -93,7 +93,7 @@ def _number(text: str) -> float:
 
 def parse_range(item: str) -> tuple[str, tuple[float, float]]:
     """`--range NAME=LO,HI` -> (NAME, (LO, HI))."""
-    from irshard.loading.program import split_assignment
+    from irshard.core.specs import split_assignment
     name, value = split_assignment(item, "--range", "LO,HI")
     parts = [p.strip() for p in value.split(",")]
     try:

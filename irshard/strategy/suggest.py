@@ -30,7 +30,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from irshard.core.errors import IrshardError
+from irshard.core.errors import ERROR_PREFIX, IrshardError
 from irshard.core.specs import MeshSpec, parse_sharding
 
 SCHEMA = 1
@@ -64,7 +64,7 @@ class Options:
         """`--shard`, unless a rule of the command matches the input (the
         first rule that matches applies): then `--override-shard`."""
         from irshard.core import tree
-        from irshard.loading.program import parse_rules
+        from irshard.loading.leaves import parse_rules
         rules = parse_rules(self.shards)
         return "--override-shard" if tree.first_match(rules, path) else "--shard"
 
@@ -328,7 +328,7 @@ def compile_in_processes(argv: Sequence[str], jobs: int
                               capture_output=True, text=True)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["failed"])[0]
-            return first.replace("irshard: error: ", "", 1)
+            return first.removeprefix(ERROR_PREFIX)
         return json.loads(done.stdout)
 
     def run(found: Sequence[Candidate]) -> list[Any]:
@@ -518,3 +518,34 @@ def suggest(baseline: dict[str, Any], found: Sequence[Candidate],
                                         type(e).__name__))
     targets = tuple(_where(c) for c in costliest(baseline, top))
     return Suggestions(tuple(command), baseline, tuple(outcomes), targets)
+
+
+def suggest_for(lowered, source, mesh: MeshSpec | None, *, top: int,
+                max_candidates: int, jobs: int | str = "auto") -> Suggestions:
+    """`irshard suggest`: the program compiled once (the baseline, with each
+    collective's why), candidates made from its costliest collectives, each
+    compiled in this process or in `jobs` others (`auto`: others when a
+    compile takes seconds and there are cores to share)."""
+    import os
+    import time
+
+    from irshard.collectives import explain
+    started = time.perf_counter()
+    compiled = lowered.compile(partitioned=True)
+    compile_s = time.perf_counter() - started
+    baseline = explain.explained(compiled.report(), lowered, compiled).to_json()
+    options = Options(shards=tuple(source.shards) + tuple(source.overrides),
+                      out_shards=tuple(source.out_shards),
+                      is_module=source.is_module)
+    found = candidates(baseline, mesh or lowered.info.mesh, options, top,
+                       max_candidates)
+    argv = source.argv()
+    if jobs == "auto":
+        # Other processes trace the program again (seconds each): worth it
+        # when compiling takes longer, and there are cores to share.
+        cores = os.cpu_count() or 1
+        jobs = min(cores, len(found)) if cores > 1 and compile_s > 5 \
+            and len(found) > 1 else 1
+    many = compile_in_processes(argv, jobs) if jobs > 1 else None
+    one = compile_in_process(lowered) if many is None else None
+    return suggest(baseline, found, one, many, argv, top)

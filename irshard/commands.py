@@ -1,0 +1,314 @@
+"""What each command does with its parsed arguments: the program loaded
+(`frontend`), the library's function for the command called, the output
+written whole or not at all. The functions are the ones `irshard.api` and
+the library offer; what is here is the command line's side of them: its
+options read, notes on stderr, files checked before any work.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from irshard import REPORT_STAGES, STAGES
+from irshard.core.errors import UsageError
+from irshard.core.specs import parse_mesh
+
+
+def _stages(args) -> list[str]:
+    for stage in args.emit:
+        if stage not in STAGES:
+            raise UsageError(f"unknown stage '{stage}'; stages are "
+                             f"{', '.join(STAGES)}")
+    if args.stage not in REPORT_STAGES:
+        what = ("unknown stage" if args.stage not in STAGES
+                else "the report reads HLO, not stage")
+        raise UsageError(f"{what} '{args.stage}'; --stage is one of "
+                         f"{', '.join(REPORT_STAGES)}")
+    return [s for s in STAGES if s in args.emit]
+
+
+def _source(args):
+    """The command line's program options as a `frontend.Source`."""
+    from irshard import frontend
+    from irshard.loading.program import parse_names
+    grad = args.grad
+    if isinstance(grad, str):
+        grad = parse_names(grad, "--grad")
+    return frontend.Source(
+        path=args.file, mesh=args.mesh, axis_types=args.axis_types,
+        fn=args.fn, args_fn=args.args_fn,
+        arg_types=tuple(args.arg), shards=tuple(args.shard),
+        overrides=tuple(args.override_shard),
+        out_shards=tuple(args.out_shard), constraints=tuple(args.constrain),
+        grad=grad,
+        static=parse_names(args.static, "--static", numbers=True),
+        donate=tuple(args.donate),
+        reference=getattr(args, "reference", None), platform=args.platform,
+        target=args.target, profile=args.profile)
+
+
+def check_output_path(path: str | None, option: str = "-o") -> None:
+    """Fails before any work if `path` cannot be written."""
+    from irshard.core import files
+    files.check_writable(path, option)
+
+
+def write_output(path: str | None, text) -> None:
+    """Writes to stdout, or whole to `path` (never a half-written file)."""
+    from irshard.core import files
+    files.emit(path, text)
+
+
+def _load(source, cluster=None, timeout: float | None = None):
+    """The program (stage `stablehlo`) of the command's FILE."""
+    from irshard import frontend
+    return frontend.load(source, cluster, timeout)
+
+
+def _folds(args) -> bool:
+    """Whether the text goes to a terminal, folded (long tables cut to
+    their heaviest rows, layouts left out) unless --full."""
+    from irshard.core import files
+    return (not getattr(args, "full", False) and args.output is None
+            and files.STDOUT.isatty())
+
+
+def _budgets(args) -> list:
+    """The --budget expressions, parsed before any work."""
+    from irshard.reporting import budget
+    return [budget.parse_budget(text) for text in args.budget]
+
+
+def _held_to(report, budgets):
+    """The report with its budgets' outcomes (JSON `budgets`), and the
+    error to exit with when one is exceeded."""
+    from irshard.reporting import budget
+    if not budgets:
+        return report, None
+    outcomes = budget.evaluate(report, budgets)
+    return budget.recorded(report, outcomes), budget.breach_error(outcomes)
+
+
+def _note(text: str) -> None:
+    print(f"irshard: note: {text}", file=sys.stderr)
+
+
+def cmd_compile(args) -> int:
+    from irshard.pipeline import output
+    emits = _stages(args)
+    budgets = _budgets(args)
+    source = _source(args)
+    source.mesh_spec()
+    check_output_path(args.output)
+    lowered = _load(source)
+    args.explain = args.explain or args.format == "html"
+    texts, compiled = output.emit(lowered, emits, args.stage, args.debug_info,
+                                  explain=args.explain, note=_note)
+    if emits and not budgets:
+        write_output(args.output, output.join_stages(texts))
+        return 0
+    report = output.report(lowered, compiled, args.stage, args.explain)
+    report, breach = _held_to(report, budgets)
+    write_output(args.output, output.join_stages(texts) if emits
+                 else output.render(report, args.format, compiled, _folds(args)))
+    if breach is not None:
+        raise breach
+    return 0
+
+
+def _run_options(args):
+    from irshard.core.specs import split_assignment
+    from irshard.running.execution import RunOptions
+    from irshard.running.execution import parse_range
+    inputs = tuple(split_assignment(item, "--input", "PATH.npy")
+                   for item in args.input)
+    ranges = tuple(parse_range(item) for item in args.range)
+    if len({name for name, _ in ranges}) < len(ranges):
+        raise UsageError("--range: an argument is given twice; give it once")
+    options = RunOptions(seed=args.seed, inputs=inputs, check=args.check,
+                         rtol=args.rtol, atol=args.atol, repeat=args.repeat,
+                         save=args.save, progress=True, ranges=ranges,
+                         reference=args.reference)
+    options.validate()
+    if args.save:
+        check_output_path(args.save, "--save")
+    return options
+
+
+def _cluster(args):
+    """This process's place in a multi-process run, or None."""
+    from irshard.running import launch
+    return launch.cluster(args.processes, args.coordinator, args.process_id,
+                          args.num_processes, args.launcher, args.ray_address)
+
+
+def _stage(name: str) -> None:
+    from irshard.running import distributed
+    distributed.report_stage(name)
+
+
+def _launch(args, total_devices: int) -> int:
+    """`--processes N`: this process only starts and watches the others."""
+    from irshard.running import launch
+    return launch.launch(args.argv, args.processes, args.timeout, total_devices,
+                         args.platform, args.launcher, args.ray_address,
+                         args.output)
+
+
+def cmd_run(args) -> int:
+    emits = _stages(args)
+    if emits and args.format == "html":
+        raise UsageError("--emit prints IR before the report, which an HTML "
+                         "page cannot hold; drop --emit, or use --format text "
+                         "or json")
+    budgets = _budgets(args)
+    source = _source(args)
+    source.mesh_spec()
+    from irshard import frontend
+    frontend.Placement(source.target, source.platform).check_runnable()
+    check_output_path(args.output)
+    options = _run_options(args)
+    cluster = _cluster(args)
+    if args.processes is not None:
+        return _launch(args, source.total_devices())
+    lowered = _load(source, cluster, args.timeout)
+    _stage("compiling")
+    from irshard.pipeline import output
+    args.explain = args.explain or args.format == "html"
+    texts, compiled = output.emit(lowered, emits, args.stage, args.debug_info,
+                                  compile_anyway=True, explain=args.explain,
+                                  note=_note)
+    from irshard.running import execution
+    _stage("running")
+    result = execution.run(lowered, compiled, options)
+    _stage("writing")
+    report = output.report(lowered, compiled, args.stage, args.explain)
+    report, breach = _held_to(report, budgets)
+    text = execution.render(report, result, args.format, compiled, _folds(args))
+    if texts:
+        text = output.join_stages(texts) + text
+    if _is_reporting_process():
+        write_output(args.output, text)
+    from irshard.pipeline import check
+    failure = check.failure(result.checks) or breach
+    if failure is not None:
+        raise failure
+    return 0
+
+
+def _is_reporting_process() -> bool:
+    from irshard import backend
+    return backend.process_index() == 0
+
+
+def cmd_show(args) -> int:
+    source = _source(args)
+    source.mesh_spec()
+    check_output_path(args.output)
+    lowered = _load(source)
+    compiled = lowered.compile()
+    from irshard.pipeline import show
+    inputs, outputs = show.placed(compiled)
+    write_output(args.output, show.render(compiled.info, inputs, outputs,
+                                          args.format))
+    return 0
+
+
+def cmd_devices(args) -> int:
+    from irshard.running import launch
+    found = _cluster(args)
+    processes = args.processes or (found.num_processes if found else 1)
+    count = parse_mesh(args.mesh).num_devices if args.mesh else processes
+    if args.processes is not None:
+        return _launch(args, count)
+    listing = launch.devices(count, found, args.platform, args.timeout)
+    if listing is not None:
+        from irshard.reporting import layout
+        write_output(None, layout.render_devices(listing, args.format))
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    mesh = parse_mesh(args.mesh)
+    check_output_path(args.output)
+    from irshard.pipeline import calibrate
+    result = calibrate.calibrate_host(mesh, args.sizes, args.repeats,
+                                     note=_note_calibrate)
+    if args.output:
+        from irshard.core import files
+        files.write(args.output, calibrate.profile_json(result))
+    write_output(None, calibrate.render(result, args.format))
+    return 0
+
+
+def _note_calibrate(text: str) -> None:
+    print(f"irshard: calibrate: {text}", file=sys.stderr, flush=True)
+
+
+def cmd_opt(args) -> int:
+    from irshard.ir import opt
+    if args.list_passes:
+        write_output(args.output, opt.list_passes())
+        return 0
+    if args.file is None:
+        raise UsageError("give a .mlir file (or '-' for stdin), or --list-passes")
+    check_output_path(args.output)
+    from irshard.pipeline import irfile
+    data = irfile.read_bytes(args.file)
+    try:
+        text = opt.opt(data, args.file, args.pipeline,
+                       split_input_file=args.split_input_file,
+                       verify_diagnostics=args.verify_diagnostics,
+                       print_ir_after_all=args.print_ir_after_all,
+                       debug_info=args.debug_info,
+                       allow_unregistered_dialect=args.allow_unregistered_dialect)
+    except opt.VerifyFailed as e:
+        # As mlir-opt: the modules that were made, every mismatch, exit 1.
+        if e.output:
+            write_output(args.output, e.output)
+        sys.stderr.write("".join(line + "\n" for line in e.problems))
+        return 1
+    write_output(args.output, text)
+    return 0
+
+
+def cmd_collectives(args) -> int:
+    check_output_path(args.output)
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    from irshard.pipeline import output
+    write_output(args.output,
+                 output.collectives(args.path, args.stage, mesh, args.format))
+    return 0
+
+
+def cmd_suggest(args) -> int:
+    from irshard.strategy import suggest
+    source = _source(args)
+    mesh = source.mesh_spec()
+    check_output_path(args.output)
+    lowered = _load(source)
+    result = suggest.suggest_for(lowered, source, mesh, top=args.top,
+                                 max_candidates=args.max_candidates,
+                                 jobs=args.jobs)
+    write_output(args.output, result.render_json() if args.format == "json"
+                 else result.render_text())
+    return 0
+
+
+def cmd_diff(args) -> int:
+    check_output_path(args.output)
+    from irshard.pipeline import diff
+    a = diff.load(args.a, args.module, args.stage)
+    b = diff.load(args.b, args.module, args.stage)
+    result = diff.compare(a, b)
+    if args.format == "html":
+        from irshard.pipeline import htmlreport
+        text = htmlreport.render_diff(result)
+    else:
+        text = result.render_json() if args.format == "json" else result.render_text()
+    write_output(args.output, text)
+    regressions = result.regressions()
+    if args.fail_on_regression and regressions:
+        from irshard.core.errors import Regression
+        raise Regression("regression: " + "; ".join(regressions))
+    return 0

@@ -1,0 +1,142 @@
+"""What the commands write: the IR of the stages asked for (`--emit`), the
+report of the stage read (with `--explain`'s why), in text, JSON or HTML, and
+the reports of an HLO file or dump's modules (`irshard collectives`).
+
+Each returns text (or its pieces, for writing as they are made); where it
+goes is the caller's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator, Sequence
+
+from irshard import REPORT_STAGES
+from irshard.core.errors import UsageError
+from irshard.core.specs import MeshSpec
+
+
+def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
+         compile_anyway: bool = False, explain: bool = False,
+         note: Callable[[str], None] = lambda text: None):
+    """The requested stages' IR, in pipeline order, and the compiled
+    program (None when only MLIR stages were asked for and not
+    `compile_anyway`). Propagation's notes go to `note`."""
+    texts = []
+    if "stablehlo" in emits:
+        texts.append(("stablehlo", lowered.as_text(debug_info)))
+    if "propagated" in emits:
+        propagated = lowered.propagate()
+        for text in propagated.notes:
+            note(text)
+        texts.append(("propagated", propagated.as_text(debug_info)))
+    compiled = None
+    if (compile_anyway or not emits
+            or any(s in emits for s in ("partitioned", "optimized"))):
+        compiled = lowered.compile(
+            partitioned="partitioned" in emits or stage == "partitioned"
+            or explain)
+    if "partitioned" in emits:
+        texts.append(("partitioned", compiled.partitioned().as_text()))
+    if "optimized" in emits:
+        texts.append(("optimized", compiled.as_text()))
+    return texts, compiled
+
+
+def join_stages(texts: Sequence[tuple[str, str]]) -> str:
+    """Stage texts as `--emit` prints them: one alone as it is, several
+    each under a `// ----- irshard stage: NAME` line."""
+    if len(texts) == 1:
+        text = texts[0][1]
+        return text if text.endswith("\n") else text + "\n"
+    parts = []
+    for name, text in texts:
+        parts.append(f"// ----- irshard stage: {name}\n")
+        parts.append(text if text.endswith("\n") else text + "\n")
+    return "".join(parts)
+
+
+def report(lowered, compiled, stage: str, explain: bool):
+    """The collective report of `stage` (partitioned or optimized), with
+    each collective's why when `explain`."""
+    read = compiled.partitioned() if stage == "partitioned" else compiled
+    found = read.report()
+    if explain:
+        from irshard.collectives import explain as explaining
+        found = explaining.explained(found, lowered, read)
+    return found
+
+
+def render(report, fmt: str, compiled=None, fold: bool = False):
+    """The report as `fmt` (text, json, html), in pieces where it can be."""
+    if fmt == "html":
+        from irshard.pipeline import htmlreport
+        return htmlreport.render_report(report, compiled)
+    from irshard.reporting import text, writer
+    return writer.render_json_pieces(report) if fmt == "json" \
+        else text.render_text_pieces(report, fold)
+
+
+def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str):
+    """`irshard collectives PATH`: the report of each module of an HLO
+    file, a serialized module or an XLA dump directory (those that run on
+    `mesh`'s device count, when given), as `fmt`."""
+    if stage not in REPORT_STAGES:
+        raise UsageError(f"unknown stage '{stage}'; --stage is one of "
+                         f"{', '.join(REPORT_STAGES)}")
+    from irshard import backend
+    from irshard.collectives import dumps
+    backend.configure(1, "cpu")
+    reports, skipped = dumps.reports(path, stage, mesh)
+    if fmt == "html":
+        return _one_page(path, stage, reports)
+    if fmt == "json":
+        from irshard.reporting.report import SCHEMA
+        from irshard.reporting.writer import dumps_json, render_json_pieces
+        if len(reports) == 1 and not os.path.isdir(path):
+            # Written as it is made: a large module's report is never
+            # held whole.
+            return render_json_pieces(reports[0])
+        body = {"schema": SCHEMA, "source": path,
+                "modules": [r.to_json() for r in reports]}
+        if skipped:
+            body["skipped"] = [{"module": label, "devices": n}
+                               for label, n in skipped]
+        return dumps_json(body) + "\n"
+    return _texts(reports, skipped, mesh)
+
+
+def _one_page(path: str, stage: str, reports) -> str:
+    """The HTML page of the one sharded module among `reports`."""
+    from irshard.collectives import dumps
+    from irshard.pipeline import diff, htmlreport
+
+    def sharded(r):
+        return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)
+
+    chosen = diff.main_module(reports, sharded)
+    if chosen is None:
+        names = ", ".join(r.module or "?" for r in reports) or "none"
+        count = sum(map(sharded, reports)) or len(reports)
+        raise UsageError(f"--format html shows one module; '{path}' "
+                         f"holds {count} ({names}): give one module's HLO file")
+    found = {m.label: m.path for m in dumps.find_modules(path, stage)}
+    return htmlreport.render_report(
+        chosen, ir_text=htmlreport.read_ir(found.get(chosen.module, "")))
+
+
+def _texts(reports, skipped, mesh) -> Iterator[str]:
+    """The text reports of several modules, in pieces, one blank line
+    between them, and the modules skipped."""
+    from irshard.reporting.text import render_text_pieces
+    for i, r in enumerate(reports):
+        if i:
+            yield "\n"
+        yield from render_text_pieces(r)
+    if skipped:
+        yield (f"\nskipped {len(skipped)} module"
+               f"{'' if len(skipped) == 1 else 's'} that "
+               f"run{'s' if len(skipped) == 1 else ''} on another number "
+               f"of devices than --mesh {mesh}:\n")
+        yield "".join(f"  {label}  ({n} device{'' if n == 1 else 's'})\n"
+                      for label, n in skipped)
