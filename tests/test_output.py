@@ -175,3 +175,26 @@ def test_an_interrupt_during_a_compile(write, tmp_path, sig):
     assert proc.returncode == 130
     assert err.strip().endswith("irshard: interrupted")
     assert os.listdir(temp) == []
+
+
+SCRIPT = os.path.join(os.path.dirname(sys.executable), "irshard")
+
+
+@pytest.mark.parametrize("entry", [[sys.executable, "-m", "irshard"], [SCRIPT]],
+                         ids=["python -m irshard", "console script"])
+def test_the_ir_names_the_users_frames_only(entry):
+    """The locations and stack-frame tables of every stage name the user's
+    files: not irshard's own wrappers, nor `python -m`'s runpy or the
+    console script, so the IR is the same whichever way irshard runs and
+    whatever its own code looks like."""
+    if not os.path.exists(entry[0]):
+        pytest.skip("no console script beside this Python (pip install -e .)")
+    done = subprocess.run(
+        [*entry, "compile", os.path.join(EXAMPLES, "heat1d.py"),
+         "--fn", "simulate_set", "--mesh", "x=4", "--emit", "stablehlo",
+         "--emit", "optimized", "--debug-info"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "heat1d.py" in done.stdout and "step_set" in done.stdout
+    own = os.path.dirname(os.path.abspath(cli.__file__))
+    for unwanted in (own, "<frozen", SCRIPT):
+        assert unwanted not in done.stdout
