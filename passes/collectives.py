@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard.collectives import analysis
+from irshard.collectives import analysis, loops
 from irshard.backend import shardy
 from irshard.core.errors import IRError, PassError
-from irshard.core.frames import Frame, UserCode
+from irshard.core.frames import UserCode
 from irshard.passes import ModulePass
 from irshard.reporting.report import Collective, CollectiveReport, tensor_info
 from irshard.reporting.text import render_text
@@ -29,63 +28,18 @@ def _element_type(type_: ir.Type) -> tuple[str, int]:
     return (dtype.name, dtype.itemsize) if dtype else (element, 4)
 
 
-def _dense_int(value: ir.Value) -> int | None:
-    owner = value.owner
-    if not isinstance(owner, ir.Operation):
-        owner = getattr(owner, "operation", owner)
-    if getattr(owner, "name", "") not in ("stablehlo.constant", "sdy.constant",
-                                          "arith.constant"):
-        return None
-    m = re.match(r"dense<(-?\d+)>", str(owner.attributes["value"]))
-    return int(m.group(1)) if m else None
-
-
-def while_trip_count(loop: ir.Operation) -> int | None:
-    """`for (i = c0; i < N; i += step)` written as a stablehlo.while."""
-    cond, body = loop.regions[0].blocks[0], loop.regions[1].blocks[0]
-    compare = list(cond.operations)[-1].operands[0].owner
-    compare = getattr(compare, "operation", compare)
-    if getattr(compare, "name", "") != "stablehlo.compare":
-        return None
-    direction = re.search(r"comparison_direction\s*=?\s*#stablehlo<comparison_direction\s+(\w+)>",
-                          str(compare))
-    direction = direction.group(1) if direction else ""
-    lhs, rhs = compare.operands
-    args = list(cond.arguments)
-    if lhs in args and _dense_int(rhs) is not None and direction in ("LT", "LE"):
-        index, limit = args.index(lhs), _dense_int(rhs)
-    elif rhs in args and _dense_int(lhs) is not None and direction in ("GT", "GE"):
-        index, limit = args.index(rhs), _dense_int(lhs)
-        direction = {"GT": "LT", "GE": "LE"}[direction]
-    else:
-        return None
-    start = _dense_int(loop.operands[index])
-    update = list(body.operations)[-1].operands[index].owner
-    update = getattr(update, "operation", update)
-    if start is None or getattr(update, "name", "") != "stablehlo.add":
-        return None
-    step = next((_dense_int(v) for v in update.operands
-                 if _dense_int(v) is not None), None)
-    if not step or step < 0 or list(body.arguments)[index] not in list(update.operands):
-        return None
-    span = limit - start + (1 if direction == "LE" else 0)
-    return max(0, -(-span // step))
-
-
 def _loops_around(operation: ir.Operation) -> tuple[int | None, ...]:
     trips = []
     parent = operation.parent
     while parent is not None and parent.name != "func.func":
         if parent.name == "stablehlo.while":
-            trips.append(while_trip_count(parent))
+            trips.append(loops.while_trip_count(parent))
         parent = parent.parent
     return tuple(reversed(trips))
 
 
 def _source(operation, resolver):
-    frames = [Frame(f, fn_name, line) for f, line, fn_name
-              in shardy.location_frames(operation.location)]
-    return resolver.choose(frames)
+    return resolver.choose(shardy.frames(operation.location))
 
 
 def _attribute(operation: ir.Operation, resolver) -> tuple:

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from irshard.collectives import analysis
+from irshard.collectives import loops
 from irshard.xla.hlo import (ArrayShape, HloModuleView, StackFrameTable,
                          opcode_name, parse_instruction_text, parse_metadata,
                          parse_shape, shape_bytes)
@@ -130,13 +131,13 @@ def test_view_structure():
 def test_trip_count_from_the_loop_pattern():
     view = load("async_collectives.hlo")
     # `3 > i` with i += 1 from 0; `i < 5` inside.
-    assert analysis.trip_count(view, view.instructions["oloop"]) == 3
-    assert analysis.trip_count(view, view.instructions["iloop"]) == 5
+    assert loops.trip_count(view, view.instructions["oloop"]) == 3
+    assert loops.trip_count(view, view.instructions["iloop"]) == 5
 
 
 def test_trip_count_from_backend_config():
     view = load("known_trip_count.hlo")
-    assert analysis.trip_count(view, view.instructions["loop"]) == 100
+    assert loops.trip_count(view, view.instructions["loop"]) == 100
 
 
 def test_collectives_of_every_kind_and_form():

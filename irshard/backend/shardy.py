@@ -14,6 +14,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy
 
 from irshard.core.errors import IRError
+from irshard.core.frames import Frame
 from irshard.core.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
 
 SHARDING = "sdy.sharding"
@@ -282,6 +283,12 @@ def file_locations(location: ir.Location,
     if isinstance(location, ir.FusedLoc):
         return [f for part in location.locations for f in file_locations(part)]
     return []
+
+
+def frames(location: ir.Location) -> list[Frame]:
+    """The Python frames an MLIR location holds, innermost first: what
+    `UserCode.choose` picks the user's line from."""
+    return [Frame(f, fn, line) for f, line, fn in location_frames(location)]
 
 
 def location_frames(location: ir.Location) -> list[tuple[str, int, str]]:

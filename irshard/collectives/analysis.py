@@ -23,6 +23,7 @@ from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
 from irshard.reporting.report import Collective, PackedCollective
 from irshard.core.errors import IRError
 from irshard.core.specs import MeshSpec, lookup_dtype, shown
+from irshard.collectives.loops import trip_count
 
 # Printed opcode -> report kind. `-start` forms are the async halves; their
 # `-done` partners are not counted again.
@@ -81,95 +82,6 @@ def wire_bytes(kind: str, nbytes: int, n: int) -> int:
     return nbytes                      # collective-permute, -broadcast
 
 
-# ---------------------------------------------------------------------------
-# Loops
-
-
-def _constant_value(inst: Instruction | None) -> int | None:
-    if inst is None or inst.opcode != "constant":
-        return None
-    m = re.search(r"constant\((-?\d+)\)", inst.text)
-    return int(m.group(1)) if m else None
-
-
-def _through_copies(view: HloModuleView, name: str,
-                    computation: str) -> Instruction | None:
-    inst = view.get(name, computation)
-    while inst is not None and inst.opcode in ("copy", "convert", "bitcast") \
-            and inst.operands:
-        inst = view.get(inst.operands[0], computation)
-    return inst
-
-
-def tuple_index(inst: Instruction | None) -> int | None:
-    if inst is None or inst.opcode != "get-tuple-element":
-        return None
-    m = re.search(r"\d+", inst.attrs.get("index", ""))
-    return int(m.group(0)) if m else None
-
-
-def _root(view: HloModuleView, computation: str) -> Instruction | None:
-    return view.root(computation)
-
-
-_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
-
-
-def trip_count(view: HloModuleView, loop: Instruction) -> int | None:
-    """Iterations of a `while`: XLA's `known_trip_count` when it has one,
-    else from the pattern `for (i = c0; i < N; i += step)` in the loop."""
-    counted = loop.backend_config.get("known_trip_count")
-    known = counted.get("n") if isinstance(counted, dict) else counted
-    if known is not None:
-        if isinstance(known, bool) or not isinstance(known, (int, str)) \
-                or not str(known).isdigit():
-            raise IRError(f"%{loop.name} (while): known_trip_count "
-                          f"{shown(str(known))} is not a whole number of "
-                          f"iterations")
-        return int(known)
-    called = dict(loop.called_computations())
-    cond = _root(view, called.get("condition", ""))
-    if cond is None or cond.opcode != "compare" or len(cond.operands) != 2:
-        return None
-    direction = re.search(r"[A-Z]+", cond.attrs.get("direction", ""))
-    direction = direction.group(0) if direction else ""
-    lhs, rhs = (_through_copies(view, o, cond.computation) for o in cond.operands)
-    if tuple_index(lhs) is None:
-        lhs, rhs, direction = rhs, lhs, _FLIP.get(direction, "")
-    index, limit = tuple_index(lhs), _constant_value(rhs)
-    if index is None or limit is None:
-        return None
-    init_tuple = view.get(loop.operands[0], loop.computation) \
-        if loop.operands else None
-    if init_tuple is None or init_tuple.opcode != "tuple" \
-            or index >= len(init_tuple.operands):
-        return None
-    start = _constant_value(_through_copies(view, init_tuple.operands[index],
-                                            loop.computation))
-    body_root = _root(view, called.get("body", ""))
-    if start is None or body_root is None or body_root.opcode != "tuple":
-        return None
-    update = _through_copies(view, body_root.operands[index],
-                             body_root.computation)
-    if update is None or update.opcode not in ("add", "subtract"):
-        return None
-    values = [_through_copies(view, o, body_root.computation)
-              for o in update.operands]
-    step = next((_constant_value(v) for v in values
-                 if _constant_value(v) is not None), None)
-    if step is None or not any(tuple_index(v) == index for v in values):
-        return None
-    if update.opcode == "subtract":
-        step = -step
-    if step == 0:
-        return None
-    span = {"LT": limit - start, "LE": limit - start + (1 if step > 0 else 0),
-            "GT": limit - start, "GE": limit - start + (-1 if step < 0 else 0),
-            "NE": limit - start}.get(direction)
-    if span is None:
-        return None
-    trips = -(-span // step) if step > 0 else -(-(-span) // (-step))
-    return max(0, trips)
 
 
 # ---------------------------------------------------------------------------

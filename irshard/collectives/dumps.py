@@ -161,14 +161,22 @@ def load_view(found: FoundModule):
     """The module: a text file scanned for what the report reads
     (`hloscan`), or, for a serialized module or a printed form the scan
     does not read, parsed by XLA's own parser."""
-    if not found.path.endswith(".pb"):
+    return _read(found, lambda view: view)
+
+
+def _read(found: FoundModule, use):
+    """`use` of the module: scanned from a text file, else (a serialized
+    module, a form the scan does not read) parsed by XLA."""
+    if found.path.endswith(".pb"):
+        return use(_parsed_view(found))
+
+    def scan():
         try:
             return hloscan.ScannedModule.from_file(found.path)
         except OSError as e:
             raise InputError(f"cannot read '{found.path}': {e.strerror}") from None
-        except (hloscan.NeedsParser, ValueError):
-            pass                  # XLA's parser reads it, or says what is wrong
-    return _parsed_view(found)
+
+    return hloscan.read(scan, lambda: _parsed_view(found), use)
 
 
 def _parsed_view(found: FoundModule) -> HloModuleView:
@@ -281,15 +289,7 @@ class MeshMismatch(SpecError):
 
 
 def report(found: FoundModule, source: str, mesh: MeshSpec | None) -> CollectiveReport:
-    view = load_view(found)
-    try:
-        return _report(view, found, source, mesh)
-    except (hloscan.NeedsParser, ValueError):
-        # The scan reads lazily: a form it does not read may show only now.
-        # XLA's parser reads the module, or says what is wrong with it.
-        if isinstance(view, HloModuleView):
-            raise
-        return _report(_parsed_view(found), found, source, mesh)
+    return _read(found, lambda view: _report(view, found, source, mesh))
 
 
 def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None

@@ -118,7 +118,7 @@ def locator(module, user_dir: str | None, frames_table=None
     module's stack frame table (`frames_table`, which the ids index), else
     from the first op of the traced module JAX gave that name."""
     from irshard.backend import shardy
-    from irshard.core.frames import Frame, UserCode
+    from irshard.core.frames import UserCode
     users = UserCode(user_dir)
     by_name: dict[str, SourceLocation | None] = {}
     if module is not None:
@@ -127,9 +127,8 @@ def locator(module, user_dir: str | None, frames_table=None
                 for operation in shardy.walk(fn.operation):
                     name = shardy.location_name(operation.location)
                     if name and name not in by_name:
-                        frames = [Frame(f, fn_name, line) for f, line, fn_name
-                                  in shardy.location_frames(operation.location)]
-                        by_name[name] = users.choose(frames)
+                        by_name[name] = users.choose(
+                            shardy.frames(operation.location))
 
     def locate(name: str, frame_id: int | None) -> SourceLocation | None:
         if frame_id is not None and frames_table is not None:

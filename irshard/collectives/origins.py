@@ -6,7 +6,7 @@ source line and primitive.
 from __future__ import annotations
 
 from typing import Any, Sequence
-from irshard.core.frames import Frame, SourceLocation, UserCode
+from irshard.core.frames import SourceLocation, UserCode
 from irshard.collectives.values import fit, ORIGIN_NAME, PRIMITIVE_OPS, Value, agreeing, by_axis, _dict, _entries, _local_shape, _only, _op_name, _uses
 
 
@@ -59,9 +59,7 @@ class Propagated:
         """The user's line of an op; in a function JAX outlined from its
         own code (`_roll_static`), the line of the call."""
         for _ in range(32):
-            frames = [Frame(f, fn, line) for f, line, fn
-                      in self.shardy.location_frames(operation.location)]
-            found = self.users.choose(frames)
+            found = self.users.choose(self.shardy.frames(operation.location))
             if found is not None:
                 return found
             fn = operation.parent

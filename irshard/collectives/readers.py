@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from irshard.core.frames import SourceLocation, UserCode
 from irshard.collectives.values import HLO_OPCODES, PASS_THROUGH, RESHAPES, array_dims, _op_name, parameter_number, _primitive
-from irshard.collectives.analysis import tuple_index
+from irshard.collectives.loops import tuple_index
 
 
 # ---------------------------------------------------------------------------

@@ -212,14 +212,12 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             findings.locator(module, info.user_dir, view.stack_frames))))
 
 
-def _scan(text: str, parsed):
-    """The module as the report reads it: scanned from its text, or, for a
-    form the scan does not read, `parsed()` (XLA's objects)."""
+def _read(text: str, parsed, use):
+    """`use` of the module as the report reads it: scanned from its text,
+    or `parsed()` (XLA's objects) for a form the scan does not read."""
     from irshard.xla import hloscan
-    try:
-        return hloscan.ScannedModule.from_text(text)
-    except (hloscan.NeedsParser, ValueError):
-        return parsed()
+    return hloscan.read(lambda: hloscan.ScannedModule.from_text(text), parsed,
+                        use)
 
 
 @dataclass(frozen=True, eq=False)
@@ -241,13 +239,13 @@ class Partitioned(Stage):
         except ValueError as e:
             raise BackendError(f"cannot read XLA's partitioned HLO: {e}") from None
 
-    def scan(self):
-        """What the report reads of the partitioned module (`hloscan`)."""
-        return _scan(self.text, self.view)
+    def read(self, use):
+        """`use` of what the report reads of the partitioned module."""
+        return _read(self.text, self.view, use)
 
     def report(self) -> CollectiveReport:
-        return _report(self.info, self.name, self.scan(), self.compiled,
-                       module=self.module)
+        return self.read(lambda view: _report(self.info, self.name, view,
+                                              self.compiled, module=self.module))
 
 
 @dataclass(frozen=True, eq=False)
@@ -285,12 +283,12 @@ class Optimized(Stage):
             # Compiled for stand-in devices: the partitioner's output is the
             # program as any backend gets it.
             return self.partitioned().report()
-        view = _scan(self.as_text(), lambda: self._view)
         programs = None
         if self.info.platform == "cpu" and self.compiled.partitioned_text:
-            programs = analysis.program_shapes(self.partitioned().scan())
-        return _report(self.info, self.name, view, self.compiled, programs,
-                       self.module)
+            programs = self.partitioned().read(analysis.program_shapes)
+        return _read(self.as_text(), lambda: self._view,
+                     lambda view: _report(self.info, self.name, view,
+                                          self.compiled, programs, self.module))
 
 
 @dataclass(frozen=True, eq=False)

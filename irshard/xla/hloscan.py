@@ -23,10 +23,12 @@ import io
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 from irshard.xla.hlo import Instruction, StackFrameTable, operands_end, root_of
 from irshard.core.syntax import matching_bracket
+
+T = TypeVar("T")
 
 # Lines the report reads, found by the literals they hold (a search for one
 # literal runs at memory speed; one pattern of many alternatives does not):
@@ -76,6 +78,22 @@ _WINDOW = 1 << 20       # bytes read at once when lines are read back
 
 class NeedsParser(Exception):
     """The module uses a printed form the scan does not read."""
+
+
+def read(scan: Callable[[], Any], parse: Callable[[], Any],
+         use: Callable[[Any], T]) -> T:
+    """`use` of a module as the report reads it: scanned (`scan()`), or
+    XLA's objects (`parse()`) where the scan meets a form it does not read,
+    at once or lazily while `use` reads it. XLA's parser reads every form
+    XLA prints, or says what is wrong with the module."""
+    try:
+        view = scan()
+    except (NeedsParser, ValueError):
+        return use(parse())
+    try:
+        return use(view)
+    except (NeedsParser, ValueError):
+        return use(parse())
 
 
 @dataclass(frozen=True)
