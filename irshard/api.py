@@ -256,9 +256,10 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
         rules, static_argnums, grad, out_shardings, target, profile,
         constraints, platform, axis_types)
     mesh_spec, devices = _mesh(mesh, axis_types)
-    place = frontend.Placement(target, platform, profile)
+    from irshard.hardware import targets
+    place = frontend.Hosting(targets.place(target, platform, profile))
     if runnable:
-        place.check_runnable()
+        place.placement.check_runnable()
     if devices is None:
         if place.target.kind != "tpu":
             configure(mesh_spec.num_devices, place.platform)
@@ -268,8 +269,7 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
                               static_argnums=tuple(static_argnums),
                               grad=grad, out_shardings=out_shardings,
                               reference=reference)
-    lowered = stages.trace(prog, place.platform, devices, place.target,
-                           place.profile, place.estimated)
+    lowered = stages.trace(prog, place.placement, devices)
     frontend.constrain(lowered, frontend.parse_constraints(
         f"{match}={spec}" for match, spec in constraints))
     compiled = lowered.compile(partitioned=True)

@@ -164,8 +164,7 @@ def cmd_run(args) -> int:
     budgets = _budgets(args)
     source = _source(args)
     source.mesh_spec()
-    from irshard import frontend
-    frontend.Placement(source.target, source.platform).check_runnable()
+    source.placement().check_runnable()
     check_output_path(args.output)
     options = _run_options(args)
     cluster = _cluster(args)

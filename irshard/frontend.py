@@ -39,7 +39,9 @@ class Source:
     platform: str = "cpu"
     target: str | None = None             # --target: cpu, tpu-v5e:4x4, gpu-h100:2x8
     profile: str | None = None            # --profile: a saved hardware profile
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    # What is resolved from the options, once: the mesh, the placement.
+    _resolved: dict[Any, Any] = field(default_factory=dict, compare=False,
+                                      repr=False)
 
     def argv(self) -> list[str]:
         """The program options as `irshard compile` takes them: what
@@ -73,9 +75,24 @@ class Source:
         from irshard.pipeline import irfile
         return irfile.is_mlir(self.path)
 
+    def placement(self):
+        """--target, --platform and --profile resolved (`targets.place`),
+        once: the command checks them before any work, loading uses the
+        same value."""
+        if "placement" not in self._resolved:
+            from irshard.hardware import targets
+            self._resolved["placement"] = targets.place(
+                self.target, self.platform, self.profile)
+        return self._resolved["placement"]
+
     def mesh_spec(self) -> MeshSpec | None:
         """The --mesh (with --axis-types); a .mlir module may bring its own
-        instead (None)."""
+        instead (None). Parsed once, however often asked."""
+        if "mesh" not in self._resolved:
+            self._resolved["mesh"] = self._mesh_spec()
+        return self._resolved["mesh"]
+
+    def _mesh_spec(self) -> MeshSpec | None:
         if self.mesh is not None:
             mesh = parse_mesh(self.mesh)
             if self.axis_types is not None and not self.is_module:
@@ -116,46 +133,19 @@ class Source:
                              "and the module is already traced")
 
 
-class Placement:
-    """Where the program's mesh lives: its target, and the devices it is
-    laid onto (asked for before JAX starts, where they are simulated)."""
+class Hosting:
+    """A placement (`targets.Placement`) and the devices it is laid onto:
+    asked for before JAX starts, where they are simulated; in a
+    multi-process run (`cluster`), this process's share."""
 
-    def __init__(self, target: str | None, platform: str = "cpu",
-                 profile: str | None = None, cluster=None):
-        from irshard.hardware import targets
+    def __init__(self, placement, cluster=None):
+        if placement.target.kind == "tpu" and cluster is not None:
+            raise UsageError(f"--target {placement.target.text} compiles for a "
+                             f"TPU slice without running; it takes no processes")
+        self.placement = placement
         self.cluster = cluster
-        self.profile = profile
-        self.target = targets.parse_target(target)
-        wanted = {"tpu": ("cpu",), "gpu": ("cpu", "gpu")}.get(self.target.kind)
-        if wanted and platform not in wanted:
-            raise UsageError(
-                f"--target {self.target.text} --platform {platform}: a "
-                f"{self.target.kind.upper()} target is compiled "
-                + ("by libtpu on this host; leave --platform out"
-                   if self.target.kind == "tpu" else
-                   "for the GPUs present (--platform gpu) or estimated "
-                   "(no --platform)"))
-        if profile is not None:
-            targets.load_saved(profile)     # before anything compiles
-        # A GPU target is compiled for the GPUs when asked (--platform gpu),
-        # else estimated from a compile for simulated devices.
-        self.platform = {"tpu": "tpu", "gpu": platform}.get(
-            self.target.kind, platform)
-        self.estimated = self.target.kind == "gpu" and self.platform != "gpu"
-        if self.target.kind == "tpu" and cluster is not None:
-            raise UsageError(f"--target {self.target.text} compiles for a TPU "
-                             f"slice without running; it takes no processes")
-
-    def check_runnable(self) -> None:
-        """A described TPU slice, or GPUs that are not here, cannot run."""
-        if self.target.kind == "tpu":
-            raise UsageError(f"--target {self.target.text}: a TPU slice is "
-                             f"compiled here without a TPU and cannot run; use "
-                             f"irshard compile or show")
-        if self.estimated:
-            raise UsageError(f"--target {self.target.text}: without GPUs (give "
-                             f"--platform gpu where they are) the target is "
-                             f"estimated and cannot run; use irshard compile")
+        self.target = placement.target
+        self.platform = placement.platform
 
     def configure(self, total: int) -> None:
         from irshard import backend
@@ -208,7 +198,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     mesh = source.mesh_spec()
     constraints = parse_constraints(source.constraints)
     notes = replaced_overrides(source.overrides)
-    place = Placement(source.target, source.platform, source.profile, cluster)
+    place = Hosting(source.placement(), cluster)
 
     def join() -> None:
         if cluster is not None:
@@ -250,8 +240,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
                                        mesh.shape, devices[0].platform)
         if own is not None and set(own) <= set(place.all_devices(devices)):
             devices = own
-        traced = stages.trace(prog, place.platform, devices, place.target,
-                              place.profile, place.estimated)
+        traced = stages.trace(prog, place.placement, devices)
     return _noted(constrain(traced, constraints), notes)
 
 
@@ -297,10 +286,11 @@ def constrain(stage, constraints):
     if not constraints:
         return stage
     from irshard.core.errors import PassError
-    from irshard.passes.constrain import ConstrainPass
+    from irshard.passes import pass_class
+    constrain_pass = pass_class("irshard-constrain")
     for match, spec in constraints:
         try:
-            ConstrainPass(match=match, sharding=spec).apply(stage.module)
+            constrain_pass(match=match, sharding=spec).apply(stage.module)
         except PassError as e:
             text = str(e).replace("irshard-constrain: ", "", 1)
             raise UsageError(f"--constrain '{match}={spec}': {text}") from None

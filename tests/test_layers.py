@@ -188,3 +188,12 @@ def test_the_reading_is_real():
     assert "irshard.pipeline.stages" in GRAPH["irshard.api"]
     assert GRAPH["irshard.api"]["irshard.pipeline.stages"] is True
     assert "irshard.passes" in GRAPH["irshard.passes.collectives"]
+
+
+def test_the_library_reaches_passes_through_their_registry():
+    """Outside the passes themselves, only `irshard.passes` (the registry,
+    `pass_class`) is imported, never a pass's own module."""
+    direct = sorted(f"{module} -> {target}" for module, targets in GRAPH.items()
+                    if not module.startswith("irshard.passes")
+                    for target in targets if target.startswith("irshard.passes."))
+    assert direct == []

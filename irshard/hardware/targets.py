@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from irshard.core.errors import SpecError
+from irshard.core.errors import SpecError, UsageError
 from irshard.core.specs import MeshSpec, repeated
 
 TPU_CHIPS = ("v4", "v5e", "v5p", "v6e")
@@ -240,3 +240,61 @@ def load_saved(path: str) -> dict[str, Any]:
     data = schema.load_json(path, "--profile", hint)
     schema.check(data, schema.PROFILE, f"--profile {path}")
     return data
+
+
+# ---------------------------------------------------------------------------
+# Placement
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a program's mesh lives, resolved once before anything compiles:
+    the target, the platform JAX compiles for, whether the target's numbers
+    are estimated from a compile for stand-in devices (a GPU target without
+    GPUs), and the hardware profile its times come from, a saved one
+    (`--profile`, `saved`) already read and checked."""
+
+    target: Target
+    platform: str
+    estimated: bool
+    profile: Profile
+    saved: str | None = None
+
+    def check_runnable(self) -> None:
+        """A described TPU slice, or GPUs that are not here, cannot run."""
+        if self.target.kind == "tpu":
+            raise UsageError(f"--target {self.target.text}: a TPU slice is "
+                             f"compiled here without a TPU and cannot run; use "
+                             f"irshard compile or show")
+        if self.estimated:
+            raise UsageError(f"--target {self.target.text}: without GPUs (give "
+                             f"--platform gpu where they are) the target is "
+                             f"estimated and cannot run; use irshard compile")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.target.to_json(self.estimated)
+
+
+def place(target: str | None, platform: str = "cpu",
+          profile_path: str | None = None) -> Placement:
+    """`--target`, `--platform` and `--profile` resolved into a `Placement`:
+    each checked against the others (a TPU target is compiled by libtpu on
+    this host; a GPU target is compiled for the GPUs present, or
+    estimated), the profile read once."""
+    found = parse_target(target)
+    wanted = {"tpu": ("cpu",), "gpu": ("cpu", "gpu")}.get(found.kind)
+    if wanted and platform not in wanted:
+        raise UsageError(
+            f"--target {found.text} --platform {platform}: a "
+            f"{found.kind.upper()} target is compiled "
+            + ("by libtpu on this host; leave --platform out"
+               if found.kind == "tpu" else
+               "for the GPUs present (--platform gpu) or estimated "
+               "(no --platform)"))
+    loaded = profile(found.profile_name, profile_path)
+    # A GPU target is compiled for the GPUs when asked (--platform gpu),
+    # else estimated from a compile for simulated devices.
+    compiled_for = {"tpu": "tpu", "gpu": platform}.get(found.kind, platform)
+    return Placement(found, compiled_for,
+                     found.kind == "gpu" and compiled_for != "gpu", loaded,
+                     profile_path)

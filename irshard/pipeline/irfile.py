@@ -78,7 +78,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
          rules: Sequence[tree.Rule],
          out_shards: Sequence[tuple[int, ShardingSpec]], place):
     """The module as stage `stablehlo`, annotated and with its devices;
-    `place` (a `frontend.Placement`) gives them once the mesh is known."""
+    `place` (a `frontend.Hosting`) gives them once the mesh is known."""
     from irshard.ir import gspmd, opt
     from irshard.backend import shardy
     from irshard.pipeline import stages
@@ -110,9 +110,8 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     info = stages.ProgramInfo(
         source=files.shown_path(path), function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
-        platform=place.platform, inputs=inputs, outputs=tuple(outputs),
-        notes=notes, target=place.target, profile=place.profile,
-        estimated=place.estimated)
+        placement=place.placement, inputs=inputs, outputs=tuple(outputs),
+        notes=notes)
     return stages.StableHLO(info, module, tuple(devices), None)
 
 

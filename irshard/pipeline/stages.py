@@ -29,6 +29,7 @@ from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import BackendError, UserCodeError
 from irshard.xla.hlo import HloModuleView
+from irshard.hardware import targets
 from irshard.loading.loader import describe_user_exception, raised_by_user_code
 from irshard.loading.leaves import Program
 from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
@@ -56,13 +57,19 @@ class ProgramInfo:
     function: str | None
     user_dir: str | None        # where the user's own sources live
     mesh: MeshSpec
-    platform: str
+    placement: targets.Placement    # target, platform, estimated, profile
     inputs: tuple[TensorDecl, ...]
     outputs: tuple[TensorDecl, ...]
     notes: tuple[str, ...] = ()
-    target: Any = None              # a targets.Target; None: simulated CPUs
-    profile: str | None = None      # a saved hardware profile's path
-    estimated: bool = False         # a GPU target compiled for CPUs
+
+    @property
+    def platform(self) -> str:
+        return self.placement.platform
+
+    @property
+    def estimated(self) -> bool:
+        """A GPU target compiled for stand-in CPUs."""
+        return self.placement.estimated
 
 
 class Stage:
@@ -180,11 +187,10 @@ def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             compiled: backend.CompiledExecutable,
             programs=None, module=None) -> CollectiveReport:
-    from irshard.hardware import cost, targets
+    from irshard.hardware import cost
     from irshard.collectives import findings
     from irshard.reporting.report import memory_in_use
-    target = info.target or targets.CPU
-    profile = targets.profile(target.profile_name, info.profile)
+    target, profile = info.placement.target, info.placement.profile
     model = cost.CostModel.for_devices(target, profile, compiled.devices)
     collectives = tuple(analysis.collectives(view, info.mesh, info.user_dir,
                                              programs, model))
@@ -206,7 +212,7 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
                               compiled.output_shardings(len(info.outputs)),
                               info.mesh, indexed=True),
         collectives=collectives, memory=memory, notes=info.notes,
-        target=target.to_json(info.estimated), roofline=roofline,
+        target=info.placement.to_json(), roofline=roofline,
         findings=tuple(findings.parse(
             compiled.log, info.mesh,
             findings.locator(module, info.user_dir, view.stack_frames))))
@@ -381,16 +387,17 @@ def _with_hints(text: str, error: BaseException, mesh: MeshSpec) -> str:
     return text
 
 
-def trace(program: Program, platform: str = "cpu",
-          devices: Sequence[Any] | None = None, target: Any = None,
-          profile: str | None = None, estimated: bool = False) -> StableHLO:
+def trace(program: Program, placement: targets.Placement | None = None,
+          devices: Sequence[Any] | None = None) -> StableHLO:
     """Traces `program` (or its gradient with `program.grad`) to StableHLO as
     a function of its input leaves, and attaches the mesh and shardings with
-    irshard's annotate pass."""
+    irshard's annotate pass. `placement` (simulated CPUs when None) says
+    what it is compiled for; `devices`, which of them the mesh is laid on."""
     from irshard.ir.annotation import annotate
+    placement = placement or targets.place(None)
     mesh = program.mesh
     devices = list(devices) if devices is not None else \
-        backend.devices(platform, mesh.num_devices)
+        backend.devices(placement.platform, mesh.num_devices)
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices,
                                  [a.type for a in mesh.axes])
     notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
@@ -428,13 +435,12 @@ def trace(program: Program, platform: str = "cpu",
              dict(program.out_shardings))
     info = ProgramInfo(
         source=files.shown_path(program.source), function=program.function,
-        user_dir=user_dir, mesh=mesh, platform=platform,
+        user_dir=user_dir, mesh=mesh, placement=placement,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
                                 leaf.key, leaf.sharding,
                                 i in program.donated)
                      for i, leaf in enumerate(program.inputs)),
         outputs=_output_decls(lowered, program, flat), notes=notes
-        + _static_notes(program, flat.static_outputs),
-        target=target, profile=profile, estimated=estimated)
+        + _static_notes(program, flat.static_outputs))
     return StableHLO(info, lowered.module, tuple(devices), fn,
                      lowered.callbacks, reference, lowered.out_tree)

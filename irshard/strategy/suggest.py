@@ -299,7 +299,8 @@ def compile_in_process(lowered) -> Callable[[Candidate], dict[str, Any]]:
     StableHLO with the candidate's shardings and constraints."""
     from irshard.backend import shardy
     from irshard.ir.annotation import annotate
-    from irshard.passes.constrain import ConstrainPass
+    from irshard.passes import pass_class
+    constrain_pass = pass_class("irshard-constrain")
 
     def compile_candidate(candidate: Candidate) -> dict[str, Any]:
         module = shardy.clone_module(lowered.module)
@@ -307,7 +308,7 @@ def compile_in_process(lowered) -> Callable[[Candidate], dict[str, Any]]:
                  {i: parse_sharding(s) for i, s in candidate.inputs},
                  {i: parse_sharding(s) for i, s in candidate.outputs})
         for match, spec in candidate.constraints:
-            ConstrainPass(match=match, sharding=spec).apply(module)
+            constrain_pass(match=match, sharding=spec).apply(module)
         stage = dataclasses.replace(lowered, module=module)
         return stage.compile().report().to_json()
     return compile_candidate
