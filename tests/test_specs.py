@@ -150,3 +150,20 @@ def test_dim_sharding_str():
     assert str(DimSharding((), True)) == "_?"
     assert str(ShardingSpec.replicated(2)) == "_,_"
     assert MeshSpec(()).num_devices == 1
+
+
+def test_a_sharding_does_what_callers_did_with_strings():
+    """Entries in and out, an axis taken off or added, sub-axes read as
+    their axis, the per-device shape rounded up as the partitioner pads."""
+    from irshard.core.specs import ShardingSpec, parse_mesh
+    spec = ShardingSpec.of_entries(["x+y", "_", "z:(1)2"])
+    assert spec.entries() == ("x+y", "_", "z:(1)2") and str(spec) == "x+y,_,z:(1)2"
+    assert spec.uses("z") and not spec.uses("w") and spec.dim_of("y") == 0
+    assert spec.without({"x", "z"}).entries() == ("y", "_", "_")
+    assert spec.with_axes(1, ["w"]).entries() == ("x+y", "w", "z:(1)2")
+    assert ShardingSpec.of_entries(["x?", "_"]).dims[0].open
+    assert ShardingSpec.of_axes([(("x", "y"), False), ((), True)]) == \
+        parse_sharding("x+y,_?")
+    mesh = parse_mesh("x=2,y=2,z=4")
+    assert spec.local_shape((9, 5, 7), mesh) == (3, 5, 4)
+    assert mesh.axis_size("z:(1)2") == 2 and mesh.axis_size("z") == 4

@@ -121,3 +121,23 @@ def test_named_shardings_as_jaxlib_0_11_prints_them(text, rank, mesh, dims, devi
 def test_named_sharding_of_no_axis_is_replicated():
     tiling = Tiling.from_text("{mesh['a'=2,'b'=2], [{}, {}]}", 2)
     assert tiling.replicated and tiling.shards() == (1, 1)
+
+
+@pytest.mark.parametrize("text, entries", [
+    ("{devices=[2,1,2]<=[4] last_tile_dim_replicate}", ("x", "_")),
+    ("{devices=[2,2]<=[4]}", ("x", "y")),
+    ("{devices=[4,1]<=[2,2]T(1,0)}", ("y+x", "_")),
+    ("{replicated}", ("_", "_")),
+    ("{maximal device=1}", None),
+])
+def test_one_way_from_an_xla_sharding_to_mesh_axes(text, entries):
+    """An XLA sharding as its object, its printed text or a Tiling reads
+    as the same ShardingSpec over the mesh's axes (or none)."""
+    from irshard.xla import tiling
+    mesh = parse_mesh("x=2,y=2")
+    hlo = backend.hlo_sharding_from_text(text)
+    found = {tiling.in_mesh(given, 2, mesh) for given in
+             (text, hlo, Tiling.from_hlo_sharding(hlo, 2))}
+    assert len(found) == 1
+    [spec] = found
+    assert (spec.entries() if spec is not None else None) == entries

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 from irshard.core.errors import BackendError, SpecError
+from irshard.core.specs import ShardingSpec
 from irshard.backend.devices import _jax, message, partition_spec
 from irshard.backend.compiling import CompiledExecutable
 
@@ -22,7 +23,7 @@ def jax_sharding(hlo_sharding, mesh, entries: Sequence[str] | None):
     from jax.sharding import NamedSharding
     if entries is not None:
         return NamedSharding(mesh, partition_spec(
-            [() if e == "_" else e.split("+") for e in entries]))
+            [d.axes for d in ShardingSpec.of_entries(entries).dims]))
     from jax._src.sharding_impls import GSPMDSharding
     return GSPMDSharding(tuple(mesh.devices.flat), hlo_sharding)
 

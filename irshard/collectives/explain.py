@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from irshard.core.frames import UserCode
+from irshard.core.specs import ShardingSpec
 from irshard.collectives.origins import Propagated
 from irshard.collectives.readers import Hlo
 from irshard.collectives.values import Value, INDEXED, agreeing, array_dims, _axes, is_token, fit, _only, origin_text, _primitive, _sharded, sharding_text
@@ -314,18 +315,13 @@ def _needed(kind: str, spec, axes: frozenset[str], inst, mesh):
         return None
     if kind in ("collective-permute",):
         return tuple(spec)
-    kept = []
-    for entry in spec:
-        parts = [p for p in entry.split("+") if p != "_"
-                 and p.split(":")[0] not in axes]
-        kept.append("+".join(parts) or "_")
+    kept = ShardingSpec.of_entries(spec).without(axes)
     if kind in ("all-to-all", "reduce-scatter"):
         m = re.search(r"\d+", inst.attrs.get("dimensions", ""))
         dim = int(m.group(0)) if m else None
-        if dim is not None and dim < len(kept):
-            moved = [a for a in sorted(axes)]
-            kept[dim] = "+".join(([] if kept[dim] == "_" else [kept[dim]]) + moved)
-    return tuple(kept)
+        if dim is not None and dim < kept.rank:
+            kept = kept.with_axes(dim, sorted(axes))
+    return kept.entries()
 
 
 def explained(report, lowered, stage):

@@ -55,17 +55,16 @@ def _braced(text: str, start: int) -> tuple[str, int]:
 
 def _axes(text: str, rank: int, mesh: MeshSpec | None) -> str:
     """An HLO sharding in mesh axes (`_,x+y,_`), else as XLA prints it."""
-    from irshard import backend
-    from irshard.xla.tiling import Tiling, mesh_axes_of
+    from irshard.xla import tiling
     if mesh is None:
         return text
     try:
-        entries = mesh_axes_of(Tiling.from_hlo_sharding(
-            backend.hlo_sharding_from_text(text), rank), mesh)
+        spec = tiling.in_mesh(text, rank, mesh)
     except Exception:
         return text
-    if entries is None:
+    if spec is None:
         return text
+    entries = spec.entries()
     if all(e == "_" for e in entries):
         return "replicated"
     return ",".join(entries)

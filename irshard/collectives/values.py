@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 from irshard.core.frames import SourceLocation
+from irshard.core.specs import ShardingSpec
 
 
 ORIGIN_NAME = "sdy.sharding_origin_name"     # a constraint's origin name
@@ -143,8 +144,7 @@ def _only(origins, axes, spec) -> dict[str, Any]:
 
 
 def _uses(entries: Sequence[str] | None, axis: str) -> bool:
-    return any(axis == part.split(":")[0]
-               for entry in entries or () for part in entry.split("+"))
+    return ShardingSpec.of_entries(entries or ()).uses(axis)
 
 
 def _axes(names) -> frozenset[str]:
@@ -230,7 +230,7 @@ def fit(spec, shape, local, mesh):
         if n <= 0 or g % n:
             return spec
         factors.append(g // n)
-    preferred = [a for entry in spec or () for a in entry.split("+") if a != "_"]
+    preferred = list(ShardingSpec.of_entries(spec or ()).axes_used())
     names = [a for a in preferred if ":" not in a and a in mesh.names]
     names += [a for a in mesh.names if a not in names]
 

@@ -331,12 +331,49 @@ class ShardingSpec:
     def replicated(cls, rank: int) -> "ShardingSpec":
         return cls(tuple(DimSharding() for _ in range(rank)))
 
+    @classmethod
+    def of_entries(cls, entries: Sequence[str]) -> "ShardingSpec":
+        """From the report's entries (`x`, `x+y`, `_`, sub-axes `x:(1)2`,
+        open `x?`), already checked: no parsing of user input here."""
+        return cls(tuple(
+            DimSharding(tuple(a for a in e.rstrip("?").split("+") if a and a != "_"),
+                        e.endswith("?"))
+            for e in entries))
+
+    @classmethod
+    def of_axes(cls, dims: Sequence[tuple[Sequence[str], bool]]) -> "ShardingSpec":
+        """From (axes, open) per dimension, as a PartitionSpec gives them."""
+        return cls(tuple(DimSharding(tuple(axes), bool(open_)) for axes, open_ in dims))
+
     @property
     def rank(self) -> int:
         return len(self.dims)
 
     def axes_used(self) -> tuple[str, ...]:
         return tuple(a for d in self.dims for a in d.axes)
+
+    def uses(self, axis: str) -> bool:
+        """Whether a dimension is sharded over `axis` or a sub-axis of it."""
+        return any(_base_axis(a) == axis for a in self.axes_used())
+
+    def dim_of(self, axis: str) -> int | None:
+        """The dimension sharded over `axis` (or a sub-axis of it)."""
+        return next((i for i, d in enumerate(self.dims)
+                     if any(_base_axis(a) == axis for a in d.axes)), None)
+
+    def without(self, axes) -> "ShardingSpec":
+        """This sharding with `axes` (and their sub-axes) taken off:
+        replicated along them."""
+        gone = set(axes)
+        return ShardingSpec(tuple(
+            replace(d, axes=tuple(a for a in d.axes if _base_axis(a) not in gone))
+            for d in self.dims))
+
+    def with_axes(self, dim: int, axes: Sequence[str]) -> "ShardingSpec":
+        """This sharding with `axes` added, minor-most, to dimension `dim`."""
+        dims = list(self.dims)
+        dims[dim] = replace(dims[dim], axes=dims[dim].axes + tuple(axes))
+        return ShardingSpec(tuple(dims))
 
     def shards(self, mesh: MeshSpec) -> tuple[int, ...]:
         """Number of shards along each dimension."""
@@ -354,6 +391,11 @@ class ShardingSpec:
 
     def __str__(self) -> str:
         return ",".join(str(d) for d in self.dims)
+
+
+def _base_axis(name: str) -> str:
+    """The mesh axis of a sub-axis in Shardy's notation (`x:(1)2` -> x)."""
+    return name.split(":")[0]
 
 
 _SHARDING_HELP = ("expected one entry per dimension: '_' (not sharded), an "

@@ -188,6 +188,7 @@ def spec_of(value: Any, rank: int, mesh: MeshSpec, what: str) -> ShardingSpec | 
     if len(entries) > rank:
         raise SpecError(f"{what}: {value} has {len(entries)} entries but the "
                         f"array has rank {rank}")
+    # Read as a spec is: the axis names are checked as the grammar's.
     return parse_sharding(",".join(("+".join(a) if a else "_") + ("?" if o else "")
                                    for a, o in entries)) if entries \
         else ShardingSpec(())

@@ -17,7 +17,7 @@ from irshard.reporting.report import SCHEMA, TensorInfo, mesh_json, tensor_info
 from irshard.reporting.writer import dumps_json
 from irshard.core.specs import format_shape
 from irshard.pipeline.stages import Optimized, TensorDecl
-from irshard.xla.tiling import Tiling, mesh_axes_of
+from irshard.xla import tiling
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,8 @@ def placed(compiled: Optimized) -> tuple[list[Placed], list[Placed]]:
     def place(decls, hlo_shardings, indexed):
         result = []
         for i, (decl, hlo) in enumerate(zip(decls, hlo_shardings)):
-            entries = mesh_axes_of(Tiling.from_hlo_sharding(hlo, len(decl.shape)),
-                                   info.mesh)
+            spec = tiling.in_mesh(hlo, len(decl.shape), info.mesh)
+            entries = spec.entries() if spec is not None else None
             sharding = backend.jax_sharding(hlo, jax_mesh, entries)
             row = tensor_info(decl.name, decl.dtype.name, decl.shape, hlo,
                               info.mesh, i if indexed else None, decl.key)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from irshard.core.frames import SourceLocation
 from irshard.core.specs import MeshSpec, ShardingSpec
-from irshard.xla.tiling import Tiling, mesh_axes_of
+from irshard.xla import tiling
 
 SCHEMA = 1
 
@@ -66,12 +66,11 @@ def tensor_info(name: str, dtype: str, shape: Sequence[int], sharding: Any,
         entries = sharding.entries()
         local = sharding.local_shape(shape, mesh)
     else:
-        tiling = (Tiling.replicate(len(shape)) if sharding is None
-                  else sharding if isinstance(sharding, Tiling)
-                  else Tiling.from_hlo_sharding(sharding, len(shape)))
-        entries = mesh_axes_of(tiling, mesh) if mesh else None
-        local = tiling.local_shape(shape)
-        text = None if entries is not None else tiling.text
+        read = tiling.read(sharding, len(shape))
+        spec = tiling.in_mesh(read, len(shape), mesh) if mesh else None
+        entries = spec.entries() if spec is not None else None
+        local = read.local_shape(shape)
+        text = None if entries is not None else read.text
     if key:
         shape, local, dtype = shape[:-1], local[:-1], key
         entries = entries[:-1] if entries is not None else None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from irshard.core.errors import ERROR_PREFIX, IrshardError
-from irshard.core.specs import MeshSpec, parse_sharding
+from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding
 
 SCHEMA = 1
 
@@ -141,21 +141,18 @@ class _Builder:
         """`entries` with each of `axes` taken off its dimension: dropped
         (replicated), or onto each other dimension it divides."""
         result = []
+        spec = ShardingSpec.of_entries(entries)
         for axis in axes:
-            dims = [d for d, e in enumerate(entries) if axis in e.split("+")]
-            if not dims:
+            here = next((d for d, dim in enumerate(spec.dims) if axis in dim.axes),
+                        None)
+            if here is None:
                 continue
-            here = dims[0]
-            base = list(entries)
-            rest = [p for p in base[here].split("+") if p != axis]
-            base[here] = "+".join(rest) or "_"
-            result.append((base, f"without {axis}"))
+            base = spec.without([axis])
+            result.append((list(base.entries()), f"without {axis}"))
             for d in range(len(entries)):
                 if d == here:
                     continue
-                other = list(base)
-                parts = [p for p in other[d].split("+") if p != "_"] + [axis]
-                other[d] = "+".join(parts)
+                other = list(base.with_axes(d, [axis]).entries())
                 if self.fits(other, shape):
                     result.append((other, f"{axis} on dimension {d}"))
         return result

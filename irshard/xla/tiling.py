@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from irshard.core.specs import MeshAxis, MeshSpec
+from irshard.core.specs import MeshAxis, MeshSpec, ShardingSpec
 from irshard.core.syntax import MAX_DEVICES
 
 
@@ -209,6 +209,27 @@ def _tile_indices(tiling: Tiling) -> dict[int, tuple[int, ...]]:
     for device, index in zip(tiling.devices, positions):
         result[device] = index[:tiling.rank]
     return result
+
+
+def read(sharding, rank: int) -> Tiling:
+    """A sharding as XLA gives it (an `HloSharding`, its printed text, a
+    `Tiling` already read, or None: replicated) as a `Tiling`."""
+    if sharding is None:
+        return Tiling.replicate(rank)
+    if isinstance(sharding, Tiling):
+        return sharding
+    if isinstance(sharding, str):
+        return Tiling.from_text(sharding, rank)
+    return Tiling.from_hlo_sharding(sharding, rank)
+
+
+def in_mesh(sharding, rank: int, mesh: MeshSpec) -> ShardingSpec | None:
+    """The one way from XLA's sharding (as `read` takes it) to the user's
+    terms: a `ShardingSpec` over `mesh`'s axes, or None where the devices
+    are not laid out as a sharding over them (a maximal or manual
+    sharding, one over other devices)."""
+    entries = mesh_axes_of(read(sharding, rank), mesh)
+    return None if entries is None else ShardingSpec.of_entries(entries)
 
 
 def mesh_axes_of(tiling: Tiling, mesh: MeshSpec) -> tuple[str, ...] | None:
