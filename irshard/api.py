@@ -22,8 +22,8 @@ import contextlib
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from irshard.core.errors import CheckFailed, UsageError
+from irshard.core.specs import MeshAxis, MeshSpec, parse_axis_types, parse_mesh
 from irshard.reporting.report import CollectiveReport
-from irshard.core.specs import MeshSpec, MeshAxis, parse_axis_types, parse_mesh
 
 
 class Report(CollectiveReport):

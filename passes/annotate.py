@@ -7,10 +7,10 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard.ir.annotation import annotate
 from irshard.core.errors import IRError, PassError, SpecError
-from irshard.passes import ModulePass
 from irshard.core.specs import ShardingSpec, parse_mesh, parse_sharding
+from irshard.ir.annotation import annotate
+from irshard.passes import ModulePass
 
 
 def parse_assignments(text: str, what: str) -> dict[str, ShardingSpec]:

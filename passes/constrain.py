@@ -12,8 +12,8 @@ from jaxlib.mlir.dialects import sdy
 from irshard.backend import shardy
 from irshard.core.errors import IRError, PassError, SpecError
 from irshard.core.matching import Match, parse_match
-from irshard.passes import ModulePass
 from irshard.core.specs import check_sharding, parse_sharding
+from irshard.passes import ModulePass
 
 
 def _matches(match: Match, operation: ir.Operation) -> bool:

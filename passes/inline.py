@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from jaxlib.mlir import ir
 
+from irshard import backend
 from irshard.core.errors import PassError
 from irshard.passes import ModulePass
 
@@ -47,7 +48,6 @@ class InlinePass(ModulePass):
                 _inline(site, functions[_callee(site)])
             _erase_dead(module, functions)
         if self.default_pipeline.strip():
-            from irshard import backend
             try:
                 backend.run_pipeline(module.operation,
                                       f"builtin.module({self.default_pipeline})")

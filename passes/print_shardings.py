@@ -10,9 +10,9 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from irshard.backend import shardy
+from irshard.core.syntax import split_top_level
 from irshard.passes import ModulePass
 from irshard.reporting.text import table
-from irshard.core.syntax import split_top_level
 
 
 def _origins(attr: ir.Attribute | None) -> str:

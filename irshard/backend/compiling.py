@@ -10,9 +10,11 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
-from irshard.core import syntax
-from irshard.core.errors import BackendError
-from irshard.backend.devices import _Progress, cost_analysis, first_line, message, quiet_native_stderr
+
+from irshard.backend.devices import (_Progress, cost_analysis, first_line, message,
+                                     quiet_native_stderr)
+from irshard.core import interrupts, syntax
+from irshard.core.errors import BackendError, IRError
 
 
 # ---------------------------------------------------------------------------
@@ -94,7 +96,6 @@ def hlo_sharding_from_text(text: str):
     from jaxlib import _hlo
     problem = syntax.device_list_problem(text)
     if problem:
-        from irshard.core.errors import IRError
         raise IRError(f"malformed sharding {text}: {problem}")
     return _hlo.HloSharding.from_string(text)
 
@@ -121,7 +122,6 @@ def compile_module(module, mesh_devices: Sequence[Any],
     from jax._src import xla_bridge
     from jax._src.lib import xla_client as xc
 
-    from irshard.core import interrupts
     client = getattr(mesh_devices[0], "client", None) or \
         xla_bridge.get_backend(mesh_devices[0].platform)
     from jax._src.lib import _jax as jaxlib_core

@@ -9,6 +9,7 @@ import math
 import os
 import re
 from typing import Any, Sequence
+
 from irshard.core.errors import SpecError
 
 

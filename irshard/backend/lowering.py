@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
-from irshard.core.errors import SpecError
+
 from irshard.backend.devices import _jax, partition_spec
+from irshard.core import interrupts, tree
+from irshard.core.errors import SpecError
 
 
 # ---------------------------------------------------------------------------
@@ -50,7 +52,6 @@ def array_outputs(outputs, refs: Sequence[Any] = ()) -> tuple[Any, list[str]]:
     user's."""
     import numpy as np
     jax = _jax()
-    from irshard.core import tree
     flat, treedef = jax.tree_util.tree_flatten_with_path(outputs)
     arrays = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
     kept = [leaf if isinstance(leaf, arrays) else None for _, leaf in flat]
@@ -321,7 +322,6 @@ def run_registered_passes(module, pipeline: str) -> None:
     `builtin.module(sdy-propagation-pipeline)`."""
     from jaxlib.mlir import ir, passmanager
 
-    from irshard.core import interrupts
     operation = getattr(module, "operation", module)
     with operation.context:
         pm = passmanager.PassManager.parse(pipeline)
@@ -350,7 +350,6 @@ def run_registered_passes_isolated(module, pipeline: str,
 
     from jaxlib.mlir import ir
 
-    from irshard.core import interrupts
     operation = getattr(module, "operation", module)
     if not hasattr(os, "fork"):
         run_registered_passes(operation, pipeline)

@@ -5,10 +5,12 @@ results gathered, and JAX's distributed runtime started and joined.
 from __future__ import annotations
 
 from typing import Any, Sequence
+
+from irshard.backend.compiling import CompiledExecutable
+from irshard.backend.devices import _jax, message, partition_spec
+from irshard.core import interrupts
 from irshard.core.errors import BackendError, SpecError
 from irshard.core.specs import ShardingSpec
-from irshard.backend.devices import _jax, message, partition_spec
-from irshard.backend.compiling import CompiledExecutable
 
 
 # ---------------------------------------------------------------------------
@@ -32,7 +34,6 @@ def execute(compiled: CompiledExecutable, arguments: Sequence[Any]) -> list[list
     """Runs the executable on global arrays; per output, the single-device
     arrays of this process's devices."""
     try:
-        from irshard.core import interrupts
         results = interrupts.call(compiled.executable.execute_sharded,
                                   list(arguments))
         return results.disassemble_into_single_device_arrays()
@@ -104,7 +105,6 @@ def initialize_distributed(coordinator: str, num_processes: int,
     """
     import time
 
-    from irshard.core import interrupts
     jax = _jax()
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     deadline = time.monotonic() + timeout

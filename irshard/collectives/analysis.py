@@ -17,13 +17,13 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from irshard.xla import replica_groups as rg
-from irshard.core.frames import Frame, SourceLocation, UserCode
-from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
-from irshard.reporting.report import Collective, PackedCollective
-from irshard.core.errors import IRError
-from irshard.core.specs import MeshSpec, lookup_dtype, shown
 from irshard.collectives.loops import trip_count
+from irshard.core.errors import IRError
+from irshard.core.frames import Frame, SourceLocation, UserCode
+from irshard.core.specs import MeshSpec, lookup_dtype, shown
+from irshard.reporting.report import Collective, PackedCollective
+from irshard.xla import replica_groups as rg
+from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
 
 # Printed opcode -> report kind. `-start` forms are the async halves; their
 # `-done` partners are not counted again.

@@ -18,14 +18,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from irshard.collectives import analysis
 from irshard import backend
+from irshard.collectives import analysis
 from irshard.core import files
-from irshard.xla import hloscan
-from irshard.core.errors import InputError, IRError, SpecError
-from irshard.xla.hlo import ArrayShape, HloModuleView, parse_instruction_text
-from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
+from irshard.core.errors import IRError, InputError, SpecError
 from irshard.core.specs import MeshAxis, MeshSpec
+from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
+from irshard.xla import hloscan
+from irshard.xla.hlo import ArrayShape, HloModuleView, parse_instruction_text
 from irshard.xla.tiling import Tiling
 
 # module_0003.jit_step.<rest>.txt, as XLA names its dump files.

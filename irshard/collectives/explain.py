@@ -26,11 +26,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from irshard.core.frames import UserCode
-from irshard.core.specs import ShardingSpec
+from irshard.collectives import analysis
 from irshard.collectives.origins import Propagated
 from irshard.collectives.readers import Hlo
-from irshard.collectives.values import Value, INDEXED, agreeing, array_dims, _axes, is_token, fit, _only, origin_text, _primitive, _sharded, sharding_text
+from irshard.collectives.values import (INDEXED, Value, _axes, _only, _primitive,
+                                        _sharded, agreeing, array_dims, fit, is_token,
+                                        origin_text, sharding_text)
+from irshard.core.frames import UserCode
+from irshard.core.specs import ShardingSpec
+from irshard.xla import hlo as hlo_text
 
 # ---------------------------------------------------------------------------
 # Explanations
@@ -230,7 +234,6 @@ def _match(report_collectives, partitioned, optimized_view) -> dict[str, list[An
         by_name = {p.name: p for p in partitioned}
         return {c.name: [by_name[c.name]] if c.name in by_name else []
                 for c in report_collectives}
-    from irshard.xla import hlo as hlo_text
     left = list(partitioned)
     result = {}
     for c in report_collectives:
@@ -331,7 +334,6 @@ def explained(report, lowered, stage):
     values it has not yet fused."""
     import dataclasses
 
-    from irshard.collectives import analysis
     partitioned = stage if stage.name == "partitioned" else stage.partitioned()
     view = partitioned.view()
     users = UserCode(lowered.info.user_dir)

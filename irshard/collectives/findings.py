@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from irshard.core.frames import SourceLocation
+from irshard.core.frames import SourceLocation, UserCode
 from irshard.core.specs import MeshSpec
 from irshard.core.syntax import matching_bracket
+from irshard.xla import tiling
 
 _REMAT = "Involuntary full rematerialization"
 _OP = re.compile(r"efficiently for HLO operation %?(\S+) = (\S+) ([a-z][a-z0-9-]*)\(")
@@ -55,7 +56,6 @@ def _braced(text: str, start: int) -> tuple[str, int]:
 
 def _axes(text: str, rank: int, mesh: MeshSpec | None) -> str:
     """An HLO sharding in mesh axes (`_,x+y,_`), else as XLA prints it."""
-    from irshard.xla import tiling
     if mesh is None:
         return text
     try:
@@ -117,7 +117,6 @@ def locator(module, user_dir: str | None, frames_table=None
     module's stack frame table (`frames_table`, which the ids index), else
     from the first op of the traced module JAX gave that name."""
     from irshard.backend import shardy
-    from irshard.core.frames import UserCode
     users = UserCode(user_dir)
     by_name: dict[str, SourceLocation | None] = {}
     if module is not None:

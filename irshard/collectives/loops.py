@@ -6,9 +6,10 @@ or in StableHLO (`while_trip_count`), both counted by `trips`.
 from __future__ import annotations
 
 import re
-from irshard.xla.hlo import HloModuleView, Instruction
+
 from irshard.core.errors import IRError
 from irshard.core.specs import shown
+from irshard.xla.hlo import HloModuleView, Instruction
 
 
 def _constant_value(inst: Instruction | None) -> int | None:

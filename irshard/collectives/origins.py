@@ -6,8 +6,11 @@ source line and primitive.
 from __future__ import annotations
 
 from typing import Any, Sequence
+
+from irshard.collectives.values import (ORIGIN_NAME, PRIMITIVE_OPS, Value, _dict,
+                                        _entries, _local_shape, _only, _op_name, _uses,
+                                        agreeing, by_axis, fit)
 from irshard.core.frames import SourceLocation, UserCode
-from irshard.collectives.values import fit, ORIGIN_NAME, PRIMITIVE_OPS, Value, agreeing, by_axis, _dict, _entries, _local_shape, _only, _op_name, _uses
 
 
 # ---------------------------------------------------------------------------

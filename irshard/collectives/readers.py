@@ -6,9 +6,12 @@ pass-through instructions, tuples, calls and loops.
 from __future__ import annotations
 
 from typing import Any
-from irshard.core.frames import SourceLocation, UserCode
-from irshard.collectives.values import HLO_OPCODES, PASS_THROUGH, RESHAPES, array_dims, _op_name, parameter_number, _primitive
+
+from irshard.collectives import analysis
 from irshard.collectives.loops import tuple_index
+from irshard.collectives.values import (HLO_OPCODES, PASS_THROUGH, RESHAPES, _op_name,
+                                        _primitive, array_dims, parameter_number)
+from irshard.core.frames import SourceLocation, UserCode
 
 
 # ---------------------------------------------------------------------------
@@ -19,7 +22,6 @@ class Hlo:
     """Follows values through one HLO module's copies, fusions and loops."""
 
     def __init__(self, view, users: UserCode):
-        from irshard.collectives import analysis
         self.analysis = analysis
         self.view = view
         self.users = users

@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
 from irshard.core.frames import SourceLocation
 from irshard.core.specs import ShardingSpec
 

@@ -16,6 +16,7 @@ import json
 import math
 from typing import Any, Callable
 
+from irshard.core import files
 from irshard.core.errors import InputError
 
 MAX_DEPTH = 64          # irshard's own files nest about 8 deep
@@ -201,7 +202,6 @@ def _depth(value: Any, limit: int) -> int:
 def load_json(path: str, what: str, hint: str) -> Any:
     """The JSON value in file `path`, which must be a regular UTF-8 file
     nested at most `MAX_DEPTH` deep; `hint` says what would be accepted."""
-    from irshard.core import files
     files.check_regular(path, what)
     try:
         with open(path, encoding="utf-8") as f:

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from irshard import backend
 from irshard.hardware.targets import Link, Profile, Target
 
 
@@ -55,7 +56,6 @@ class CostModel:
     @classmethod
     def for_devices(cls, target: Target, profile: Profile,
                     devices: Sequence[Any]) -> "CostModel":
-        from irshard import backend
         places = []
         for i, device in enumerate(devices):
             if target.kind == "tpu":

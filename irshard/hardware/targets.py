@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from irshard.core import schema
 from irshard.core.errors import SpecError, UsageError
 from irshard.core.specs import MeshSpec, repeated
 
@@ -235,7 +236,6 @@ def profile(name: str, path: str | None = None) -> Profile:
 
 def load_saved(path: str) -> dict[str, Any]:
     """A profile `irshard calibrate` saved, its shape checked."""
-    from irshard.core import schema
     hint = "give a profile written by irshard calibrate -o PATH"
     data = schema.load_json(path, "--profile", hint)
     schema.check(data, schema.PROFILE, f"--profile {path}")

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from irshard import backend
-from irshard.ir import pipeline
 from irshard.backend import shardy
 from irshard.core.errors import IRError, IrshardError, PassError
+from irshard.ir import pipeline
+from irshard.passes import PASSES, pass_class
 
 SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
 
@@ -46,8 +47,6 @@ def registered_passes(context) -> list[tuple[str, str]]:
 
 
 def list_passes() -> str:
-    from irshard import backend
-    from irshard.passes import PASSES, pass_class
     backend.configure(1, "cpu")
     lines = ["irshard's passes:"]
     for name in sorted(PASSES):

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from irshard.core.errors import PassError
 from irshard.core.syntax import matching_bracket
+from irshard.passes import PASSES, pass_class
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 IRSHARD_PREFIX = "irshard-"
@@ -231,7 +232,6 @@ def _registered_text(element: Element, context, check) -> str:
 def plan(elements: list[Element], pipeline_text: str, context,
          check: Callable[[str, Any], Any], print_after_all: bool) -> list[Step]:
     """Checks every element and groups them into steps."""
-    from irshard.passes import PASSES, pass_class
     steps: list[Step] = []
     pending: list[tuple[Element, str]] = []
 

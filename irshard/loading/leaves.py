@@ -12,9 +12,12 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from irshard import backend
 from irshard.core import tree
 from irshard.core.errors import SpecError, UsageError
-from irshard.core.specs import split_assignment, MeshSpec, ShardingSpec, TensorType, check_sharding, check_size, lookup_dtype, parse_sharding, parse_type
+from irshard.core.specs import (MeshSpec, ShardingSpec, TensorType, check_sharding,
+                                check_size, lookup_dtype, parse_sharding, parse_type,
+                                split_assignment)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,6 @@ def flat_function(fn: Callable[..., Any], name: str,
     passes through as static: it is None in the compiled outputs, its path
     in `static_outputs`), then, where leaves are `jax.Ref`s, the refs' final
     values: `(outputs, (ref values...))`."""
-    from irshard import backend
     import jax
 
     def call(*values):
@@ -172,7 +174,6 @@ def flat_function(fn: Callable[..., Any], name: str,
 def spec_of(value: Any, rank: int, mesh: MeshSpec, what: str) -> ShardingSpec | None:
     """A sharding given as a spec string (`x,_`), a `PartitionSpec`, a
     `NamedSharding`, or None (none given)."""
-    from irshard import backend
     if value is None:
         return None
     if isinstance(value, ShardingSpec):
@@ -199,7 +200,6 @@ def leaves_of(name: str, value: Any, mesh: MeshSpec
     """The treedef and array leaves of parameter `name` given `value`, and
     its leaves that are not arrays (JAX cannot trace those): their positions
     among all its leaves, paths and values."""
-    from irshard import backend
     import jax
     try:
         flat, treedef = jax.tree_util.tree_flatten_with_path(value)

@@ -26,11 +26,16 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Mapping, Sequence
 
-from irshard.loading import loader
+from irshard import backend
 from irshard.core import tree
-from irshard.core.errors import InputError, SpecError, UsageError
-from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding, parse_size, repeated, split_assignment
-from irshard.loading.leaves import Leaf, Parameter, Program, annotated_leaf, apply_shardings, leaves_of, parse_overrides, parse_rules
+from irshard.core.errors import InputError, SpecError, UsageError, UserCodeError
+from irshard.core.specs import (MeshSpec, ShardingSpec, parse_sharding, parse_size,
+                                repeated, split_assignment)
+from irshard.loading import loader
+from irshard.loading.leaves import (Leaf, Parameter, Program, annotated_leaf,
+                                    apply_shardings, leaves_of, parse_overrides,
+                                    parse_rules)
+from irshard.loading.loader import describe_user_exception
 
 
 # ---------------------------------------------------------------------------
@@ -226,8 +231,6 @@ def parse_names(text: str | None, option: str,
 
 def _call_args_function(module, path: str, name: str) -> tuple[Any, ...]:
     """The positional arguments `--args NAME` returns."""
-    from irshard.core.errors import UserCodeError
-    from irshard.loading.loader import describe_user_exception
     import os
     _, fn = loader.select_function(module, path, name, "--args")
     try:
@@ -254,7 +257,6 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
     (`--override-shard` rules first)."""
     import os
 
-    from irshard import backend
     out_shardings = parse_out_shardings(out_shards)
     arg_types = assignments(args, "--arg", "TYPE")
     rules = parse_overrides(overrides) + parse_rules(shards)
@@ -328,7 +330,6 @@ def _same_parameters(fn: Callable[..., Any], name: str,
 
 
 def _is_spec(x: Any) -> bool:
-    from irshard import backend
     return x is None or isinstance(x, (str, ShardingSpec)) or backend.is_sharding(x)
 
 

@@ -23,7 +23,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from irshard import backend
+from irshard.collectives import analysis
+from irshard.core.errors import UsageError
 from irshard.core.specs import MeshSpec
+from irshard.reporting.text import human_bytes, human_time, table
+from irshard.reporting.writer import dumps_json
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
          "collective-permute")
@@ -58,8 +63,6 @@ def check_plan(mesh: MeshSpec, sizes: Sequence[int] | None,
     """The distinct sizes to measure, after checking that `mesh`, `sizes`
     and `repeats` make a calibration that fits this host and ends."""
     import os
-    from irshard.core.errors import UsageError
-    from irshard.reporting.text import human_bytes
     if not any(a.size > 1 for a in mesh.axes):
         raise UsageError(f"--mesh {mesh}: calibration needs an axis of at "
                          f"least 2 devices")
@@ -163,8 +166,6 @@ def measure(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from irshard.collectives import analysis
-    from irshard import backend
     devices = backend.devices("cpu", mesh.num_devices)
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
     results = []
@@ -250,7 +251,6 @@ def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
 
 
 def render_text(result: dict[str, Any]) -> str:
-    from irshard.reporting.text import human_bytes, human_time, table
     host = result["links"]["host"]
     lines = [f"calibration on mesh {result['mesh']}", "",
              "measurements (one collective, launch overhead removed)"]
@@ -278,7 +278,6 @@ def calibrate_host(mesh: MeshSpec, sizes: Sequence[int] | None, repeats: int,
     """`irshard calibrate`: the plan checked, its duration told to `note`
     when over a minute, this host's CPU devices set up for `mesh`, then
     `calibrate`."""
-    from irshard import backend
     planned = check_plan(mesh, sizes, repeats)
     seconds = expected_seconds(mesh, planned, repeats)
     if seconds > 60:
@@ -290,13 +289,11 @@ def calibrate_host(mesh: MeshSpec, sizes: Sequence[int] | None, repeats: int,
 
 def profile_json(result: dict[str, Any]) -> str:
     """The fitted links as a profile `--profile` reads back."""
-    from irshard.reporting.writer import dumps_json
     return dumps_json({"links": result["links"], "error": result["error"]}) + "\n"
 
 
 def render(result: dict[str, Any], fmt: str) -> str:
     """The calibration as `fmt` (text or json)."""
     if fmt == "json":
-        from irshard.reporting.writer import dumps_json
         return dumps_json(result) + "\n"
     return render_text(result)

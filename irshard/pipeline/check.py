@@ -38,7 +38,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from irshard import backend
+from irshard.core import interrupts
 from irshard.core.errors import BackendError, CheckFailed, UsageError, UserCodeError
+from irshard.loading.loader import describe_user_exception, raised_by_user_code
 from irshard.pipeline.stages import StableHLO, TensorDecl
 
 # (rtol, atol) by dtype: the per-element part of the criterion.
@@ -142,7 +144,6 @@ def _run_on_one_device(fn: Callable, arrays: Sequence[np.ndarray], device,
     sees the same sharded types."""
     import jax
 
-    from irshard.core import interrupts
     mesh_spec = info.mesh
 
     def work():
@@ -192,7 +193,6 @@ _INCOMPATIBLE_DEVICES = "Received incompatible devices for jitted computation"
 
 
 def _reference_error(e: BaseException, info, named: bool) -> Exception:
-    from irshard.loading.loader import describe_user_exception, raised_by_user_code
     text = str(e)
     if not named and "should match the mesh passed to shard_map" in text:
         return UsageError(

@@ -15,7 +15,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from irshard import backend
+from irshard.collectives import dumps
+from irshard.core import schema
 from irshard.core.errors import UsageError
+from irshard.pipeline import htmlreport
+from irshard.reporting import notebook
+from irshard.reporting.text import change_text, human_bytes, human_time, table
+from irshard.reporting.writer import dumps_json
 
 SCHEMA = 1
 _HINT = "give a report written by irshard compile --format json"
@@ -141,7 +148,6 @@ def load(path: str, module: str | None = None, stage: str = "optimized") -> Side
                          f"(irshard compile --format json -o FILE), an HLO "
                          f"file or an XLA dump directory")
     if os.path.isfile(path) and path.endswith(".json"):
-        from irshard.core import schema
         value = schema.load_json(path, "report", _HINT)
         if isinstance(value, dict) and isinstance(value.get("modules"), list):
             modules = [m for m in value["modules"] if _is_report(m)]
@@ -157,8 +163,6 @@ def load(path: str, module: str | None = None, stage: str = "optimized") -> Side
                              f"reads reports of schema {SCHEMA}")
         schema.check(value, schema.REPORT, f"report {path}")
         return Side(path, value)
-    from irshard import backend
-    from irshard.collectives import dumps
     backend.configure(1, "cpu")
     reports, _ = dumps.reports(path, stage, None)
     return Side(path, _pick([r.to_json() for r in reports], path, module))
@@ -171,7 +175,6 @@ def side(value: Any, label: str | None = None) -> Side:
         found = load(os.fspath(value))
         return Side(found.path, found.report, label)
     if _is_report(value):
-        from irshard.core import schema
         schema.check(value, schema.REPORT, "diff: the report")
         return Side(value.get("source") or "-", value, label)
     to_json = getattr(value, "to_json", None)
@@ -237,7 +240,6 @@ class Diff:
 
     def regressions(self) -> list[str]:
         """What B does worse than A: more bytes per run, more time."""
-        from irshard.reporting.text import human_bytes, human_time
         t = self.totals()
         a, b = t["a"], t["b"]
         found = []
@@ -263,28 +265,22 @@ class Diff:
                 "regressions": self.regressions()}
 
     def render_json(self) -> str:
-        from irshard.reporting.writer import dumps_json
         return dumps_json(self.to_json()) + "\n"
 
     def to_html(self) -> str:
         """The diff's page (`--format html`): both reports side by side."""
-        from irshard.pipeline import htmlreport
         return htmlreport.render_diff(self)
 
     def __repr__(self) -> str:
-        from irshard.reporting import notebook
         return notebook.diff_text(self)
 
     def _repr_html_(self) -> str:
-        from irshard.reporting import notebook
         return notebook.diff_html(self, self.to_html())
 
     def _repr_markdown_(self) -> str:
-        from irshard.reporting import notebook
         return notebook.diff_markdown(self)
 
     def render_text(self) -> str:
-        from irshard.reporting.text import change_text, human_bytes, human_time, table
         lines = [f"A: {self.a.label}", f"B: {self.b.label}", ""]
         changed = [c for c in self.changes if c.status != "same"]
         timed = any(c.a.time_s is not None or c.b.time_s is not None
@@ -337,7 +333,6 @@ def _signed(n: int) -> str:
 
 
 def _time(t: float | None) -> str:
-    from irshard.reporting.text import human_time
     return "-" if t is None else human_time(t)
 
 

@@ -19,6 +19,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 from irshard.core import files
+from irshard.pipeline import show
 
 # A file larger than this is not embedded in the source view.
 MAX_SOURCE_BYTES = 2 << 20
@@ -197,7 +198,6 @@ def _placements(tensors: Iterable[Any]) -> list[list[Any]]:
 def layout_of(compiled: Any = None, run: Any = None) -> dict[str, Any] | None:
     """Where the executable's inputs and outputs live, and the mesh's
     devices (ids in mesh order), from a run's tensors or the executable."""
-    from irshard.pipeline import show
     if run is not None:
         inputs = [t.placed for t in run.inputs]
         outputs = [t.placed for t in run.outputs]

@@ -17,7 +17,8 @@ from typing import Sequence
 from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import InputError, SpecError, UsageError
-from irshard.core.specs import (MeshSpec, ShardingSpec, check_size, dtype_from_mlir)
+from irshard.core.specs import MeshSpec, ShardingSpec, check_size, dtype_from_mlir
+from irshard.pipeline import stages
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _MESH_DECL = re.compile(rb'sdy\.mesh\s+@[\w.$\-]+\s*=\s*<\s*\[([^\]]*)\]')
@@ -81,7 +82,6 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     `place` (a `frontend.Hosting`) gives them once the mesh is known."""
     from irshard.ir import gspmd, opt
     from irshard.backend import shardy
-    from irshard.pipeline import stages
     from irshard.ir.annotation import annotate
     context = backend.ir_context()
     module = opt.parse_module(data, context, path)
@@ -119,7 +119,6 @@ def _decl(name: str, type_, path: str):
     from jaxlib.mlir import ir
 
     from irshard.backend import shardy
-    from irshard.pipeline import stages
     shape = shardy.tensor_shape(type_)
     if shape is None:
         raise SpecError(f"{path}: @main's '{name}' has type {type_}; irshard "

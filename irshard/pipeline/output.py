@@ -11,14 +11,20 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterator, Sequence
 
-from irshard import REPORT_STAGES
+from irshard import REPORT_STAGES, backend
+from irshard.collectives import dumps, explain as explaining
 from irshard.core.errors import UsageError
 from irshard.core.specs import MeshSpec
+from irshard.pipeline import diff, htmlreport
+from irshard.reporting import text, writer
+from irshard.reporting.report import SCHEMA
+from irshard.reporting.text import render_text_pieces
+from irshard.reporting.writer import dumps_json, render_json_pieces
 
 
 def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
          compile_anyway: bool = False, explain: bool = False,
-         note: Callable[[str], None] = lambda text: None):
+         note: Callable[[str], None] = lambda _: None):
     """The requested stages' IR, in pipeline order, and the compiled
     program (None when only MLIR stages were asked for and not
     `compile_anyway`). Propagation's notes go to `note`."""
@@ -27,8 +33,8 @@ def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
         texts.append(("stablehlo", lowered.as_text(debug_info)))
     if "propagated" in emits:
         propagated = lowered.propagate()
-        for text in propagated.notes:
-            note(text)
+        for line in propagated.notes:
+            note(line)
         texts.append(("propagated", propagated.as_text(debug_info)))
     compiled = None
     if (compile_anyway or not emits
@@ -46,14 +52,13 @@ def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
 def join_stages(texts: Sequence[tuple[str, str]]) -> str:
     """Stage texts as `--emit` prints them: one alone as it is, several
     each under a `// ----- irshard stage: NAME` line."""
+    def ended(ir: str) -> str:
+        return ir if ir.endswith("\n") else ir + "\n"
+
     if len(texts) == 1:
-        text = texts[0][1]
-        return text if text.endswith("\n") else text + "\n"
-    parts = []
-    for name, text in texts:
-        parts.append(f"// ----- irshard stage: {name}\n")
-        parts.append(text if text.endswith("\n") else text + "\n")
-    return "".join(parts)
+        return ended(texts[0][1])
+    return "".join(f"// ----- irshard stage: {name}\n" + ended(ir)
+                   for name, ir in texts)
 
 
 def report(lowered, compiled, stage: str, explain: bool):
@@ -62,7 +67,6 @@ def report(lowered, compiled, stage: str, explain: bool):
     read = compiled.partitioned() if stage == "partitioned" else compiled
     found = read.report()
     if explain:
-        from irshard.collectives import explain as explaining
         found = explaining.explained(found, lowered, read)
     return found
 
@@ -70,9 +74,7 @@ def report(lowered, compiled, stage: str, explain: bool):
 def render(report, fmt: str, compiled=None, fold: bool = False):
     """The report as `fmt` (text, json, html), in pieces where it can be."""
     if fmt == "html":
-        from irshard.pipeline import htmlreport
         return htmlreport.render_report(report, compiled)
-    from irshard.reporting import text, writer
     return writer.render_json_pieces(report) if fmt == "json" \
         else text.render_text_pieces(report, fold)
 
@@ -84,15 +86,11 @@ def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str):
     if stage not in REPORT_STAGES:
         raise UsageError(f"unknown stage '{stage}'; --stage is one of "
                          f"{', '.join(REPORT_STAGES)}")
-    from irshard import backend
-    from irshard.collectives import dumps
     backend.configure(1, "cpu")
     reports, skipped = dumps.reports(path, stage, mesh)
     if fmt == "html":
         return _one_page(path, stage, reports)
     if fmt == "json":
-        from irshard.reporting.report import SCHEMA
-        from irshard.reporting.writer import dumps_json, render_json_pieces
         if len(reports) == 1 and not os.path.isdir(path):
             # Written as it is made: a large module's report is never
             # held whole.
@@ -108,8 +106,6 @@ def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str):
 
 def _one_page(path: str, stage: str, reports) -> str:
     """The HTML page of the one sharded module among `reports`."""
-    from irshard.collectives import dumps
-    from irshard.pipeline import diff, htmlreport
 
     def sharded(r):
         return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)
@@ -128,7 +124,6 @@ def _one_page(path: str, stage: str, reports) -> str:
 def _texts(reports, skipped, mesh) -> Iterator[str]:
     """The text reports of several modules, in pieces, one blank line
     between them, and the modules skipped."""
-    from irshard.reporting.text import render_text_pieces
     for i, r in enumerate(reports):
         if i:
             yield "\n"

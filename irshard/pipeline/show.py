@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from irshard import backend
+from irshard.core.specs import format_shape
+from irshard.pipeline.stages import Optimized, TensorDecl
 from irshard.reporting import layout
 from irshard.reporting.report import SCHEMA, TensorInfo, mesh_json, tensor_info
 from irshard.reporting.writer import dumps_json
-from irshard.core.specs import format_shape
-from irshard.pipeline.stages import Optimized, TensorDecl
 from irshard.xla import tiling
 
 

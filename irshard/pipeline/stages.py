@@ -24,16 +24,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
-from irshard.collectives import analysis
 from irshard import backend
+from irshard.collectives import analysis, findings
 from irshard.core import files, tree
 from irshard.core.errors import BackendError, UserCodeError
-from irshard.xla.hlo import HloModuleView
-from irshard.hardware import targets
-from irshard.loading.loader import describe_user_exception, raised_by_user_code
-from irshard.loading.leaves import Program
-from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
+from irshard.hardware import cost, targets
+from irshard.loading.leaves import Program
+from irshard.loading.loader import describe_user_exception, raised_by_user_code
+from irshard.reporting.report import (CollectiveReport, TensorInfo, memory_in_use,
+                                      tensor_info)
+from irshard.xla import hloscan
+from irshard.xla.hlo import HloModuleView
 
 @dataclass(frozen=True)
 class TensorDecl:
@@ -187,9 +189,6 @@ def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             compiled: backend.CompiledExecutable,
             programs=None, module=None) -> CollectiveReport:
-    from irshard.hardware import cost
-    from irshard.collectives import findings
-    from irshard.reporting.report import memory_in_use
     target, profile = info.placement.target, info.placement.profile
     model = cost.CostModel.for_devices(target, profile, compiled.devices)
     collectives = tuple(analysis.collectives(view, info.mesh, info.user_dir,
@@ -221,7 +220,6 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
 def _read(text: str, parsed, use):
     """`use` of the module as the report reads it: scanned from its text,
     or `parsed()` (XLA's objects) for a form the scan does not read."""
-    from irshard.xla import hloscan
     return hloscan.read(lambda: hloscan.ScannedModule.from_text(text), parsed,
                         use)
 

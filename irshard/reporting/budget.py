@@ -24,8 +24,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from irshard.core.errors import BudgetExceeded, SpecError
+from irshard.core.errors import BudgetExceeded, SpecError, UsageError
 from irshard.core.specs import repeated
+from irshard.reporting.report import memory_in_use
+from irshard.reporting.text import human_bytes, human_time
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
          "collective-permute", "ragged-all-to-all", "collective-broadcast")
@@ -110,7 +112,6 @@ def counted(report, budget: Budget) -> list:
 
 def measure(report, budget: Budget) -> float:
     """The report's value of the budget's quantity."""
-    from irshard.core.errors import UsageError
     if budget.axes and report.mesh is not None:
         unknown = [a for a in budget.axes if a not in report.mesh.names]
         if unknown:
@@ -128,7 +129,6 @@ def measure(report, budget: Budget) -> float:
         if not m:
             raise UsageError(f"budget '{budget.text}': this report has no "
                              f"memory analysis")
-        from irshard.reporting.report import memory_in_use
         return memory_in_use(m)
     if q == "time":
         times = [getattr(c, "time_s", None) for c in chosen]
@@ -204,7 +204,6 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
     over collectives one line per source line (its collectives by kind and
     their bytes per run), for `memory` its parts, for `remat` each
     rematerialization. At most `limit` lines, then how many more."""
-    from irshard.reporting.text import human_bytes, human_time
     q = outcome.budget.quantity
     if q == "memory":
         m = report.memory or {}
@@ -244,7 +243,6 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
 
 
 def _human(n: float) -> str:
-    from irshard.reporting.text import human_bytes
     return human_bytes(int(n))
 
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from irshard.reporting.text import table
+from irshard.reporting.writer import dumps_json
+
 Range = tuple[int, int]
 
 
@@ -103,8 +106,6 @@ def _columns(rows: list[list[str]], indent: str, right: bool = False) -> list[st
 
 def render_devices(listing: dict[str, Any], fmt: str) -> str:
     """`irshard devices`: the platform, each process's devices, the list."""
-    from irshard.reporting.writer import dumps_json
-    from irshard.reporting.text import table
     if fmt == "json":
         return dumps_json(listing) + "\n"
     count, processes = len(listing["devices"]), listing["process_count"]

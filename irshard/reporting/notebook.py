@@ -19,6 +19,10 @@ import html
 import os
 from typing import Any, Sequence
 
+from irshard.core.specs import format_shape
+from irshard.reporting.report import memory_in_use
+from irshard.reporting.text import change_text, headline, human_bytes, human_time
+
 # The collectives (or a diff's changes) the summary lists, heaviest first.
 ROWS = 5
 # The full page's frame; the reader can drag it taller.
@@ -106,15 +110,12 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
 
 def _headline(report) -> tuple[str, str]:
     """The program (its file's name, not its path) and the rest."""
-    from irshard.reporting.text import headline
     what, *rest = headline(report)
     path, colon, function = what.rpartition(":") if report.function else (what, "", "")
     return os.path.basename(path) + colon + function, "  ".join(rest)
 
 
 def _report_facts(report) -> list[tuple[str, str]]:
-    from irshard.reporting.report import memory_in_use
-    from irshard.reporting.text import human_bytes, human_time
     totals = report.totals()
     kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
     at_least = "at least " if totals.get("unknown_executions") else ""
@@ -144,8 +145,6 @@ def _report_facts(report) -> list[tuple[str, str]]:
 def _heaviest(report) -> tuple[list[list[str]], int]:
     """The summary's rows: the collectives that move the most bytes per
     run (program order breaks ties), and how many are left out."""
-    from irshard.core.specs import format_shape
-    from irshard.reporting.text import human_bytes
     order = sorted(range(len(report.collectives)),
                    key=lambda i: -report.collectives[i].bytes
                    * report.collectives[i].executions)
@@ -210,7 +209,6 @@ def report_text(report) -> str:
 
 
 def _diff_facts(diff) -> list[tuple[str, str]]:
-    from irshard.reporting.text import change_text, human_bytes, human_time
     t = diff.totals()
     a, b = t["a"], t["b"]
     facts = [("collectives", f"{a['count']} -> {b['count']}"),
@@ -232,7 +230,6 @@ _DIFF_HEADER = ["change", "kind", "count", "bytes per run", "delta", "source"]
 
 
 def _diff_rows(diff) -> tuple[list[list[str]], int]:
-    from irshard.reporting.text import human_bytes
     changed = [c for c in diff.changes if c.status != "same"]
     rows = []
     for c in changed[:ROWS]:

@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
+from irshard import STAGES
+from irshard.core.errors import UsageError
 from irshard.core.frames import SourceLocation
 from irshard.core.specs import MeshSpec, ShardingSpec
 from irshard.xla import tiling
@@ -290,8 +292,6 @@ class CollectiveReport:
     def stage(self, name: str) -> str:
         """The IR of pipeline stage `name` (stablehlo, propagated,
         partitioned, optimized), as `--emit` prints it."""
-        from irshard import STAGES
-        from irshard.core.errors import UsageError
         if name not in STAGES:
             raise UsageError(f"unknown stage '{name}'; stages are "
                              f"{', '.join(STAGES)}")

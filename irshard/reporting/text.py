@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Iterator, Sequence
 
 from irshard.core.specs import format_shape
-from irshard.reporting.report import Collective, CollectiveReport, TensorInfo, memory_in_use, report_notes
+from irshard.reporting.report import (Collective, CollectiveReport, TensorInfo,
+                                      memory_in_use, report_notes)
 
 
 def human_time(seconds: float) -> str:

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from irshard import backend
+from irshard.core import files, interrupts
 from irshard.core.errors import UsageError, error_line
 
 DEFAULT_TIMEOUT = 300.0
@@ -469,12 +471,10 @@ def relay(run, output: str | None = None) -> int:
     except KeyboardInterrupt:
         # Ended here, past the interpreter's exit hooks (a cluster runtime's
         # would stop again what is stopped, or crash on the way).
-        from irshard.core import interrupts
         interrupts.exit_now("irshard: interrupted; stopped every process")
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    from irshard.core import files
     if output is None or result.stdout:
         files.emit(output, result.stdout.decode("utf-8", "replace"))
     for line in result.stderr:
@@ -525,7 +525,6 @@ def local_devices(total: int, cluster: ClusterSpec | None, platform: str) -> int
 
 def join(cluster: ClusterSpec, timeout: float | None) -> None:
     """Joins the run's other processes (after `backend.configure`)."""
-    from irshard import backend
     report_stage("joining")
     backend.initialize_distributed(
         cluster.coordinator, cluster.num_processes, cluster.process_id,

@@ -25,15 +25,15 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from irshard import backend
-from irshard.pipeline import check, show
-from irshard.loading import data
 from irshard.core import files, tree
 from irshard.core.errors import InputError, UsageError
-from irshard.reporting.report import TensorInfo
-from irshard.reporting.writer import dumps_json
-from irshard.reporting.text import render_text_lines, table
-from irshard.core.specs import TensorType, format_shape
+from irshard.core.specs import TensorType, format_shape, split_assignment
+from irshard.loading import data
+from irshard.pipeline import check, htmlreport, show
 from irshard.pipeline.stages import Optimized, StableHLO, TensorDecl
+from irshard.reporting.report import TensorInfo
+from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines, table
+from irshard.reporting.writer import dumps_json
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -93,7 +93,6 @@ def _number(text: str) -> float:
 
 def parse_range(item: str) -> tuple[str, tuple[float, float]]:
     """`--range NAME=LO,HI` -> (NAME, (LO, HI))."""
-    from irshard.core.specs import split_assignment
     name, value = split_assignment(item, "--range", "LO,HI")
     parts = [p.strip() for p in value.split(",")]
     try:
@@ -181,7 +180,6 @@ class RunResult:
     def render_text_lines(self, fold: bool = False) -> list[str]:
         """The run's tables; `fold` (a terminal's text) cuts long tables and
         leaves the layouts out."""
-        from irshard.reporting.text import FOLDED_ROWS, fold_note
         limit = FOLDED_ROWS if fold else None
         lines = ["", f"run: seed {self.seed}, {self.processes} "
                  f"process{'es' if self.processes > 1 else ''}", "", "inputs"]
@@ -383,7 +381,6 @@ def _time(exe, arguments: Callable[[], list[Any]],
     clock starts); on a terminal (stdout and stderr both), a run that takes
     more than half a second shows a progress bar."""
     timings = []
-    from irshard.core import files
     terminal = options.progress and sys.stderr.isatty() and files.STDOUT.isatty()
     show = False
     begin = time.perf_counter()
@@ -416,7 +413,6 @@ def render(report, result: RunResult, fmt: str, compiled=None,
     plus `run`), text (the collectives, then the run's tables) or the HTML
     page (`compiled`: the executable, for its mesh)."""
     if fmt == "html":
-        from irshard.pipeline import htmlreport
         return htmlreport.render_report(report, compiled, result)
     if fmt == "json":
         body = report.to_json()

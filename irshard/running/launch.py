@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from irshard import backend
 from irshard.core.errors import UsageError
-from irshard.running import distributed
+from irshard.running import distributed, raylaunch
 
 # A launcher's own options, which its processes do not get.
 _LAUNCHER_OPTIONS = ("--processes", "--timeout", "--launcher", "--ray-address")
@@ -42,7 +43,6 @@ def launch(argv: Sequence[str], processes: int, timeout: float | None,
     if timeout is None:
         timeout = distributed.DEFAULT_TIMEOUT
     if launcher == "ray":
-        from irshard.running import raylaunch
         return raylaunch.run_launcher(argv, processes, timeout, total_devices,
                                       platform, ray_address, output)
     return distributed.run_launcher(argv, processes, timeout, total_devices,
@@ -54,7 +54,6 @@ def devices(count: int, found_cluster, platform: str,
     """`irshard devices`: the devices this process (and, joined, the
     run's others) sees, as JAX lists them; None in a process other than
     the first, which reports."""
-    from irshard import backend
     backend.configure(distributed.local_devices(count, found_cluster, platform),
                       platform, exact=found_cluster is not None)
     if found_cluster is not None:

@@ -29,10 +29,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from irshard.running import distributed
 from irshard.core import interrupts
 from irshard.core.errors import UsageError, error_line
-from irshard.running.raysignals import Late, _alarm, end_descendants, _held, keep_dispositions, keep_handlers
+from irshard.running import distributed
+from irshard.running.raysignals import (Late, _alarm, _held, end_descendants,
+                                        keep_dispositions, keep_handlers)
 
 _POLL = 0.1
 # Stopping the processes and shutting a local Ray instance down take this

@@ -30,8 +30,16 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from irshard.collectives import explain
+from irshard.collectives.values import PRIMITIVE_OPS
+from irshard.core import tree
 from irshard.core.errors import ERROR_PREFIX, IrshardError
-from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding
+from irshard.core.specs import MeshSpec, ShardingSpec, check_sharding, parse_sharding
+from irshard.loading.leaves import parse_rules
+from irshard.passes import pass_class
+from irshard.pipeline.diff import Side
+from irshard.reporting.text import human_bytes, human_time
+from irshard.reporting.writer import dumps_json
 
 SCHEMA = 1
 
@@ -63,8 +71,6 @@ class Options:
     def input_flag(self, path: str) -> str:
         """`--shard`, unless a rule of the command matches the input (the
         first rule that matches applies): then `--override-shard`."""
-        from irshard.core import tree
-        from irshard.loading.leaves import parse_rules
         rules = parse_rules(self.shards)
         return "--override-shard" if tree.first_match(rules, path) else "--shard"
 
@@ -126,7 +132,6 @@ class _Builder:
             self.add(Candidate(tuple(flags), description, inputs=tuple(inputs)))
 
     def fits(self, entries: Sequence[str], shape: Sequence[int]) -> bool:
-        from irshard.core.specs import check_sharding
         if len(entries) != len(shape):
             return False
         try:
@@ -271,7 +276,6 @@ def _reader(needed: dict[str, Any]) -> str:
 
 def _op_name(primitive: str) -> str:
     """The StableHLO op a JAX primitive lowers to (`reduce_sum` -> reduce)."""
-    from irshard.collectives.values import PRIMITIVE_OPS
     return PRIMITIVE_OPS.get(primitive, (primitive,))[0]
 
 
@@ -296,7 +300,6 @@ def compile_in_process(lowered) -> Callable[[Candidate], dict[str, Any]]:
     StableHLO with the candidate's shardings and constraints."""
     from irshard.backend import shardy
     from irshard.ir.annotation import annotate
-    from irshard.passes import pass_class
     constrain_pass = pass_class("irshard-constrain")
 
     def compile_candidate(candidate: Candidate) -> dict[str, Any]:
@@ -340,7 +343,6 @@ def compile_in_processes(argv: Sequence[str], jobs: int
 
 
 def _summary(report: dict[str, Any]) -> dict[str, Any]:
-    from irshard.pipeline.diff import Side
     totals = Side("", report).totals()
     totals["findings"] = len(report.get("findings", []))
     memory = report.get("memory") or {}
@@ -351,7 +353,6 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
 
 def _removes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     """Collectives fewer after than before, by line and kind."""
-    from irshard.pipeline.diff import Side
     a, b = Side("", before).groups(), Side("", after).groups()
     removed = []
     for key in sorted(a):
@@ -443,11 +444,9 @@ class Suggestions:
                 "rejected": rejected}
 
     def render_json(self) -> str:
-        from irshard.reporting.writer import dumps_json
         return dumps_json(self.to_json()) + "\n"
 
     def render_text(self) -> str:
-        from irshard.reporting.text import human_bytes, human_time
         base = _summary(self.baseline)
         time = f", {human_time(base['time_s'])}" if "time_s" in base else ""
         memory = f", memory {human_bytes(base['memory_bytes'])}" \
@@ -527,7 +526,6 @@ def suggest_for(lowered, source, mesh: MeshSpec | None, *, top: int,
     import os
     import time
 
-    from irshard.collectives import explain
     started = time.perf_counter()
     compiled = lowered.compile(partitioned=True)
     compile_s = time.perf_counter() - started

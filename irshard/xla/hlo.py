@@ -18,10 +18,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from irshard import backend
 from irshard.core.frames import Frame
 from irshard.core.specs import lookup_dtype
-from irshard.core.syntax import (attribute_pairs, matching_bracket,
-                             split_top_level, unquote)
+from irshard.core.syntax import (attribute_pairs, matching_bracket, split_top_level,
+                                 unquote)
 
 # Sizes of HLO element types the tensor grammar has no name for.
 _EXTRA_ITEMSIZES = {"token": 0, "opaque": 0}
@@ -392,7 +393,6 @@ class HloModuleView:
     """Computations and instructions of one HLO module, with the call graph."""
 
     def __init__(self, module: Any, text: str | None = None):
-        from irshard import backend
         self.module = module
         self.text = text if text is not None else module.to_string()
         self.name = module.name
@@ -432,7 +432,6 @@ class HloModuleView:
 
     @classmethod
     def from_text(cls, text: str) -> "HloModuleView":
-        from irshard import backend
         return cls(backend.hlo_module_from_text(text))
 
     def instructions_of(self, computation: str) -> list[Instruction]:

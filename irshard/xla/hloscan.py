@@ -25,8 +25,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
-from irshard.xla.hlo import Instruction, StackFrameTable, operands_end, root_of
 from irshard.core.syntax import matching_bracket
+from irshard.xla.hlo import Instruction, StackFrameTable, operands_end, root_of
 
 T = TypeVar("T")
 

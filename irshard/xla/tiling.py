@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from irshard import backend
 from irshard.core.specs import MeshAxis, MeshSpec, ShardingSpec
 from irshard.core.syntax import MAX_DEVICES
 
@@ -64,7 +65,6 @@ class Tiling:
         plain = _plain_sharding(text, rank)
         if plain is not None:
             return plain
-        from irshard import backend
         return cls.from_hlo_sharding(backend.hlo_sharding_from_text(text), rank)
 
     @classmethod
