@@ -133,37 +133,30 @@ class Propagated:
 
     def argument(self, index: int):
         """(sharding, origins) of input `index` of the program."""
-        if self.main is None:
-            return None, {}
-        fn = self.main
-        shardy = self.shardy
-        with self.module.context:
-            attrs = shardy.attr_dicts(fn, "arg_attrs", len(fn.type.inputs))
-            if index >= len(attrs):
-                return None, {}
-            attrs = attrs[index]
-            spec = shardy.sharding_spec(attrs[shardy.SHARDING])[1] \
-                if shardy.SHARDING in attrs else None
-            here = {"kind": "input", "name": self.input_name(index)}
-            origins = self._origins(attrs[shardy.SHARDING_ORIGINS], here) \
-                if shardy.SHARDING_ORIGINS in attrs else {}
-        return (_entries(spec) if spec is not None else None), by_axis(origins)
+        return self._boundary("arg_attrs", "input", index)
 
     def output(self, index: int):
         """(sharding, origins) of output `index` of the program."""
+        return self._boundary("res_attrs", "output", index)
+
+    def _boundary(self, which: str, kind: str, index: int):
+        """(sharding, origins) of the entry function's argument or result
+        `index` (`which`: `arg_attrs` or `res_attrs`)."""
         if self.main is None:
             return None, {}
-        fn = self.main
-        shardy = self.shardy
+        fn, shardy = self.main, self.shardy
         with self.module.context:
-            attrs = shardy.attr_dicts(fn, "res_attrs", len(fn.type.results))
+            count = len(fn.type.inputs if kind == "input" else fn.type.results)
+            attrs = shardy.attr_dicts(fn, which, count)
             if index >= len(attrs):
                 return None, {}
             attrs = attrs[index]
             spec = shardy.sharding_spec(attrs[shardy.SHARDING])[1] \
                 if shardy.SHARDING in attrs else None
-            here = {"kind": "output", "name": self.output_name(index)}
-            origins = self._origins(attrs[shardy.SHARDING_ORIGINS], here) \
+            name = self.input_name(index) if kind == "input" \
+                else self.output_name(index)
+            origins = self._origins(attrs[shardy.SHARDING_ORIGINS],
+                                    {"kind": kind, "name": name}) \
                 if shardy.SHARDING_ORIGINS in attrs else {}
         return (_entries(spec) if spec is not None else None), by_axis(origins)
 
