@@ -152,7 +152,7 @@ def _launch(args, total_devices: int) -> int:
     from irshard.running import launch
     return launch.launch(args.argv, args.processes, args.timeout, total_devices,
                          args.platform, args.launcher, args.ray_address,
-                         args.output)
+                         getattr(args, "output", None))
 
 
 def cmd_run(args) -> int:

@@ -256,7 +256,9 @@ class visible_devices:
         # this host's CPU: a described slice's chips cannot execute.
         self._default = None
         if self.platform not in (None, "cpu"):
-            self._default = jax.default_device(jax.devices("cpu")[0])
+            # By platform name: asking for a device now would start JAX's
+            # backends before the program's import sets JAX's options.
+            self._default = jax.default_device("cpu")
             self._default.__enter__()
         return self
 
