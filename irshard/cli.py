@@ -126,9 +126,12 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
                         "value it reads and where it was made, the sharding "
                         "its reader needs, and where propagation got each "
                         "mesh axis from")
-    p.add_argument("--format", choices=("text", "json", "html"), default="text",
+    p.add_argument("--format", choices=("text", "json", "html", "trace"),
+                   default="text",
                    help="report format (default: text); html: one "
-                        "self-contained page (implies --explain)")
+                        "self-contained page (implies --explain); trace: the "
+                        "step simulated in the executable's schedule, as a "
+                        "Chrome/Perfetto trace (ui.perfetto.dev)")
     p.add_argument("--full", action="store_true",
                    help="on a terminal, list every row of long tables and "
                         "(run) every layout; by default they are folded "

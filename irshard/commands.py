@@ -109,8 +109,12 @@ def cmd_compile(args) -> int:
         return 0
     report = output.report(lowered, compiled, args.stage, args.explain)
     report, breach = _held_to(report, budgets)
-    write_output(args.output, output.join_stages(texts) if emits
-                 else output.render(report, args.format, compiled, _folds(args)))
+    if args.format == "trace" and not emits:
+        write_output(args.output, output.trace(compiled, args.stage, report))
+    else:
+        write_output(args.output, output.join_stages(texts) if emits
+                     else output.render(report, args.format, compiled,
+                                        _folds(args)))
     if breach is not None:
         raise breach
     return 0
@@ -157,6 +161,10 @@ def _launch(args, total_devices: int) -> int:
 
 def cmd_run(args) -> int:
     emits = _stages(args)
+    if args.format == "trace":
+        raise UsageError("--format trace draws the simulated step, which "
+                         "irshard compile writes; run reports as text, json "
+                         "or html")
     if emits and args.format == "html":
         raise UsageError("--emit prints IR before the report, which an HTML "
                          "page cannot hold; drop --emit, or use --format text "

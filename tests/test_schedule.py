@@ -1,0 +1,165 @@
+"""The step simulation: instructions in schedule order on a compute and a
+collective stream, async collectives overlapping the compute between their
+start and done, loops counted by their trips; and its trace."""
+
+import json
+
+import pytest
+
+from irshard.collectives import schedule
+from irshard.xla.hlo import HloModuleView
+
+HLO = """HloModule m, is_scheduled=true, num_partitions=2
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[8] get-tuple-element(%p), index=1
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %y = f32[8] multiply(%x, %x)
+  ROOT %t = (s32[], f32[8]) tuple(%next, %y)
+}
+
+%cond (q: (s32[], f32[8])) -> pred[] {
+  %q = (s32[], f32[8]) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(TRIPS)
+  ROOT %c = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (x: f32[8]) -> f32[16] {
+  %x0 = f32[8] parameter(0)
+  GATHER
+  %e = f32[8] exponential(%x0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8]) tuple(%zero, %e)
+  %w = (s32[], f32[8]) while(%init), condition=%cond, body=%body
+  DONE
+  ROOT %o = f32[16] add(%g, %g)
+}
+"""
+
+ASYNC = ("%ag = (f32[8], f32[16]) all-gather-start(%x0), channel_id=1, "
+         "replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true",
+         "%g = f32[16] all-gather-done(%ag)")
+SYNC = ("%g = f32[16] all-gather(%x0), channel_id=1, replica_groups={{0,1}}, "
+        "dimensions={0}, use_global_device_ids=true", "")
+
+# Every timed instruction takes one second; the collective `gather_s`.
+ONE_EACH = schedule.Rates(peak_flops=1e30, memory_bandwidth=1e30, overhead_s=1.0)
+
+
+def simulate(gather, trips, gather_s):
+    text = HLO.replace("GATHER", gather[0]).replace("DONE", gather[1]) \
+        .replace("TRIPS", str(trips))
+    view = HloModuleView.from_text(text)
+    name = "ag" if gather is ASYNC else "g"
+    return schedule.simulate(
+        view, ONE_EACH,
+        lambda inst: (gather_s, inst.name) if inst.name == name else (0.0, None))
+
+
+@pytest.mark.parametrize("gather, gather_s, step, exposed, overlapped", [
+    # exponential 1 + 5 trips x (compare, add, multiply) + the last compare
+    # + the final add: 18 s of compute. An async all-gather of 10 s ends
+    # while the loop runs: all of it overlapped.
+    (ASYNC, 10.0, 18.0, 0.0, 10.0),
+    # Of 30 s, 17 pass beside the compute before its done; 13 are waited for.
+    (ASYNC, 30.0, 31.0, 13.0, 17.0),
+    # A synchronous one stops compute for all of its time.
+    (SYNC, 10.0, 28.0, 10.0, 0.0),
+])
+def test_async_collectives_overlap_the_compute_before_their_done(
+        gather, gather_s, step, exposed, overlapped):
+    found = simulate(gather, 5, gather_s)
+    assert found.compute_s == pytest.approx(18.0)
+    assert found.step_s == pytest.approx(step)
+    assert found.exposed_comm_s == pytest.approx(exposed)
+    assert found.overlapped_comm_s == pytest.approx(overlapped)
+    assert found.step_s == pytest.approx(found.compute_s + found.exposed_comm_s)
+
+
+@pytest.mark.parametrize("trips", [1, 3, 4, 50])
+def test_a_loop_counts_every_trip_and_draws_the_first(trips):
+    found = simulate(ASYNC, trips, 0.5)
+    assert found.compute_s == pytest.approx(1 + 3 * trips + 1 + 1)
+    drawn = [e for e in found.events if e.iteration and e.repeats == 1
+             and e.iteration[0] < trips]
+    shown = trips if trips <= schedule.DRAWN_TRIPS + 1 else schedule.DRAWN_TRIPS
+    assert len({e.iteration for e in drawn}) == shown
+    summary = [e for e in found.events if e.repeats > 1]
+    if trips > schedule.DRAWN_TRIPS + 1:
+        [e] = summary
+        assert e.repeats == trips - schedule.DRAWN_TRIPS
+        assert e.duration_s == pytest.approx(3.0 * e.repeats)
+    else:
+        assert summary == []
+    # Events on one stream never overlap, and end where the step ends.
+    for track in ("compute", "collectives"):
+        spans = sorted((e.start_s, e.start_s + e.duration_s)
+                       for e in found.events if e.track == track)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
+    assert max(e.start_s + e.duration_s for e in found.events) == \
+        pytest.approx(found.step_s)
+
+
+def test_costs_count_as_xla_does():
+    """A dot's flops are two per multiply-add; an elementwise op's one per
+    element; a transcendental apart; bytes are what is read and written."""
+    view = HloModuleView.from_text("""HloModule d
+ENTRY %main (a: f32[8,16], b: f32[16,4]) -> f32[8,4] {
+  %a = f32[8,16] parameter(0)
+  %b = f32[16,4] parameter(1)
+  %d = f32[8,4] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %t = f32[8,4] tanh(%d)
+  ROOT %m = f32[8,4] multiply(%t, %t)
+}
+""")
+    costs = schedule._Costs(view)
+    dot, tanh, mul = (costs.of(view.instructions[n]) for n in ("d", "t", "m"))
+    assert dot.flops == 2 * 8 * 4 * 16
+    assert dot.bytes == 4 * (8 * 16 + 16 * 4 + 8 * 4)
+    assert (tanh.flops, tanh.transcendentals) == (0, 32)
+    assert (mul.flops, mul.bytes) == (32, 4 * 32 * 3)
+
+
+def test_a_compiled_programs_trace_opens_as_a_perfetto_trace(tmp_path):
+    """`--format trace`: the trace-event JSON, one process, a compute and a
+    collectives track, the heat loop's collectives named with their kind,
+    bytes, axes and line, its step in `otherData`."""
+    from tests.conftest import EXAMPLES, run_irshard
+    path = tmp_path / "step.json"
+    done = run_irshard("compile", f"{EXAMPLES}/heat1d.py", "--fn", "simulate_set",
+                       "--mesh", "x=4", "--format", "trace", "-o", str(path))
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(path.read_text())
+    names = {(e["tid"], e["args"]["name"]) for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {(1, "compute"), (2, "collectives")}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    gathers = [e for e in spans if e["args"].get("kind") == "all-gather"]
+    assert gathers and all(e["tid"] == 2 and e["args"]["mesh_axes"] == ["x"]
+                           and e["args"]["source"] == "heat1d.py:25" for e in gathers)
+    # 100 trips: three drawn, the other 97 one event.
+    assert {tuple(e["args"].get("iteration", ())) for e in gathers} == {(0,), (1,), (2,)}
+    assert [e["args"]["repeats"] for e in spans if "repeats" in e["args"]] == [97]
+    step = trace["otherData"]["step"]
+    assert step["step_s"] == pytest.approx(step["compute_s"] + step["exposed_comm_s"])
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(step["step_s"] * 1e6,
+                                                                   rel=1e-6)
+    # The same program, the same bytes.
+    again = tmp_path / "again.json"
+    run_irshard("compile", f"{EXAMPLES}/heat1d.py", "--fn", "simulate_set",
+                "--mesh", "x=4", "--format", "trace", "-o", str(again))
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_run_refuses_the_trace_format_in_one_line():
+    from tests.conftest import EXAMPLES, run_irshard
+    done = run_irshard("run", f"{EXAMPLES}/heat1d.py", "--fn", "simulate_set",
+                       "--mesh", "x=4", "--format", "trace")
+    assert done.returncode == 2
+    assert done.stderr.startswith("irshard: error: --format trace draws the "
+                                  "simulated step, which irshard compile writes")
+    assert done.stderr.count("\n") == 1
