@@ -42,6 +42,8 @@ def test_every_profile_number_has_a_source():
         for key in ("hbm_bytes", "hbm_bandwidth", "peak_flops"):
             if key in data:
                 assert data[key]["source"], (name, key)
+        for key, value in data.get("compute", {}).items():
+            assert value["source"] and value["value"] > 0, (name, "compute", key)
         for link, values in data["links"].items():
             for key in ("bandwidth", "latency", "base"):
                 if key in values:

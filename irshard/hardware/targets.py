@@ -70,6 +70,10 @@ class Profile:
     # ways): "full-16" (a dimension of 16 chips), "multiple-of-4".
     wraparound: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    # What the step simulation times compute with, where it differs from
+    # the peak numbers (a CPU host's, measured): `flops` and `bandwidth`
+    # per second for the whole host, `op_overhead` seconds per instruction.
+    compute: dict[str, float] = field(default_factory=dict, compare=False)
 
     def has_wraparound(self, size: int) -> bool:
         if self.wraparound == "full-16":
@@ -214,7 +218,8 @@ def profile_from_json(name: str, data: dict[str, Any]) -> Profile:
         if numbers["peak_flops"] else None,
         links=links,
         wraparound=(data.get("torus") or {}).get("wraparound"),
-        sources={k: _source(v) for k, v in numbers.items() if v})
+        sources={k: _source(v) for k, v in numbers.items() if v},
+        compute={k: float(_number(v)) for k, v in (data.get("compute") or {}).items()})
 
 
 @functools.lru_cache(maxsize=None)

@@ -297,3 +297,41 @@ def render(result: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return dumps_json(result) + "\n"
     return render_text(result)
+
+
+def measure_compute(repeats: int = 5) -> dict[str, float]:
+    """This host's compute, as the step simulation times it, on one CPU
+    device (which uses every core): `flops` per second of a 1024x1024
+    matmul, `bandwidth` in bytes per second of an elementwise op over
+    64 MiB, `op_overhead` seconds per instruction of a loop over a 4-element
+    array. Each from loops of few and of many trips, so launch cancels."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from irshard.collectives import schedule
+    from irshard.xla.hlo import HloModuleView
+
+    def loop(body):
+        return jax.jit(lambda x, trips: jax.lax.fori_loop(0, trips,
+                                                          lambda _, v: body(v), x))
+
+    def per_trip(fn, x) -> float:
+        compiled = fn.lower(x, np.int32(0)).compile()
+        return _per_collective(lambda v, t: compiled(v, t), x, repeats), compiled
+
+    n = 1024
+    w = jnp.asarray(np.eye(n, dtype=np.float32) * 0.5)
+    matmul, _ = per_trip(loop(lambda v: v @ w), jnp.ones((n, n), jnp.float32))
+    big = 16 * 1024 * 1024
+    stream, _ = per_trip(loop(lambda v: v * 0.5 + 1.0), jnp.ones(big, jnp.float32))
+    tiny, compiled = per_trip(loop(lambda v: v * 0.5 + 1.0), jnp.ones(4, jnp.float32))
+    # The instructions one trip of the tiny loop runs, as the simulation
+    # counts them: each timed at one second, the rest at none.
+    view = HloModuleView.from_text(compiled.as_text())
+    counted = schedule.simulate(view, schedule.Rates(1e30, 1e30, 1.0),
+                                lambda inst: (0.0, None))
+    per_iteration = max(1, sum(1 for e in counted.events if e.iteration == (0,)))
+    return {"flops": 2.0 * n ** 3 / max(matmul, 1e-9),
+            "bandwidth": 2.0 * 4 * big / max(stream, 1e-9),
+            "op_overhead": tiny / per_iteration}
