@@ -3,7 +3,8 @@
 #   make test   unit tests (pytest) and regression tests (lit + FileCheck)
 #   make test-fast  the unit tests that take no browser, TPU compile, extra
 #                   processes or long programs (markers in pyproject.toml),
-#                   and lit: a few minutes, for the edit-test loop
+#                   and lit's IR and pass tests: under 3 minutes, for the
+#                   edit-test loop (`make lit` runs every lit test)
 # Both create .venv on first use: `make run` installs irshard and JAX only,
 # the test targets add the test, TPU (libtpu) and Ray extras.
 #
@@ -57,7 +58,7 @@ FAST := not (slow or multiprocess or browser or tpu)
 
 test-fast: $(STAMP_EXTRAS)
 	$(BIN)/python -m pytest -m '$(FAST)'
-	$(BIN)/lit -s tests/lit
+	$(BIN)/lit -s tests/lit/opt tests/lit/ir
 
 # The HTML report's tests drive a real Chromium (Debian's package): installed
 # here when missing and this user may install packages; otherwise those

@@ -209,6 +209,7 @@ COLLECTIVE_MATMUL = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("types", [None, "explicit"])
 def test_shard_map_under_either_axis_type(write, types):
     path = write("cm.py", COLLECTIVE_MATMUL)

@@ -156,6 +156,7 @@ def test_the_same_guard_stands_before_xla_in_a_dump_of_a_diff(tmp_path):
     assert "4 tiles or groups but an iota of 5 devices" in done.stderr
 
 
+@pytest.mark.slow
 def test_mutants_of_real_modules(tmp_path):
     """1500 seeded mutants of the optimized HLO and annotated StableHLO of two
     examples and of tests/data's HLO, through `collectives`, `opt` and

@@ -350,6 +350,7 @@ def test_non_array_leaves_pass_through_as_static():
             "program: result/1/0/activation (custom_jvp)") in notes
 
 
+@pytest.mark.slow
 def test_ref_arguments_are_updated_in_place():
     """The cookbook's train state is a pytree of `jax.Ref`s the step writes:
     each ref leaf is an input donated to its final value, an output named
