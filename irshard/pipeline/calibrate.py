@@ -316,7 +316,7 @@ def measure_compute(repeats: int = 5) -> dict[str, float]:
         return jax.jit(lambda x, trips: jax.lax.fori_loop(0, trips,
                                                           lambda _, v: body(v), x))
 
-    def per_trip(fn, x) -> float:
+    def per_trip(fn, x) -> tuple[float, Any]:
         compiled = fn.lower(x, np.int32(0)).compile()
         return _per_collective(lambda v, t: compiled(v, t), x, repeats), compiled
 
