@@ -79,4 +79,6 @@ from irshard.backend.running import (  # noqa: F401
     execute,
     gather,
     initialize_distributed,
-    jax_sharding)
+    jax_sharding,
+    profiled,
+    time_runs)

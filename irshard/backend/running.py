@@ -4,7 +4,7 @@ results gathered, and JAX's distributed runtime started and joined.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from irshard.backend.compiling import CompiledExecutable
 from irshard.backend.devices import _jax, message, partition_spec
@@ -30,15 +30,59 @@ def jax_sharding(hlo_sharding, mesh, entries: Sequence[str] | None):
     return GSPMDSharding(tuple(mesh.devices.flat), hlo_sharding)
 
 
-def execute(compiled: CompiledExecutable, arguments: Sequence[Any]) -> list[list[Any]]:
+def execute(compiled: CompiledExecutable, arguments: Sequence[Any],
+            timed: bool = False) -> list[list[Any]]:
     """Runs the executable on global arrays; per output, the single-device
-    arrays of this process's devices."""
+    arrays of this process's devices. The call runs on a helper thread so
+    that Ctrl-C is heard, unless `timed` (a run already known to finish,
+    whose time must not include a thread's start)."""
+    run = compiled.executable.execute_sharded
     try:
-        results = interrupts.call(compiled.executable.execute_sharded,
-                                  list(arguments))
+        results = run(list(arguments)) if timed else \
+            interrupts.call(run, list(arguments))
         return results.disassemble_into_single_device_arrays()
     except Exception as e:
         raise BackendError(f"XLA failed to run the program: {message(e)}") from None
+
+
+def time_runs(compiled, arguments: Sequence[Any], runs: int) -> list[float]:
+    """Seconds of each of `runs` executions of a `jax.jit(...).compile()`d
+    program, run as `execute` runs irshard's executables (so that the time
+    is what `irshard run --repeat` measures)."""
+    import time
+    executable = compiled.runtime_executable()
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        results = executable.execute_sharded(list(arguments))
+        arrays = results.disassemble_into_single_device_arrays()
+        block_until_ready([a for out in arrays for a in out])
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def profiled(work: Callable[[], None]) -> bytes | None:
+    """The trace JAX's profiler records while `work()` runs, as Chrome
+    trace JSON (what ui.perfetto.dev opens); None where the profiler wrote
+    none. On CPU it has each device thread's thunks (fusions, collectives
+    with their rendezvous)."""
+    import glob
+    import gzip
+    import os
+    import tempfile
+    jax = _jax()
+    with tempfile.TemporaryDirectory(prefix="irshard-profile-") as tmp:
+        jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+        try:
+            work()
+        finally:
+            jax.profiler.stop_trace()
+        found = sorted(glob.glob(os.path.join(tmp, "**", "perfetto_trace.json.gz"),
+                                 recursive=True))
+        if not found:
+            return None
+        with gzip.open(found[-1], "rb") as f:
+            return f.read()
 
 
 def gather(array) -> Any:

@@ -19,8 +19,11 @@ device's compute stream and its collective stream:
   conditionals (their costliest branch) and async computations are
   followed.
 
-What has no cost to read (a custom call) is timed as nothing, and the step
-says how many such instructions it holds. The events of the walk, loops
+The step starts with the runtime's launch of the execution (measured on a
+CPU host: its dispatch to the devices' threads). What has no cost to read
+(a custom call) is timed by its memory traffic
+alone, and the step says how many such instructions it holds and that
+lower bound of their time. The events of the walk, loops
 drawn up to `DRAWN_TRIPS` iterations and summarized past them, make the
 predicted timeline (`trace.py`).
 """
@@ -28,6 +31,7 @@ predicted timeline (`trace.py`).
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -59,6 +63,8 @@ _MOVES = frozenset({
     "dynamic-update-slice", "concatenate", "pad", "reshape", "reverse",
     "gather", "scatter", "iota", "convert", "select", "sort",
 })
+# Ops that read only part of their first operand: what they keep.
+_SLICING = frozenset({"dynamic-slice", "slice", "gather"})
 # Computations these ops apply per element: counted by the op itself.
 _APPLIES = frozenset({"reduce", "reduce-window", "scatter", "sort", "map",
                       "select-and-scatter", "all-reduce", "reduce-scatter",
@@ -74,11 +80,33 @@ class Rates:
     memory_bandwidth: float
     overhead_s: float = 0.0
     transcendentals: float | None = None     # per second; peak_flops if None
+    launch_s: float = 0.0        # once per execution: the runtime's start
+    first_collective_s: float = 0.0   # more for an execution's first collective
+    # At most this much more for a collective after compute: the wait for
+    # the devices a CPU host's scheduler ran last.
+    rendezvous_skew_s: float = 0.0
+
+    # Memory bandwidth by the bytes an instruction moves: (bytes, rate)
+    # points, log-interpolated; `memory_bandwidth` where there are none.
+    bandwidth_curve: tuple[tuple[float, float], ...] = ()
+
+    def bandwidth(self, nbytes: float) -> float:
+        curve = self.bandwidth_curve
+        if not curve:
+            return self.memory_bandwidth
+        if nbytes <= curve[0][0]:
+            return curve[0][1]
+        for (b0, r0), (b1, r1) in zip(curve, curve[1:]):
+            if nbytes <= b1:
+                t = math.log(nbytes / b0) / math.log(b1 / b0)
+                return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
+        return curve[-1][1]
 
     def seconds(self, flops: float, transcendentals: float, nbytes: float) -> float:
         compute = flops / self.peak_flops
         compute += transcendentals / (self.transcendentals or self.peak_flops)
-        return self.overhead_s + max(compute, nbytes / self.memory_bandwidth)
+        memory = nbytes / self.bandwidth(nbytes) if nbytes else 0.0
+        return self.overhead_s + max(compute, memory)
 
 
 @dataclass(frozen=True)
@@ -113,21 +141,28 @@ class Step:
 
     step_s: float = 0.0
     compute_s: float = 0.0
+    flops: float = 0.0             # every run of every instruction
+    bytes_accessed: float = 0.0
+    untimed_s: float = 0.0         # of compute_s: what has no cost to read
+    launch_s: float = 0.0          # the runtime's start of the execution
     exposed_comm_s: float = 0.0
     overlapped_comm_s: float = 0.0
-    untimed: dict[str, int] = field(default_factory=dict)   # opcode -> count
+    # Instructions with no cost to read, by opcode: how many.
+    untimed: dict[str, int] = field(default_factory=dict)
     unknown_trips: int = 0
     events: list[Event] = field(default_factory=list)
     dropped_events: int = 0
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "step_s": self.step_s, "compute_s": self.compute_s,
+            "step_s": self.step_s, "launch_s": self.launch_s,
+            "compute_s": self.compute_s,
             "exposed_comm_s": self.exposed_comm_s,
             "overlapped_comm_s": self.overlapped_comm_s,
         }
         if self.untimed:
-            d["untimed"] = dict(sorted(self.untimed.items()))
+            d["untimed"] = {"instructions": dict(sorted(self.untimed.items())),
+                            "min_s": self.untimed_s}
         if self.unknown_trips:
             d["unknown_trip_counts"] = self.unknown_trips
         return d
@@ -148,6 +183,7 @@ class _Costs:
     def __init__(self, view: HloModuleView):
         self.view = view
         self._inner: dict[str, Cost] = {}
+        self._traffic: dict[str, tuple[dict[int, float], float | None]] = {}
 
     def shape_of(self, name: str, computation: str):
         inst = self.view.get(name, computation)
@@ -193,12 +229,71 @@ class _Costs:
         return self._inner[computation]
 
     def memory(self, inst: Instruction) -> float:
-        """Bytes `inst` reads and writes."""
-        if inst.opcode in _FREE:
+        """Bytes `inst` reads and writes: a slice reads only what it keeps,
+        an in-place update writes only its update, and a fusion's operands
+        and result count as its fused instructions use them."""
+        op = inst.opcode
+        if op in _FREE:
             return 0.0
+        if op in _SLICING:
+            return 2.0 * shape_bytes(inst.shape)
+        if op == "dynamic-update-slice" and len(inst.operands) > 1:
+            return 2.0 * shape_bytes(self.shape_of(inst.operands[1], inst.computation))
+        if op == "fusion":
+            fused = dict(inst.called_computations()).get("calls", "")
+            reads, written = self.fused_traffic(fused)
+            total = 0.0
+            for i, operand in enumerate(inst.operands):
+                read = reads.get(i)
+                total += shape_bytes(self.shape_of(operand, inst.computation)) \
+                    if read is None else read
+            return total + (shape_bytes(inst.shape) if written is None else written)
         read = sum(shape_bytes(self.shape_of(o, inst.computation))
                    for o in inst.operands)
         return float(read + shape_bytes(inst.shape))
+
+    def fused_traffic(self, computation: str) -> tuple[dict[int, float], float | None]:
+        """What a fused computation reads of each parameter that it does not
+        read whole (by parameter number: the bytes of the slices it takes,
+        none for the buffer it updates in place), and what it writes where
+        its result is updated in place (else None)."""
+        if computation in self._traffic:
+            return self._traffic[computation]
+        reads: dict[int, float] = {}
+        for inst in self.view.instructions_of(computation):
+            if inst.opcode != "parameter":
+                continue
+            m = re.search(r"parameter\((\d+)\)", inst.text)
+            users = self.view.users(inst)
+            if m is None or not users:
+                continue
+            if all(u.opcode in _SLICING and u.operands[:1] == [inst.name]
+                   for u in users):
+                reads[int(m.group(1))] = float(sum(shape_bytes(u.shape) for u in users))
+            elif all(u.opcode == "dynamic-update-slice" and u.operands[:1] == [inst.name]
+                     for u in users):
+                reads[int(m.group(1))] = 0.0
+        root = self.view.root(computation)
+        written = None
+        if root is not None:
+            parts = [self.view.get(o, computation) for o in root.operands] \
+                if root.opcode == "tuple" else [root]
+            updated = [self._updated_bytes(p, computation) for p in parts]
+            if any(u is not None for u in updated):
+                written = float(sum(
+                    u if u is not None else (shape_bytes(p.shape) if p else 0)
+                    for u, p in zip(updated, parts)))
+        self._traffic[computation] = (reads, written)
+        return reads, written
+
+    def _updated_bytes(self, inst: Instruction | None, computation: str) -> float | None:
+        """The bytes of the update where `inst` (through bitcasts) is an
+        in-place dynamic-update-slice, else None."""
+        while inst is not None and inst.opcode == "bitcast" and inst.operands:
+            inst = self.view.get(inst.operands[0], computation)
+        if inst is None or inst.opcode != "dynamic-update-slice" or len(inst.operands) < 2:
+            return None
+        return float(shape_bytes(self.shape_of(inst.operands[1], computation)))
 
     def of(self, inst: Instruction) -> Cost:
         found = self.arithmetic(inst)
@@ -217,6 +312,9 @@ class _Walk:
         self.comm_free = 0.0       # when the collective stream is free
         self.pending: dict[str, tuple[float, float]] = {}   # start -> (end, dur)
         self.draw = True
+        self.untimed: set[tuple[str, str, str]] = set()
+        self.woken = False          # whether a collective has run yet
+        self.computed = 0.0         # compute_s at the last collective
 
     def event(self, inst, track, start, duration, iteration, repeats=1,
               collective=None):
@@ -255,19 +353,33 @@ class _Walk:
         if op.endswith("-done"):
             self.done(inst)
             return
-        if op == "custom-call":
-            self.step.untimed[op] = self.step.untimed.get(op, 0) + 1
-            return
         if op in _FREE or op.endswith("-update"):
             return
-        cost = self.costs.of(inst)
+        if op == "custom-call":
+            # Its arithmetic is unknown: timed by its memory traffic alone,
+            # a lower bound the step reports apart.
+            self.untimed.add((op, inst.computation, inst.name))
+            cost = Cost(bytes=self.costs.memory(inst))
+        else:
+            cost = self.costs.of(inst)
         seconds = self.rates.seconds(cost.flops, cost.transcendentals, cost.bytes)
         self.event(inst, "compute", self.now, seconds, iteration)
         self.now += seconds
         self.step.compute_s += seconds
+        if op == "custom-call":
+            self.step.untimed_s += seconds
+        self.step.flops += cost.flops + cost.transcendentals
+        self.step.bytes_accessed += cost.bytes
 
     def collective(self, inst, iteration):
         seconds, name = self.collective_s(inst)
+        if not self.woken:
+            self.woken = True
+            seconds += self.rates.first_collective_s
+        if self.rates.rendezvous_skew_s:
+            seconds += min(self.rates.rendezvous_skew_s,
+                           self.step.compute_s - self.computed)
+            self.computed = self.step.compute_s
         start = max(self.now, self.comm_free)
         end = start + seconds
         self.comm_free = end
@@ -306,75 +418,92 @@ class _Walk:
             return
         # The other iterations cost what one more does: simulated once,
         # undrawn, and counted `rest` times.
-        before = (self.now, self.step.compute_s, self.step.exposed_comm_s,
-                  self.step.overlapped_comm_s)
+        before = self.totals()
         drawing, self.draw = self.draw, False
         self.computation(cond, iteration + (drawn,), depth + 1)
         self.computation(body, iteration + (drawn,), depth + 1)
         self.draw = drawing
-        after = (self.now, self.step.compute_s, self.step.exposed_comm_s,
-                 self.step.overlapped_comm_s)
-        delta = [b - a for a, b in zip(before, after)]
+        after = self.totals()
+        self.set_totals([b + (a - b) * rest for b, a in zip(before, after)])
         start = before[0]
-        self.now = before[0] + delta[0] * rest
-        self.step.compute_s = before[1] + delta[1] * rest
-        self.step.exposed_comm_s = before[2] + delta[2] * rest
-        self.step.overlapped_comm_s = before[3] + delta[3] * rest
         self.comm_free = max(self.comm_free, self.now)
-        if self.draw and delta[0] > 0:
+        if self.draw and self.now > start:
             self.step.events.append(Event(inst.name, "while", "compute", start,
                                           self.now - start,
                                           iteration + (drawn,), rest))
         self.computation(cond, iteration + (trips,), depth + 1)
 
+    _TOTALS = ("compute_s", "exposed_comm_s", "overlapped_comm_s", "flops",
+               "bytes_accessed", "untimed_s")
+
+    def totals(self) -> list[float]:
+        """The clock and what the step has added up so far."""
+        return [self.now] + [getattr(self.step, f) for f in self._TOTALS]
+
+    def set_totals(self, values) -> None:
+        self.now = values[0]
+        for f, value in zip(self._TOTALS, values[1:]):
+            setattr(self.step, f, value)
+
     def branches(self, inst, called, iteration, depth):
         """A conditional costs its costliest branch."""
         best = None
-        start = (self.now, self.step.compute_s, self.step.exposed_comm_s,
-                 self.step.overlapped_comm_s, self.comm_free, len(self.step.events))
+        start, free, drawn = self.totals(), self.comm_free, len(self.step.events)
         for role, target in inst.called_computations():
-            self.now, self.step.compute_s, self.step.exposed_comm_s, \
-                self.step.overlapped_comm_s, self.comm_free = start[:5]
-            del self.step.events[start[5]:]
+            self.set_totals(start)
+            self.comm_free = free
+            del self.step.events[drawn:]
             self.computation(target, iteration, depth + 1)
-            state = (self.now, self.step.compute_s, self.step.exposed_comm_s,
-                     self.step.overlapped_comm_s, self.comm_free,
-                     list(self.step.events[start[5]:]))
-            if best is None or state[0] > best[0]:
+            state = (self.totals(), self.comm_free, self.step.events[drawn:])
+            if best is None or state[0][0] > best[0][0]:
                 best = state
         if best is not None:
-            self.now, self.step.compute_s, self.step.exposed_comm_s, \
-                self.step.overlapped_comm_s, self.comm_free = best[:5]
-            del self.step.events[start[5]:]
-            self.step.events.extend(best[5])
+            self.set_totals(best[0])
+            self.comm_free = best[1]
+            del self.step.events[drawn:]
+            self.step.events.extend(best[2])
 
 
 def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
     """What one device of `placement`'s target computes per second: the
-    profile's measured compute numbers where it has them (a CPU host's,
-    shared by the simulated devices that run on its cores), else its peak
-    numbers; None where it has neither."""
+    profile's measured compute numbers where it has them, else its peak
+    numbers; None where it has neither. A CPU host's numbers are for one
+    device while as many run as measured nearest to `devices` (its
+    `by_devices`), or else for the whole host, shared by the simulated
+    devices that run on its cores."""
     profile = placement.profile
+    cpu = placement.target.kind == "cpu"
+    if cpu:
+        profile = profile.for_devices(devices)
     found = profile.compute
     if found.get("flops") and found.get("bandwidth"):
-        if placement.target.kind == "cpu":
-            import os
+        bandwidth = found["bandwidth"]
+        curve = tuple((float(b), float(r)) for b, r in sorted(bandwidth)) \
+            if isinstance(bandwidth, list) else ()
+        flat = curve[-1][1] if curve else float(bandwidth)
+        overhead = found.get("op_overhead", 0.0)
+        if cpu and not found.get("devices"):
             cores = cores or os.cpu_count() or 1
             share = max(1, devices)
-            return Rates(found["flops"] / share, found["bandwidth"] / share,
-                         found.get("op_overhead", 0.0) * max(1.0, devices / cores))
-        return Rates(found["flops"], found["bandwidth"], found.get("op_overhead", 0.0))
+            return Rates(found["flops"] / share, flat / share,
+                         overhead * max(1.0, devices / cores),
+                         launch_s=profile.launch)
+        return Rates(found["flops"], flat, overhead, launch_s=profile.launch,
+                     bandwidth_curve=curve,
+                     first_collective_s=found.get("first_collective", 0.0),
+                     rendezvous_skew_s=found.get("rendezvous_skew", 0.0))
     if profile.peak_flops and profile.hbm_bandwidth:
-        return Rates(profile.peak_flops, profile.hbm_bandwidth)
+        return Rates(profile.peak_flops, profile.hbm_bandwidth,
+                     launch_s=profile.launch)
     return None
 
 
 def _wraps_collective(view: HloModuleView, inst: Instruction, called) -> bool:
     """An `async-start` whose computation is one collective."""
-    if inst.opcode != "async-start" or not inst.wrapped:
+    if inst.opcode != "async-start" or not called.get("calls"):
         return False
-    wrapped = view.instructions.get(inst.wrapped)
-    return wrapped is not None and collective_kind(wrapped) is not None
+    return any(collective_kind(i) is not None
+               for i in view.instructions_of(called["calls"]))
 
 
 def simulate(view: HloModuleView, rates: Rates,
@@ -384,6 +513,7 @@ def simulate(view: HloModuleView, rates: Rates,
     gives each collective instruction's seconds per run and the report's
     name for it."""
     walk = _Walk(view, rates, collective_s)
+    walk.now = walk.comm_free = walk.step.launch_s = rates.launch_s
     walk.computation(view.entry, ())
     # What is still in flight at the end is waited for.
     for start in list(walk.pending):
@@ -393,4 +523,6 @@ def simulate(view: HloModuleView, rates: Rates,
         walk.step.overlapped_comm_s += seconds - min(seconds, waited)
         walk.now = max(walk.now, end)
     walk.step.step_s = walk.now
+    for op, _, _ in walk.untimed:
+        walk.step.untimed[op] = walk.step.untimed.get(op, 0) + 1
     return walk.step

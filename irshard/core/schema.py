@@ -313,4 +313,10 @@ def _kind_names(value: dict, where: str) -> None:
 
 PROFILE = Object({"links": Object({}, rule=lambda v, w: (
     _link_names(v, w), Map(LINK).check(v, w), _kind_names(v, w)))},
-                 {"error": Null(_TIME)})
+                 {"error": Null(_TIME), "devices": Number(positive=True),
+                  "compute": Object({"devices": Number(positive=True),
+                                     "flops": _BANDWIDTH, "launch": _LATENCY,
+                                     "first_collective": _LATENCY,
+                                     "op_overhead": _LATENCY,
+                                     "rendezvous_skew": _LATENCY,
+                                     "bandwidth": List(List(Number(positive=True)))})})

@@ -12,6 +12,11 @@ bandwidth per device and `a` its latency per step:
     all-to-all                   T = a (n-1) + S n / (4 B)  (a torus)
                                  T = a (n-1) + wire / B     (a switch)
     collective-permute           T = a + S / W
+    any, on the host (CPU)       T = a + wire / W
+
+(The CPU's simulated devices are threads of one process sharing its cores:
+each collective is a rendezvous of them and then memory copies, and its
+latency is that of the rendezvous, not of ring steps.)
 
 where `wire` is what one device sends with a ring (the report's
 `wire_bytes`) and `B` the bandwidth the ring gets: on a TPU, W for each
@@ -50,7 +55,8 @@ class CostModel:
 
     def __init__(self, target: Target, profile: Profile, places: Sequence[Place]):
         self.target = target
-        self.profile = profile
+        self.profile = profile.for_devices(len(places)) \
+            if target.kind == "cpu" else profile
         self.places = list(places)
 
     @classmethod
@@ -132,6 +138,10 @@ class CostModel:
         steps = n - 1 if not both_ways else math.ceil(n / 2)
         if kind == "collective-permute":
             return link_name, link.base + latency + nbytes / per_link
+        if link_name == "host":
+            # The devices are threads of one process: a collective is one
+            # rendezvous of them, then copies, whatever its group's size.
+            return link_name, link.base + latency + wire / bandwidth
         if kind == "all-reduce":
             seconds = 2 * latency * steps + wire / bandwidth
         elif kind in ("all-to-all", "ragged-all-to-all") and not switched:

@@ -72,8 +72,34 @@ class Profile:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     # What the step simulation times compute with, where it differs from
     # the peak numbers (a CPU host's, measured): `flops` and `bandwidth`
-    # per second for the whole host, `op_overhead` seconds per instruction.
-    compute: dict[str, float] = field(default_factory=dict, compare=False)
+    # per second (a number, or `[bytes, rate]` points by size),
+    # `op_overhead` seconds per instruction, `launch` seconds per execution;
+    # for the whole host, or for one device while `devices` of them run.
+    compute: dict[str, Any] = field(default_factory=dict, compare=False)
+    # Seconds the runtime takes to start one execution of a program (a CPU
+    # host's dispatch to its devices' threads), where measured.
+    launch: float = 0.0
+    # What was measured with a given number of devices sharing the host
+    # (`by_devices` in profiles.json: links and launch), read by
+    # `for_devices`.
+    by_devices: dict[int, dict[str, Any]] = field(default_factory=dict,
+                                                  compare=False)
+    data: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def for_devices(self, devices: int) -> "Profile":
+        """The profile as measured with `devices` devices, or with the
+        nearest number measured (fewer, on a tie): a CPU host's devices
+        share its cores, and its collectives slow as they contend."""
+        if not self.by_devices or devices < 1:
+            return self
+        nearest = min(self.by_devices, key=lambda n: (abs(n - devices), n))
+        overlay = self.by_devices[nearest]
+        data = dict(self.data)
+        data["links"] = dict(data.get("links", {}), **overlay.get("links", {}))
+        if "compute" in overlay:
+            data["compute"] = dict(overlay["compute"], devices=nearest)
+        data.pop("by_devices", None)
+        return profile_from_json(self.name, data)
 
     def has_wraparound(self, size: int) -> bool:
         if self.wraparound == "full-16":
@@ -219,7 +245,10 @@ def profile_from_json(name: str, data: dict[str, Any]) -> Profile:
         links=links,
         wraparound=(data.get("torus") or {}).get("wraparound"),
         sources={k: _source(v) for k, v in numbers.items() if v},
-        compute={k: float(_number(v)) for k, v in (data.get("compute") or {}).items()})
+        compute={k: _number(v) for k, v in (data.get("compute") or {}).items()},
+        launch=float(_number((data.get("compute") or {}).get("launch", 0.0))),
+        by_devices={int(n): v for n, v in (data.get("by_devices") or {}).items()},
+        data=data)
 
 
 @functools.lru_cache(maxsize=None)
@@ -236,6 +265,10 @@ def profile(name: str, path: str | None = None) -> Profile:
     if path is not None:
         saved = load_saved(path)
         data["links"] = dict(data.get("links", {}), **saved.get("links", {}))
+        # Measured here: it holds whatever device count it was measured on.
+        data.pop("by_devices", None)
+        if "compute" in saved:
+            data["compute"] = saved["compute"]
     return profile_from_json(name, data)
 
 

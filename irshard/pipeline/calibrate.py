@@ -7,12 +7,15 @@ of one collective is the difference over the difference in trips (median of
 several runs). The link's latency `a` and bandwidth `W` are then fitted by
 least squares to half the sizes,
 
-    T = a * steps + wire / W          (steps, wire as in irshard.hardware.cost)
+    T = a + wire / W                  (wire as in irshard.hardware.cost)
 
 for each kind (the CPU's "links" are memory copies between threads, and
 each kind copies differently) and for all kinds together; the model is
 judged on the other half: `error` is the median relative error of the
-fitted times on sizes it was not fitted on. `-o PATH` saves the profile for
+fitted times on sizes it was not fitted on (`bands`: by message size). A
+CPU host's devices share its cores, so what it measures holds for that
+number of devices (`devices`); `compute` is what the step simulation
+times a device's compute with (`measure_compute`). `-o PATH` saves the profile for
 `--profile PATH`.
 """
 
@@ -35,6 +38,9 @@ KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
 DEFAULT_SIZES = (1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 _TRIPS = (2, 12)
 _TARGET_SECONDS = 0.03      # the extra trips' time a measurement aims at
+# Message sizes the held-out error is given for: (label, from, below) bytes.
+BANDS = (("under 64 KiB", 0, 1 << 16), ("64 KiB to 1 MiB", 1 << 16, 1 << 20),
+         ("1 MiB and over", 1 << 20, 1 << 62))
 
 
 @dataclass(frozen=True)
@@ -106,9 +112,9 @@ def expected_seconds(mesh: MeshSpec, sizes: Sequence[int], repeats: int) -> floa
 
 
 def _steps(kind: str, n: int) -> int:
-    if kind == "collective-permute":
-        return 1
-    return 2 * (n - 1) if kind == "all-reduce" else n - 1
+    """A collective of the host's devices is one rendezvous of its threads
+    (see irshard.hardware.cost): its latency counts once."""
+    return 1
 
 
 def _program(kind: str, axis: str, n: int):
@@ -241,11 +247,20 @@ def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
     errors = [abs(predict(p, *fitted.get(p.kind, (latency, bandwidth)))
                   - p.seconds) / p.seconds for p in held]
     error = statistics.median(errors) if errors else None
+    bands = []
+    for label, low, high in BANDS:
+        mine = [e for e, p in zip(errors, held) if low <= p.bytes < high]
+        if mine:
+            bands.append({"band": label, "held_out": len(mine),
+                          "error": statistics.median(mine)})
     return {
         "mesh": str(mesh),
+        "devices": mesh.num_devices,
         "links": {"host": link},
+        "compute": measure_compute(mesh, repeats),
         "error": error,
         "held_out": len(held),
+        "bands": bands,
         "measurements": [p.to_json() for p in points],
     }
 
@@ -259,8 +274,8 @@ def render_text(result: dict[str, Any]) -> str:
                      str(m["wire_bytes"]), human_time(m["seconds"])]
                     for m in result["measurements"]])
     error = result["error"]
-    lines += ["", "fitted: T = latency x steps + wire / bandwidth"]
-    lines += table(["kind", "bandwidth", "latency per step"],
+    lines += ["", "fitted: T = latency + wire / bandwidth"]
+    lines += table(["kind", "bandwidth", "latency"],
                    [[kind, f"{human_bytes(int(v['bandwidth']))}/s",
                      human_time(v["latency"])]
                     for kind, v in host.get("kinds", {}).items()]
@@ -269,6 +284,21 @@ def render_text(result: dict[str, Any]) -> str:
     lines += [
               f"  median relative error on {result['held_out']} held-out "
               f"measurements: " + (f"{error:.1%}" if error is not None else "n/a")]
+    lines += [f"    {b['band']}: {b['error']:.1%} ({b['held_out']})"
+              for b in result.get("bands", ())]
+    c = result.get("compute")
+    if c:
+        lines += ["", f"compute of one device while all {c['devices']} run"]
+        lines.append(f"  matrix products: {c['flops'] / 1e9:.3g} GFLOP/s")
+        lines += [f"  streaming {human_bytes(b)}: {human_bytes(int(r))}/s"
+                  for b, r in c["bandwidth"]]
+        lines.append(f"  each instruction: {human_time(c['op_overhead'])} more")
+        lines.append(f"  launch: {human_time(c['launch'])} per execution")
+        lines.append(f"  the first collective of an execution: "
+                     f"{human_time(c['first_collective'])} more")
+        lines.append(f"  a collective after compute: up to "
+                     f"{human_time(c['rendezvous_skew'])} more (the devices' "
+                     f"threads meet)")
     return "\n".join(lines) + "\n"
 
 
@@ -289,7 +319,9 @@ def calibrate_host(mesh: MeshSpec, sizes: Sequence[int] | None, repeats: int,
 
 def profile_json(result: dict[str, Any]) -> str:
     """The fitted links as a profile `--profile` reads back."""
-    return dumps_json({"links": result["links"], "error": result["error"]}) + "\n"
+    return dumps_json({"links": result["links"], "error": result["error"],
+                       "devices": result["devices"],
+                       "compute": result["compute"]}) + "\n"
 
 
 def render(result: dict[str, Any], fmt: str) -> str:
@@ -299,39 +331,140 @@ def render(result: dict[str, Any], fmt: str) -> str:
     return render_text(result)
 
 
-def measure_compute(repeats: int = 5) -> dict[str, float]:
-    """This host's compute, as the step simulation times it, on one CPU
-    device (which uses every core): `flops` per second of a 1024x1024
-    matmul, `bandwidth` in bytes per second of an elementwise op over
-    64 MiB, `op_overhead` seconds per instruction of a loop over a 4-element
-    array. Each from loops of few and of many trips, so launch cancels."""
+# Bytes one device reads and writes in the streaming measurements, and the
+# sides of the matrix products, for `measure_compute`.
+STREAM_BYTES = (1 << 20, 1 << 22, 1 << 24)
+DOT_SIDES = (256, 512)
+# The products of the stretches of compute between collectives whose
+# rendezvous `measure_compute` times, and how many stretches a program has.
+SKEW_SIDES = (256, 384)
+SEGMENTS = 8
+
+
+def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
+    """The compute of one of `mesh`'s devices while all of them run, as the
+    step simulation times it (a CPU host's devices share its cores and its
+    memory): `flops` per second of matrix products (`DOT_SIDES`),
+    `bandwidth` as `[bytes, bytes per second]` points of an elementwise op
+    with a fresh result (`STREAM_BYTES` read and written: caches and fresh
+    pages make the rate depend on the size), `op_overhead`, the seconds
+    each instruction takes beyond its work (tiny products in a row),
+    `launch`, the seconds one
+    execution of a program that does next to nothing takes, and
+    `first_collective`, what an execution's first collective takes beyond
+    the others (it wakes the devices' threads), and `rendezvous_skew`,
+    what a collective after a stretch of compute takes beyond the two
+    alone (the threads the host's scheduler ran last are waited for). Each is a
+    program run whole, as a step runs, its launch taken off."""
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
+    n = mesh.num_devices
+    devices = backend.devices("cpu", n)
+    jax_mesh = backend.make_mesh(("d",), (n,), devices)
+    sharding = NamedSharding(jax_mesh, P("d"))
+    runs = max(20, 6 * repeats)
+
+    def compiled_on(body, shape, count: list | None = None):
+        x = jax.device_put(np.full((n * shape[0],) + shape[1:], 0.5, np.float32),
+                           sharding)
+        compiled = jax.jit(jax.shard_map(
+            body, mesh=jax_mesh, in_specs=P("d"), out_specs=P("d"))).lower(x).compile()
+        if count is not None:
+            count.append(_instructions(compiled.as_text()))
+        backend.time_runs(compiled, [x], 1)
+        return compiled, x
+
+    nothing, x0 = compiled_on(lambda v: v + 1.0, (4,))
+    baseline = (nothing, [x0])
+
+    def timed(body, shape, times: int = runs, count: list | None = None) -> float:
+        """Seconds of `body` beyond the launch: its runs alternate with
+        runs of a program that does next to nothing, so that the host's
+        drifts (a shared machine's) fall on both."""
+        compiled, x = compiled_on(body, shape, count)
+        extra = []
+        for _ in range(times):
+            base = backend.time_runs(*baseline, 1)[0]
+            bases.append(base)
+            extra.append(backend.time_runs(compiled, [x], 1)[0] - base)
+        return statistics.median(extra)
+
+    bases = backend.time_runs(*baseline, max(100, 20 * repeats))
+    # A step's first collective wakes every device's thread; those after it
+    # find them running (what the loops of `measure` time).
+    one = timed(lambda v: jax.lax.psum(v, "d"), (4,), max(100, 20 * repeats))
+    four = timed(lambda v: jax.lax.psum(jax.lax.psum(jax.lax.psum(
+        jax.lax.psum(v, "d") * 0.5, "d") * 0.5, "d") * 0.5, "d"), (4,),
+        max(100, 20 * repeats))
+    each = max(0.0, (four - one) / 3)
+    first = max(0.0, one - each)
+    # Instructions that do next to nothing: tiny products, each followed by
+    # an elementwise op.
+    counts: list[int] = []
+    chained = [timed(_chain(k), (8, 8), max(100, 20 * repeats), counts)
+               for k in (0, 64)]
+    overhead = max(0.0, (chained[1] - chained[0]) / max(1, counts[1] - counts[0]))
+    rates = []
+    for side in DOT_SIDES:
+        w = jnp.asarray(np.full((side, side), 1.0 / side, np.float32))
+        seconds = timed(lambda v, w=w: v @ w, (side, side))
+        rates.append(2.0 * side ** 3 / max(seconds, 1e-9))
+    curve = []
+    for nbytes in STREAM_BYTES:
+        seconds = timed(lambda v: v * 0.5 + 1.0, (nbytes // 8,))
+        if seconds > 0.1 * statistics.median(bases):   # else lost in its noise
+            curve.append([nbytes, nbytes / seconds])
+    # A collective after a stretch of compute waits for the devices the
+    # host's scheduler ran last: what it takes beyond the compute and the
+    # collective alone, per collective.
+    skews = []
+    for side in SKEW_SIDES:
+        w = jnp.asarray(np.eye(side, dtype=np.float32) * 0.999)
+        alone = [timed(lambda v, w=w, c=c: _segments(v, w, c), (side, side), runs // 2)
+                 for c in ((True, False), (False, True), (True, True))]
+        skews.append(max(0.0, (alone[2] - alone[0] - alone[1]) / SEGMENTS))
+    # Every run of the program that does next to nothing, over the whole
+    # measurement.
+    launch = statistics.median(bases)
+    return {"devices": n, "flops": statistics.median(rates),
+            "bandwidth": curve, "op_overhead": overhead, "launch": launch,
+            "first_collective": first, "rendezvous_skew": statistics.median(skews)}
+
+
+def _segments(v, w, what: tuple[bool, bool]):
+    """`SEGMENTS` stretches of a product and a tanh, each followed by an
+    all-reduce: `what` says which of the two are there."""
+    import jax
+    import jax.numpy as jnp
+    compute, collective = what
+    for _ in range(SEGMENTS):
+        if compute:
+            v = jnp.tanh(v @ w)
+        if collective:
+            v = jax.lax.psum(v, "d") * 0.125
+    return v
+
+
+def _chain(k: int):
+    import jax.numpy as jnp
+    import numpy as np
+    weights = [np.eye(8, dtype=np.float32) * (1 + i / 1024) for i in range(k)]
+
+    def body(v):
+        for w in weights:
+            v = jnp.tanh(v @ w)
+        return v
+    return body
+
+
+def _instructions(hlo: str) -> int:
+    """The instructions of a program the step simulation times."""
     from irshard.collectives import schedule
     from irshard.xla.hlo import HloModuleView
-
-    def loop(body):
-        return jax.jit(lambda x, trips: jax.lax.fori_loop(0, trips,
-                                                          lambda _, v: body(v), x))
-
-    def per_trip(fn, x) -> tuple[float, Any]:
-        compiled = fn.lower(x, np.int32(0)).compile()
-        return _per_collective(lambda v, t: compiled(v, t), x, repeats), compiled
-
-    n = 1024
-    w = jnp.asarray(np.eye(n, dtype=np.float32) * 0.5)
-    matmul, _ = per_trip(loop(lambda v: v @ w), jnp.ones((n, n), jnp.float32))
-    big = 16 * 1024 * 1024
-    stream, _ = per_trip(loop(lambda v: v * 0.5 + 1.0), jnp.ones(big, jnp.float32))
-    tiny, compiled = per_trip(loop(lambda v: v * 0.5 + 1.0), jnp.ones(4, jnp.float32))
-    # The instructions one trip of the tiny loop runs, as the simulation
-    # counts them: each timed at one second, the rest at none.
-    view = HloModuleView.from_text(compiled.as_text())
-    counted = schedule.simulate(view, schedule.Rates(1e30, 1e30, 1.0),
+    counted = schedule.simulate(HloModuleView.from_text(hlo),
+                                schedule.Rates(1e30, 1e30, 1.0),
                                 lambda inst: (0.0, None))
-    per_iteration = max(1, sum(1 for e in counted.events if e.iteration == (0,)))
-    return {"flops": 2.0 * n ** 3 / max(matmul, 1e-9),
-            "bandwidth": 2.0 * 4 * big / max(stream, 1e-9),
-            "op_overhead": tiny / per_iteration}
+    return sum(1 for e in counted.events if e.track == "compute")

@@ -1,0 +1,86 @@
+"""Measures this host for the cpu-host profile's `by_devices` entries.
+
+For each device count, `irshard calibrate --mesh x=N --format json` times
+the collectives and the compute of N simulated CPU devices sharing this
+host's cores; the fitted links and the compute numbers are written into
+irshard/hardware/profiles.json under `cpu-host.by_devices["N"]`, each
+number with its source:
+
+    python tools/host_profile.py [--devices 2,4,8] [--machine "2-core ..."]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFILES = os.path.join(ROOT, "irshard", "hardware", "profiles.json")
+
+
+def calibrate(devices: int) -> dict:
+    done = subprocess.run([sys.executable, "-m", "irshard", "calibrate", "--mesh",
+                           f"x={devices}", "--format", "json"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def entry(result: dict, machine: str) -> dict:
+    n = result["devices"]
+    day = datetime.date.today().isoformat()
+    bands = ", ".join(f"{b['band']} {b['error']:.0%}" for b in result["bands"])
+    where = f"{machine}, {n} simulated CPU devices"
+    links = f"measured by irshard calibrate --mesh x={n} on {day} ({where}); " \
+            f"median relative error {result['error']:.0%} on held-out sizes ({bands})"
+    host = result["links"]["host"]
+    host["bandwidth"]["source"] = host["latency"]["source"] = links
+    compute = result["compute"]
+    measured = f"measured by irshard calibrate --mesh x={n} on {day} ({where}, " \
+               f"all running at once; programs run whole, launch taken off)"
+    return {"links": {"host": host},
+            "compute": {
+                "flops": {"value": compute["flops"],
+                          "source": f"{measured}: matrix products of sides 256 and 512"},
+                "bandwidth": {"value": compute["bandwidth"],
+                              "source": f"{measured}: an elementwise op with a fresh "
+                                        f"result, [bytes read and written, bytes/s]"},
+                "op_overhead": {"value": compute["op_overhead"],
+                                "source": f"{measured}: 64 tiny products, each "
+                                          f"followed by a tanh, per instruction"},
+                "rendezvous_skew": {
+                    "value": compute["rendezvous_skew"],
+                    "source": f"{measured}: 8 products of sides 256 and 384 each "
+                              f"followed by an all-reduce, less both alone, per "
+                              f"all-reduce"},
+                "launch": {"value": compute["launch"],
+                           "source": f"{measured}: the median execution of x + 1"},
+                "first_collective": {
+                    "value": compute["first_collective"],
+                    "source": f"{measured}: one all-reduce of 16 bytes less the "
+                              f"launch and less one of four in a row"}}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", default="2,4,8")
+    parser.add_argument("--machine", default="2-core development machine")
+    args = parser.parse_args()
+    with open(PROFILES, encoding="utf-8") as f:
+        data = json.load(f)
+    by_devices = {}
+    for n in (int(d) for d in args.devices.split(",")):
+        by_devices[str(n)] = entry(calibrate(n), args.machine)
+        print(f"{n} devices: measured", file=sys.stderr)
+    host = data["profiles"]["cpu-host"]
+    host["by_devices"] = by_devices
+    # Without an entry nearer (no by_devices read), the most devices measured.
+    host["links"] = by_devices[max(by_devices, key=int)]["links"]
+    with open(PROFILES, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
