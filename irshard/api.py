@@ -349,8 +349,9 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,
         ranges=tuple((ranges or {}).items()), given=given, keep_values=True)
     options.validate()
-    result = running.run(lowered, compiled, options)
-    report = Report.of(compiled.report(),
+    found = compiled.report()
+    result = running.run(lowered, compiled, options).predicted_by(found)
+    report = Report.of(found,
                        stages=stages.Pipeline(lowered, compiled), run=result,
                        results=_results(lowered, result, prog.grad is not None))
     _given(report)

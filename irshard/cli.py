@@ -171,6 +171,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "minimum")
     p.add_argument("--save", metavar="PATH.npz",
                    help="save the outputs to a .npz file")
+    p.add_argument("--trace", metavar="PATH",
+                   help="write JAX's profile of 3 runs as a Chrome/Perfetto "
+                        "trace, to set beside the simulated step "
+                        "(--format trace)")
 
 
 def _add_process_options(p: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ options read, notes on stderr, files checked before any work.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from irshard import REPORT_STAGES, STAGES
@@ -110,7 +111,7 @@ def cmd_compile(args) -> int:
     report = output.report(lowered, compiled, args.stage, args.explain)
     report, breach = _held_to(report, budgets)
     if args.format == "trace" and not emits:
-        write_output(args.output, output.trace(compiled, args.stage, report))
+        write_output(args.output, output.trace(compiled, report))
     else:
         write_output(args.output, output.join_stages(texts) if emits
                      else output.render(report, args.format, compiled,
@@ -132,7 +133,7 @@ def _run_options(args):
     options = RunOptions(seed=args.seed, inputs=inputs, check=args.check,
                          rtol=args.rtol, atol=args.atol, repeat=args.repeat,
                          save=args.save, progress=True, ranges=ranges,
-                         reference=args.reference)
+                         reference=args.reference, trace=args.trace)
     options.validate()
     if args.save:
         check_output_path(args.save, "--save")
@@ -161,10 +162,6 @@ def _launch(args, total_devices: int) -> int:
 
 def cmd_run(args) -> int:
     emits = _stages(args)
-    if args.format == "trace":
-        raise UsageError("--format trace draws the simulated step, which "
-                         "irshard compile writes; run reports as text, json "
-                         "or html")
     if emits and args.format == "html":
         raise UsageError("--emit prints IR before the report, which an HTML "
                          "page cannot hold; drop --emit, or use --format text "
@@ -174,6 +171,11 @@ def cmd_run(args) -> int:
     source.mesh_spec()
     source.placement().check_runnable()
     check_output_path(args.output)
+    check_output_path(args.trace, "--trace")
+    if args.trace and args.output and \
+            os.path.realpath(args.trace) == os.path.realpath(args.output):
+        raise UsageError(f"--trace {args.trace} is also -o: give the measured "
+                         f"profile a file of its own")
     options = _run_options(args)
     cluster = _cluster(args)
     if args.processes is not None:
@@ -190,8 +192,13 @@ def cmd_run(args) -> int:
     result = execution.run(lowered, compiled, options)
     _stage("writing")
     report = output.report(lowered, compiled, args.stage, args.explain)
+    result = result.predicted_by(report)
     report, breach = _held_to(report, budgets)
-    text = execution.render(report, result, args.format, compiled, _folds(args))
+    if args.format == "trace":
+        text = output.trace(compiled, report)
+    else:
+        text = execution.render(report, result, args.format, compiled,
+                                _folds(args))
     if texts:
         text = output.join_stages(texts) + text
     if _is_reporting_process():

@@ -13,6 +13,7 @@ import pytest
 
 import irshard
 from irshard.reporting import notebook
+from irshard.reporting.text import human_time
 from irshard.core.errors import UsageError
 from tests.conftest import EXAMPLES, require
 
@@ -101,11 +102,13 @@ def test_report_summary_lists_the_heaviest_and_says_how_many_more():
 def test_console_forms_are_short(reports):
     a, _ = reports
     text = repr(a)
+    # The time is the profile's (re-measured with each calibration).
+    took = human_time(a.to_json()["totals"]["time_s"])
     assert text.splitlines() == [
         "<irshard report test_notebook.py:layer  mesh fsdp=4 (4 cpu devices)  "
         "stage optimized",
         "  collectives 2 (1 all-gather, 1 all-reduce); bytes per run, per device "
-        "8.1 KiB; on the wire 6.2 KiB; time per run (cpu-host) 436 us; memory per "
+        f"8.1 KiB; on the wire 6.2 KiB; time per run (cpu-host) {took}; memory per "
         "device 11.6 KiB>"]
     markdown = a._repr_markdown_()
     assert markdown.startswith("**irshard** `test_notebook.py:layer` mesh fsdp=4 "

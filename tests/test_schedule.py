@@ -145,7 +145,8 @@ def test_a_compiled_programs_trace_opens_as_a_perfetto_trace(tmp_path):
     assert {tuple(e["args"].get("iteration", ())) for e in gathers} == {(0,), (1,), (2,)}
     assert [e["args"]["repeats"] for e in spans if "repeats" in e["args"]] == [97]
     step = trace["otherData"]["step"]
-    assert step["step_s"] == pytest.approx(step["compute_s"] + step["exposed_comm_s"])
+    assert step["step_s"] == pytest.approx(step["launch_s"] + step["compute_s"]
+                                           + step["exposed_comm_s"])
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(step["step_s"] * 1e6,
                                                                    rel=1e-6)
     # The same program, the same bytes.
@@ -155,11 +156,109 @@ def test_a_compiled_programs_trace_opens_as_a_perfetto_trace(tmp_path):
     assert again.read_bytes() == path.read_bytes()
 
 
-def test_run_refuses_the_trace_format_in_one_line():
+def test_run_writes_the_simulated_and_the_measured_step(tmp_path):
+    """`irshard run --format trace -o` writes the simulated step, `--trace`
+    JAX's profile of real runs, whose device threads ran the thunks the
+    simulation names; `--repeat` sets the prediction beside the median."""
     from tests.conftest import EXAMPLES, run_irshard
+    simulated, measured = tmp_path / "sim.json", tmp_path / "real.json"
+    done = run_irshard("run", f"{EXAMPLES}/heat1d.py", "--fn", "simulate_roll",
+                       "--mesh", "x=4", "--format", "trace", "-o", str(simulated),
+                       "--trace", str(measured))
+    assert done.returncode == 0, done.stderr
+    sim = json.loads(simulated.read_text())
+    assert sim["otherData"]["step"]["step_s"] > 0
+    real = json.loads(measured.read_text())
+    ran = {e["name"] for e in real["traceEvents"] if e.get("ph") == "X"}
+    permutes = {e["name"] for e in sim["traceEvents"]
+                if e["ph"] == "X" and e["args"].get("kind") == "collective-permute"}
+    assert permutes and permutes <= ran
+    done = run_irshard("run", f"{EXAMPLES}/heat1d.py", "--fn", "simulate_roll",
+                       "--mesh", "x=4", "--repeat", "3", "--format", "json")
+    timing = json.loads(done.stdout)["run"]["timing"]
+    assert timing["predicted_s"] == json.loads(done.stdout)["step"]["step_s"]
+    assert timing["error"] == pytest.approx(
+        (timing["predicted_s"] - timing["median_s"]) / timing["median_s"])
+
+
+def test_run_refuses_one_file_for_both_traces(tmp_path):
+    from tests.conftest import EXAMPLES, run_irshard
+    path = tmp_path / "t.json"
     done = run_irshard("run", f"{EXAMPLES}/heat1d.py", "--fn", "simulate_set",
-                       "--mesh", "x=4", "--format", "trace")
+                       "--mesh", "x=4", "--format", "trace", "-o", str(path),
+                       "--trace", str(path))
     assert done.returncode == 2
-    assert done.stderr.startswith("irshard: error: --format trace draws the "
-                                  "simulated step, which irshard compile writes")
+    assert done.stderr.startswith(f"irshard: error: --trace {path} is also -o")
     assert done.stderr.count("\n") == 1
+    assert not path.exists()
+
+
+def test_launch_and_collective_waits_add_to_the_step():
+    """A step starts with the launch; its first collective wakes the
+    devices, and each collective after compute waits up to the skew."""
+    rates = schedule.Rates(peak_flops=1e30, memory_bandwidth=1e30, overhead_s=1.0,
+                           launch_s=2.0, first_collective_s=4.0,
+                           rendezvous_skew_s=0.5)
+    view = HloModuleView.from_text(
+        HLO.replace("GATHER", SYNC[0]).replace("DONE", "").replace("TRIPS", "2"))
+    found = schedule.simulate(view, rates,
+                              lambda inst: (10.0, "g") if inst.name == "g"
+                              else (0.0, None))
+    # The gather comes first: no compute before it, so no skew; it wakes
+    # the devices (4 s) and takes 10 s. Compute: exp + 2 x 3 + compare + add.
+    assert found.launch_s == 2.0
+    assert found.exposed_comm_s == pytest.approx(14.0)
+    assert found.compute_s == pytest.approx(9.0)
+    assert found.step_s == pytest.approx(2.0 + 14.0 + 9.0)
+
+
+def test_memory_bandwidth_follows_the_bytes_moved():
+    rates = schedule.Rates(peak_flops=1e30, memory_bandwidth=1.0,
+                           bandwidth_curve=((1e3, 10.0), (1e5, 1000.0)))
+    assert rates.bandwidth(10.0) == 10.0          # below: the first point
+    assert rates.bandwidth(1e4) == pytest.approx(100.0)   # between: log scale
+    assert rates.bandwidth(1e9) == 1000.0         # above: the last point
+    assert rates.seconds(0.0, 0.0, 1e4) == pytest.approx(100.0)
+
+
+def test_in_place_updates_and_slices_count_what_they_touch():
+    """A dynamic-update-slice (alone or fused) writes its update in place
+    and a slice reads what it keeps, as XLA's cost analysis counts them:
+    not the whole buffer (a scanned layer's stacked weights)."""
+    view = HloModuleView.from_text("""HloModule u
+%fused (p0: f32[64,1024], p1: f32[1,1024], p2: s32[]) -> f32[64,1024] {
+  %p0 = f32[64,1024] parameter(0)
+  %p1 = f32[1,1024] parameter(1)
+  %p2 = s32[] parameter(2)
+  %z = s32[] constant(0)
+  %t = f32[1,1024] tanh(%p1)
+  ROOT %u = f32[64,1024] dynamic-update-slice(%p0, %t, %p2, %z)
+}
+
+%sliced (q0: f32[64,1024], q1: s32[]) -> f32[1,1024] {
+  %q0 = f32[64,1024] parameter(0)
+  %q1 = s32[] parameter(1)
+  %z = s32[] constant(0)
+  %s = f32[1,1024] dynamic-slice(%q0, %q1, %z), dynamic_slice_sizes={1,1024}
+  ROOT %n = f32[1,1024] negate(%s)
+}
+
+ENTRY %main (a: f32[64,1024], b: f32[1,1024], i: s32[]) -> f32[1,1024] {
+  %a = f32[64,1024] parameter(0)
+  %b = f32[1,1024] parameter(1)
+  %i = s32[] parameter(2)
+  %f = f32[64,1024] fusion(%a, %b, %i), kind=kLoop, calls=%fused
+  %d = f32[64,1024] dynamic-update-slice(%a, %b, %i, %i)
+  %g = f32[1,1024] fusion(%f, %i), kind=kLoop, calls=%sliced
+  ROOT %h = f32[1,1024] dynamic-slice(%d, %i, %i), dynamic_slice_sizes={1,1024}
+}
+""")
+    costs = schedule._Costs(view)
+    row = 4 * 1024
+    # Reads the update and the index, writes the update: the buffer is
+    # neither read nor copied.
+    assert costs.memory(view.instructions["f"]) == row + 4 + row
+    assert costs.memory(view.instructions["d"]) == 2 * row
+    # Reads the row it keeps and the index, writes its result.
+    assert costs.memory(view.instructions["g"]) == row + 4 + row
+    assert costs.memory(view.instructions["h"]) == 2 * row

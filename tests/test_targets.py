@@ -10,6 +10,7 @@ import pytest
 import irshard
 from irshard.hardware import cost, targets
 from irshard.core.errors import SpecError
+from irshard.reporting.text import human_time
 from tests.conftest import EXAMPLES, require, run_irshard
 
 
@@ -42,12 +43,33 @@ def test_every_profile_number_has_a_source():
         for key in ("hbm_bytes", "hbm_bandwidth", "peak_flops"):
             if key in data:
                 assert data[key]["source"], (name, key)
-        for key, value in data.get("compute", {}).items():
-            assert value["source"] and value["value"] > 0, (name, "compute", key)
-        for link, values in data["links"].items():
-            for key in ("bandwidth", "latency", "base"):
-                if key in values:
-                    assert values[key]["source"], (name, link, key)
+        measured = [data] + list(data.get("by_devices", {}).values())
+        for entry in measured:
+            for key, value in entry.get("compute", {}).items():
+                assert value["source"], (name, "compute", key)
+                numbers = [r for _, r in value["value"]] \
+                    if isinstance(value["value"], list) else [value["value"]]
+                assert numbers and all(v >= 0 for v in numbers), (name, key)
+            for link, values in entry["links"].items():
+                for key in ("bandwidth", "latency", "base"):
+                    if key in values:
+                        assert values[key]["source"], (name, link, key)
+
+
+def test_a_host_profile_holds_for_the_devices_measured_nearest():
+    """The CPU host's numbers were measured with 2, 4 and 8 devices sharing
+    its cores: a mesh gets those of the nearest count (fewer on a tie)."""
+    host = targets.profile("cpu-host")
+    measured = sorted(host.by_devices)
+    assert measured == [2, 4, 8]
+    for devices, nearest in ((1, 2), (3, 2), (4, 4), (6, 4), (7, 8), (64, 8)):
+        found = host.for_devices(devices)
+        assert found.compute["devices"] == nearest
+        entry = host.by_devices[nearest]
+        assert found.launch == entry["compute"]["launch"]["value"]
+        assert found.links["host"].latency == \
+            entry["links"]["host"]["latency"]["value"]
+    assert targets.profile("tpu-v5e").for_devices(4) == targets.profile("tpu-v5e")
 
 
 def _ring(n):
@@ -123,6 +145,47 @@ def test_times_in_reports_and_budgets():
     with pytest.raises(irshard.BudgetExceeded, match="time<=1us"):
         report.check_budget("time<=1us")
     assert report.memory["fits"] and report.memory["capacity_bytes"] == 80 * 10 ** 9
+
+
+def test_the_simulated_step_in_reports_and_budgets():
+    sys.path.insert(0, EXAMPLES)
+    import mlp
+    report = irshard.compile(mlp.loss, *_mlp_args(), mesh="dp=2,tp=2", grad=True,
+                             rules=MLP_RULES)
+    step = report.to_json()["step"]
+    assert step["step_s"] == pytest.approx(step["launch_s"] + step["compute_s"]
+                                           + step["exposed_comm_s"])
+    assert step["compute_s"] > 0 and step["exposed_comm_s"] > 0
+    assert step["launch_s"] == targets.profile("cpu-host").for_devices(4).launch
+    [line] = [x for x in report.to_text().splitlines() if x.startswith("step: ")]
+    assert line.startswith(f"step: {human_time(step['step_s'])} simulated = launch")
+    report.check_budget(f"step<={step['step_s'] * 1.01 * 1e3:.6f}ms")
+    with pytest.raises(irshard.BudgetExceeded, match="step<=1us"):
+        report.check_budget("step<=1us")
+    with pytest.raises(SpecError, match="'step' is not per mesh axis"):
+        report.check_budget("step@dp<=1s")
+
+
+def test_the_roofline_counts_a_loop_as_often_as_it_runs():
+    """XLA's cost analysis reads a loop body once; the step's roofline
+    counts its work once per trip."""
+    import jax
+    import jax.numpy as jnp
+
+    def looped(trips):
+        def f(x, w):
+            return jax.lax.fori_loop(0, trips, lambda _, v: jnp.tanh(v @ w), x)
+        return f
+
+    args = (jax.ShapeDtypeStruct((64, 128), jnp.float32),
+            jax.ShapeDtypeStruct((128, 128), jnp.float32))
+    flops = [irshard.compile(looped(trips), *args, mesh="x=2",
+                             rules=[("x", "x,_")],
+                             target="gpu-h100:1x2").roofline["flops"]
+             for trips in (1, 10)]
+    dot = 2 * 32 * 128 * 128          # one device's product per trip
+    assert flops[0] >= dot
+    assert flops[1] == pytest.approx(10 * flops[0], rel=0.05)
 
 
 def _mlp_args():
@@ -245,6 +308,14 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     assert kinds == {"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
                      "collective-permute"}
     assert found["error"] is not None and found["held_out"] == 10
+    # Held-out error by message size, and the compute the step simulation
+    # times with, as measured with these 4 devices.
+    assert [b["band"] for b in found["bands"]] == ["under 64 KiB",
+                                                   "64 KiB to 1 MiB"]
+    assert sum(b["held_out"] for b in found["bands"]) == 10
+    compute = found["compute"]
+    assert compute["devices"] == 4 and compute["flops"] > 0
+    assert compute["launch"] > 0 and compute["bandwidth"]
     host = found["links"]["host"]
     assert host["bandwidth"]["value"] > 0 and host["latency"]["value"] >= 0
     profile = json.loads(saved.read_text())

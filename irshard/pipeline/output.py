@@ -137,28 +137,12 @@ def _texts(reports, skipped, mesh) -> Iterator[str]:
                       for label, n in skipped)
 
 
-def simulated_step(compiled, stage: str, report):
-    """The step of the stage `report` read, simulated in its schedule
-    (`collectives.schedule`), its collectives timed as the report times
-    them."""
-    from irshard.collectives import schedule
-    read = compiled.partitioned() if stage == "partitioned" else compiled
-    placement = compiled.info.placement
-    rates = schedule.rates(placement, compiled.info.mesh.num_devices)
-    if rates is None:
+def trace(compiled, report) -> str:
+    """`--format trace`: the simulated step as a Perfetto trace."""
+    from irshard.reporting import trace as tracing
+    if report.step is None:
+        placement = compiled.info.placement
         raise UsageError(f"--format trace: the {placement.profile.name} profile "
                          f"has no compute rates to time a step with; give a "
                          f"--target whose profile has them")
-    times = {c.name: ((c.time_s or 0.0), c.name) for c in report.collectives}
-
-    def collective_s(inst):
-        return times.get(inst.name) or times.get(inst.wrapped or "") or (0.0, None)
-
-    return schedule.simulate(read.view(), rates, collective_s)
-
-
-def trace(compiled, stage: str, report) -> str:
-    """`--format trace`: the simulated step as a Perfetto trace."""
-    from irshard.reporting import trace as tracing
-    step = simulated_step(compiled, stage, report)
-    return tracing.render_trace(report, step, compiled.info.mesh.num_devices)
+    return tracing.render_trace(report, report.step, compiled.info.mesh.num_devices)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
 from irshard import backend
-from irshard.collectives import analysis, findings
+from irshard.collectives import analysis, findings, schedule
 from irshard.core import files, tree
 from irshard.core.errors import BackendError, UserCodeError
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
@@ -198,9 +198,13 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
         memory["capacity_bytes"] = profile.hbm_bytes
         memory["fits"] = memory_in_use(memory) <= profile.hbm_bytes
     comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
+    step = _simulated(info, view, collectives)
     found = compiled.cost()
-    roofline = cost.roofline(profile, found.get("flops"),
-                             found.get("bytes accessed"), comm)
+    # The simulation counts each loop's work as often as it runs; XLA's own
+    # count reads a loop body once.
+    flops, moved = (step.flops, step.bytes_accessed) if step is not None \
+        else (found.get("flops"), found.get("bytes accessed"))
+    roofline = cost.roofline(profile, flops, moved, comm)
     return CollectiveReport(
         source=info.source, function=info.function, stage_name=stage,
         mesh=info.mesh, platform=info.platform,
@@ -211,10 +215,24 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
                               compiled.output_shardings(len(info.outputs)),
                               info.mesh, indexed=True),
         collectives=collectives, memory=memory, notes=info.notes,
-        target=info.placement.to_json(), roofline=roofline,
+        target=info.placement.to_json(), roofline=roofline, step=step,
         findings=tuple(findings.parse(
             compiled.log, info.mesh,
             findings.locator(module, info.user_dir, view.stack_frames))))
+
+
+def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
+    """One step of `view` simulated in its schedule, its collectives timed
+    as the report times them; None where the target has no compute rates."""
+    rates = schedule.rates(info.placement, info.mesh.num_devices)
+    if rates is None:
+        return None
+    times = {c.name: (c.time_s or 0.0, c.name) for c in collectives}
+
+    def collective_s(inst):
+        return times.get(inst.name) or (0.0, None)
+
+    return schedule.simulate(view, rates, collective_s)
 
 
 def _read(text: str, parsed, use):

@@ -1,7 +1,8 @@
 """Collective budgets: limits a report is held to, as regression tests.
 
     budget    := QUANTITY ['@' AXES] OP NUMBER [UNIT]
-    QUANTITY  := KIND | collectives | bytes | wire_bytes | time | memory | remat
+    QUANTITY  := KIND | collectives | bytes | wire_bytes | time | step | memory
+               | remat
     AXES      := AXIS ('+' AXIS)*
     OP        := '<=' | '<' | '=='
     UNIT      := KiB | MiB | GiB | us | ms | s
@@ -9,7 +10,8 @@
 A collective kind (`all-gather`) counts those collectives, `collectives`
 counts all; `bytes` and `wire_bytes` are per run (bytes x executions);
 `time` is the estimated seconds per run (where the report has times);
-`memory` is bytes per device (arguments + outputs + temporaries, less what
+`step` is the step simulated in the executable's schedule (compute and the
+communication it does not hide); `memory` is bytes per device (arguments + outputs + temporaries, less what
 outputs alias); `remat` counts XLA's involuntary full rematerializations
 (where the report has findings). `@AXES` counts only the collectives whose
 groups span every named mesh axis (`bytes@fsdp`, `all-gather@fsdp+tp`).
@@ -31,8 +33,10 @@ from irshard.reporting.text import human_bytes, human_time
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
          "collective-permute", "ragged-all-to-all", "collective-broadcast")
-QUANTITIES = KINDS + ("collectives", "bytes", "wire_bytes", "time", "memory",
-                      "remat")
+QUANTITIES = KINDS + ("collectives", "bytes", "wire_bytes", "time", "step",
+                      "memory", "remat")
+# Quantities of the whole program, not sums over collectives.
+_WHOLE = ("step", "memory", "remat")
 UNITS = {"": 1, "B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30,
          "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB")
@@ -70,11 +74,11 @@ def parse_budget(text: str) -> Budget:
                         f"KiB, MiB, GiB (bytes) and us, ms, s (time)")
     is_bytes = quantity in ("bytes", "wire_bytes", "memory")
     if unit and ((unit in _BYTE_UNITS) != is_bytes
-                 or (unit in _TIME_UNITS) != (quantity == "time")):
+                 or (unit in _TIME_UNITS) != (quantity in ("time", "step"))):
         raise SpecError(f"budget '{text}': '{quantity}' is not measured in "
                         f"{unit}")
     names = tuple(a.strip() for a in axes.split("+")) if axes else ()
-    if axes and quantity in ("memory", "remat"):
+    if axes and quantity in _WHOLE:
         raise SpecError(f"budget '{text}': '{quantity}' is not per mesh axis")
     twice = repeated(names)
     if twice:
@@ -101,9 +105,9 @@ def _spans(collective, axes: Sequence[str]) -> bool:
 
 def counted(report, budget: Budget) -> list:
     """The collectives a budget counts: those of its kind (every kind for
-    the other quantities) whose groups span its axes; none for `memory`
-    and `remat`, which are not sums over collectives."""
-    if budget.quantity in ("memory", "remat"):
+    the other quantities) whose groups span its axes; none for `step`,
+    `memory` and `remat`, which are not sums over collectives."""
+    if budget.quantity in _WHOLE:
         return []
     kind = budget.quantity if budget.quantity in KINDS else None
     return [c for c in report.collectives
@@ -137,6 +141,13 @@ def measure(report, budget: Budget) -> float:
                              f"times; compile for a target with a hardware "
                              f"profile (--target)")
         return sum(t * c.executions for t, c in zip(times, chosen))
+    if q == "step":
+        step = getattr(report, "step", None)
+        if step is None:
+            raise UsageError(f"budget '{budget.text}': this report has no "
+                             f"simulated step; compile the program for a "
+                             f"target whose profile has compute rates")
+        return step.step_s
     findings = getattr(report, "findings", None)
     if findings is None:
         raise UsageError(f"budget '{budget.text}': this report has no findings")
@@ -165,6 +176,8 @@ class Outcome:
                     f"{over}{per} ({_human(self.value)})"
         elif b.quantity == "time":
             shown = f"{self.value * 1e3:.3g} ms{over} per run"
+        elif b.quantity == "step":
+            shown = f"{self.value * 1e3:.3g} ms simulated step"
         else:
             n = int(self.value)
             shown = f"{n} involuntary rematerialization{'' if n == 1 else 's'}"
@@ -212,6 +225,10 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
                 f"{human_bytes(m.get('temp_bytes', 0))}"
                 + (f", less {human_bytes(m['alias_bytes'])} donated"
                    if m.get("alias_bytes") else "")]
+    if q == "step":
+        s = report.step
+        return [f"compute {human_time(s.compute_s)}, exposed communication "
+                f"{human_time(s.exposed_comm_s)}"]
     if q == "remat":
         lines = [f.describe() for f in getattr(report, "findings", ())
                  if f.kind == "involuntary-remat"]

@@ -228,9 +228,12 @@ class CollectiveReport:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     # The pipeline's stages the report came from (see `stage`).
     stages: Any = field(default=None, compare=False, repr=False)
-    # What it was compiled for (JSON `target`), and the step's roofline.
+    # What it was compiled for (JSON `target`), the step's roofline, and
+    # the step simulated in the executable's schedule (`schedule.Step`:
+    # `to_json()` and the events of its timeline).
     target: dict[str, Any] | None = None
     roofline: dict[str, Any] | None = None
+    step: Any = field(default=None, compare=False, repr=False)
     # What XLA warned about while partitioning (findings.Finding).
     findings: tuple[Any, ...] = ()
     # `irshard.run`: how the program ran, and its outputs' values.
@@ -279,6 +282,8 @@ class CollectiveReport:
         d["memory"] = self.memory
         if self.roofline is not None:
             d["roofline"] = self.roofline
+        if self.step is not None:
+            d["step"] = self.step.to_json()
         if self.target is not None:
             d["findings"] = [f.to_json() for f in self.findings]
         notes = report_notes(self)

@@ -15,6 +15,7 @@ values `--check` and `--save` need) is combined across processes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import sys
@@ -26,7 +27,7 @@ import numpy as np
 
 from irshard import backend
 from irshard.core import files, tree
-from irshard.core.errors import InputError, UsageError
+from irshard.core.errors import BackendError, InputError, UsageError
 from irshard.core.specs import TensorType, format_shape, split_assignment
 from irshard.loading import data
 from irshard.pipeline import check, htmlreport, show
@@ -50,6 +51,7 @@ class RunOptions:
     # Values given for inputs, by path (the API's concrete arrays).
     given: Mapping[str, Any] = field(default_factory=dict, compare=False)
     keep_values: bool = False           # return the outputs' values
+    trace: str | None = None            # --trace: the measured profile's path
 
     def range_rules(self) -> list[tree.Rule]:
         return [tree.Rule(pattern, value_range,
@@ -152,6 +154,23 @@ class RunResult:
     timings: tuple[float, ...] = ()
     saved: str | None = None
     values: tuple[Any, ...] | None = None     # the outputs, when kept
+    predicted_s: float | None = None    # the report's simulated step
+
+    def predicted_by(self, report) -> "RunResult":
+        """The result with `report`'s simulated step beside its timing."""
+        step = getattr(report, "step", None)
+        if step is None or not self.timings:
+            return self
+        return dataclasses.replace(self, predicted_s=step.step_s)
+
+    @property
+    def error(self) -> float | None:
+        """The simulated step's relative error against the measured
+        median: positive where it predicts too long a step."""
+        if self.predicted_s is None or not self.timings:
+            return None
+        measured = statistics.median(self.timings)
+        return (self.predicted_s - measured) / measured if measured else None
 
     @property
     def passed(self) -> bool:
@@ -173,6 +192,9 @@ class RunResult:
             d["timing"] = {"runs": len(self.timings),
                            "median_s": statistics.median(self.timings),
                            "min_s": min(self.timings)}
+            if self.predicted_s is not None:
+                d["timing"]["predicted_s"] = self.predicted_s
+                d["timing"]["error"] = self.error
         if self.saved:
             d["saved"] = self.saved
         return d
@@ -233,6 +255,9 @@ class RunResult:
             lines += ["", f"timing: {len(self.timings)} runs after a warm-up: "
                       f"median {_ms(statistics.median(self.timings))}, "
                       f"min {_ms(min(self.timings))}"]
+            if self.predicted_s is not None:
+                lines.append(f"  simulated step {_ms(self.predicted_s)}: "
+                             f"{self.error:+.1%} against the median")
         if self.saved:
             lines += ["", f"outputs saved to {self.saved}"]
         tensors = list(self.inputs) + list(self.outputs)
@@ -347,6 +372,8 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
 
     outputs = _execute(exe, fresh(), info.outputs, [t.sharding for t in outs])
     timings = _time(exe, fresh, options) if options.repeat else []
+    if options.trace:
+        _profile(exe, fresh, options.trace)
 
     input_runs = [TensorRun(t, digest(array), origin)
                   for t, array, origin in zip(ins, arguments, origins)]
@@ -375,6 +402,28 @@ def _execute(exe, arguments, decls, shardings):
             for decl, sharding, arrays in zip(decls, shardings, per_output)]
 
 
+# Runs the measured profile (`--trace`) records.
+PROFILED_RUNS = 3
+
+
+def _profile(exe, arguments: Callable[[], list[Any]], path: str) -> None:
+    """`--trace PATH`: JAX's profile of `PROFILED_RUNS` runs, as a Chrome
+    trace, beside the simulated one (`compile --format trace`)."""
+    def work():
+        for _ in range(PROFILED_RUNS):
+            given = arguments()
+            backend.block_until_ready(given)
+            results = backend.execute(exe, given, timed=True)
+            backend.block_until_ready([a for arrays in results for a in arrays])
+
+    found = backend.profiled(work)
+    if found is None:
+        raise BackendError("--trace: JAX's profiler recorded no trace on this "
+                           "platform")
+    if backend.process_index() == 0:
+        files.write(path, found, option="--trace")
+
+
 def _time(exe, arguments: Callable[[], list[Any]],
           options: RunOptions) -> list[float]:
     """Times `options.repeat` runs (each on `arguments()`, made before its
@@ -388,7 +437,7 @@ def _time(exe, arguments: Callable[[], list[Any]],
         given = arguments()
         backend.block_until_ready(given)
         start = time.perf_counter()
-        results = backend.execute(exe, given)
+        results = backend.execute(exe, given, timed=True)
         backend.block_until_ready([a for arrays in results for a in arrays])
         timings.append(time.perf_counter() - start)
         show = show or (terminal and time.perf_counter() - begin > 0.5)

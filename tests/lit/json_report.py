@@ -35,6 +35,13 @@
 # CHECK-NEXT: "time_s": {{[0-9.e-]+}}
 # CHECK-NEXT: },
 # CHECK-NEXT: "memory": {"argument_bytes": 48, "output_bytes": 24, "alias_bytes": 0, "temp_bytes": {{[0-9]+}}},
+# CHECK-NEXT: "step": {
+# CHECK-NEXT: "step_s": {{[0-9.e-]+}},
+# CHECK-NEXT: "launch_s": {{[0-9.e-]+}},
+# CHECK-NEXT: "compute_s": {{[0-9.e-]+}},
+# CHECK-NEXT: "exposed_comm_s": {{[0-9.e-]+}},
+# CHECK-NEXT: "overlapped_comm_s": 0.0
+# CHECK-NEXT: },
 # CHECK-NEXT: "findings": []
 # CHECK-NEXT: }
 
