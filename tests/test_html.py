@@ -109,6 +109,32 @@ def test_every_collective_of_the_transformer_appears(gpt, open_page):
     assert set(options) == lines | {"all"}
 
 
+def test_the_timeline_draws_the_simulated_step(gpt, open_page):
+    """One bar per event of the step's trace (the same events as
+    `--format trace`), collectives coloured and named by kind, bytes and
+    line, the step and its parts in the summary."""
+    html, report = gpt
+    page = open_page(html)
+    timeline = _data(Path(html).read_text())["timeline"]
+    events = timeline["events"]
+    assert timeline["step"] == report["step"]
+    assert page.page.locator("#timeline-svg rect.tl").count() == len(events)
+    gathers = [e for e in events if e["args"].get("kind") == "all-gather"]
+    assert gathers
+    titles = page.page.locator("#timeline-svg rect.tl-collectives title").all_text_contents()
+    assert len(titles) == sum(e["track"] == "collectives" for e in events)
+    first = gathers[0]["args"]
+    assert any(t.startswith(gathers[0]["name"] + ";") and "all-gather" in t
+               and first["source"] in t for t in titles)
+    # Compute bars name the user's line their instruction came from.
+    compute = page.page.locator("#timeline-svg rect.tl-compute title").all_text_contents()
+    assert sum("gpt.py:" in t for t in compute) > len(compute) // 2
+    assert page.page.inner_text("#s-step").endswith(page.page.evaluate(
+        "document.querySelector('#step-verdict').textContent.split(' ')[1] + ' '"
+        " + document.querySelector('#step-verdict').textContent.split(' ')[2]"))
+    assert "exposed communication" in page.page.inner_text("#step-verdict")
+
+
 def _sizes(texts: list[str]) -> list[float]:
     units = {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
     return [float(t.split()[0]) * units[t.split()[1]] for t in texts]

@@ -141,6 +141,9 @@ def test_a_compiled_programs_trace_opens_as_a_perfetto_trace(tmp_path):
     gathers = [e for e in spans if e["args"].get("kind") == "all-gather"]
     assert gathers and all(e["tid"] == 2 and e["args"]["mesh_axes"] == ["x"]
                            and e["args"]["source"] == "heat1d.py:25" for e in gathers)
+    # Compute names the user's lines too.
+    assert any(e["args"].get("source", "").startswith("heat1d.py:")
+               for e in spans if e["tid"] == 1)
     # 100 trips: three drawn, the other 97 one event.
     assert {tuple(e["args"].get("iteration", ())) for e in gathers} == {(0,), (1,), (2,)}
     assert [e["args"]["repeats"] for e in spans if "repeats" in e["args"]] == [97]

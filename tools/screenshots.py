@@ -7,7 +7,9 @@ opens each page from file://, and saves:
 
 - `html-report.png`: the top of the GPT page (summary, charts) and the
   collective table, one row expanded to its why and IR;
-- `html-layout.png`: the layout viewer on a 3-D array over a 3-D mesh.
+- `html-layout.png`: the layout viewer on a 3-D array over a 3-D mesh;
+- `html-timeline.png`: the GPT step's simulated timeline, one collective's
+  bar named.
 
 `notebook.png` is taken by the example notebook's browser test:
 `IRSHARD_SCREENSHOT=docs/notebook.png pytest tests/test_notebook.py -k chromium`.
@@ -51,10 +53,12 @@ def main() -> int:
         page = browser.new_page(viewport={"width": 1180, "height": 760})
         page.goto("file://" + gpt)
         page.wait_for_selector("html[data-ready]")
+        timeline = page.locator("#timeline")
+        timeline.screenshot(path=os.path.join(args.out, "html-timeline.png"))
         # Summary and charts, then the table with its hottest row open.
         page.locator("#collective-table th[data-key=time] button").click()
         page.locator("#collective-table button.expand").first.click()
-        page.add_style_tag(content="#findings, #layout, #memory, #source "
+        page.add_style_tag(content="#timeline, #findings, #layout, #memory, #source "
                            "{ display: none; } .tablewrap { max-height: none; }")
         page.screenshot(path=os.path.join(args.out, "html-report.png"),
                         clip={"x": 0, "y": 0, "width": 1180, "height": 1120},

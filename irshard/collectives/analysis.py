@@ -14,7 +14,7 @@ import bisect
 import functools
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from irshard.collectives.loops import trip_count
@@ -99,6 +99,15 @@ def _frames(view: HloModuleView, inst: Instruction) -> Sequence[Frame]:
     if "source_file" in metadata and metadata.get("source_line", "").isdigit():
         return [Frame(metadata["source_file"], "", int(metadata["source_line"]))]
     return []
+
+
+def user_line(view: HloModuleView, resolver: UserCode) -> Callable[[Instruction], str | None]:
+    """`file:line` of the user's code an instruction's own metadata names
+    (nothing inferred from its neighbours), for the timeline's events."""
+    def line(inst: Instruction) -> str | None:
+        found = resolver.choose(_frames(view, inst))
+        return f"{found.file}:{found.line}" if found is not None else None
+    return line
 
 
 def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,

@@ -133,6 +133,7 @@ class Event:
     iteration: tuple[int, ...] = ()   # indices of the loops around it
     repeats: int = 1             # >1: a summary of that many iterations
     collective: str | None = None     # the report's collective, by name
+    source: str | None = None    # the user's file:line (compute events)
 
 
 @dataclass
@@ -302,8 +303,10 @@ class _Costs:
 
 class _Walk:
     def __init__(self, view: HloModuleView, rates: Rates,
-                 collective_s: Callable[[Instruction], tuple[float, str | None]]):
+                 collective_s: Callable[[Instruction], tuple[float, str | None]],
+                 source_of: Callable[[Instruction], str | None] | None = None):
         self.view = view
+        self.source_of = source_of
         self.rates = rates
         self.collective_s = collective_s
         self.costs = _Costs(view)
@@ -323,8 +326,11 @@ class _Walk:
         if len(self.step.events) >= MAX_EVENTS:
             self.step.dropped_events += 1
             return
+        source = self.source_of(inst) if self.source_of and track == "compute" \
+            else None
         self.step.events.append(Event(inst.name, inst.opcode, track, start,
-                                      duration, iteration, repeats, collective))
+                                      duration, iteration, repeats, collective,
+                                      source))
 
     def computation(self, name: str, iteration: tuple[int, ...], depth: int = 0):
         if depth > 64:
@@ -507,12 +513,13 @@ def _wraps_collective(view: HloModuleView, inst: Instruction, called) -> bool:
 
 
 def simulate(view: HloModuleView, rates: Rates,
-             collective_s: Callable[[Instruction], tuple[float, str | None]]
+             collective_s: Callable[[Instruction], tuple[float, str | None]],
+             source_of: Callable[[Instruction], str | None] | None = None
              ) -> Step:
     """The step of `view`'s entry computation on one device: `collective_s`
     gives each collective instruction's seconds per run and the report's
-    name for it."""
-    walk = _Walk(view, rates, collective_s)
+    name for it, `source_of` a drawn compute instruction's user line."""
+    walk = _Walk(view, rates, collective_s, source_of)
     walk.now = walk.comm_free = walk.step.launch_s = rates.launch_s
     walk.computation(view.entry, ())
     # What is still in flight at the end is waited for.

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Sequence
 
 from irshard.core import files
 from irshard.pipeline import show
+from irshard.reporting import trace
 
 # A file larger than this is not embedded in the source view.
 MAX_SOURCE_BYTES = 2 << 20
@@ -255,7 +256,9 @@ def report_data(report, compiled: Any = None, run: Any = None,
     if text:
         ir = ir_excerpts(text, (c.name for c in report.collectives))
     user_dir = getattr(getattr(compiled, "info", None), "user_dir", None)
+    devices = report.mesh.num_devices if report.mesh is not None else 1
     return {"report": body, "stage": report.stage_name, "ir": ir,
+            "timeline": trace.timeline(report, devices),
             "sources": read_sources(body, user_dir),
             "layout": layout_of(compiled, run) if compiled is not None else None}
 

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Sequence
 from irshard import backend
 from irshard.collectives import analysis, findings, schedule
 from irshard.core import files, tree
+from irshard.core.frames import UserCode
 from irshard.core.errors import BackendError, UserCodeError
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
 from irshard.hardware import cost, targets
@@ -232,7 +233,8 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     def collective_s(inst):
         return times.get(inst.name) or (0.0, None)
 
-    return schedule.simulate(view, rates, collective_s)
+    return schedule.simulate(view, rates, collective_s, analysis.user_line(
+        view, UserCode(info.user_dir)))
 
 
 def _read(text: str, parsed, use):

@@ -49,6 +49,8 @@ def trace_json(report: CollectiveReport, step, devices: int) -> dict[str, Any]:
                         mesh_axes=list(c.mesh_axes or ()))
             if c.source is not None:
                 args["source"] = f"{c.source.file}:{c.source.line}"
+        elif e.source is not None:
+            args["source"] = e.source
         name = e.name if e.repeats == 1 else f"{e.name} x{e.repeats}"
         events.append({"ph": "X", "pid": 0, "tid": _TRACKS[e.track],
                        "name": name, "ts": _us(e.start_s),
@@ -57,6 +59,26 @@ def trace_json(report: CollectiveReport, step, devices: int) -> dict[str, Any]:
             "otherData": {"source": report.source, "function": report.function,
                           "step": step.to_json(),
                           "dropped_events": step.dropped_events}}
+
+
+# Events the report page draws, at most; the trace file has them all.
+PAGE_EVENTS = 4000
+
+
+def timeline(report: CollectiveReport, devices: int) -> dict[str, Any] | None:
+    """What the report page's timeline draws: the step, its parts, and its
+    first `PAGE_EVENTS` events as the trace has them (track, start and
+    duration in seconds, instruction, args)."""
+    if report.step is None:
+        return None
+    found = trace_json(report, report.step, devices)
+    spans = [e for e in found["traceEvents"] if e["ph"] == "X"]
+    return {"step": report.step.to_json(),
+            "events": [{"track": "compute" if e["tid"] == 1 else "collectives",
+                        "start_s": e["ts"] / 1e6, "duration_s": e["dur"] / 1e6,
+                        "name": e["name"], "args": e["args"]}
+                       for e in spans[:PAGE_EVENTS]],
+            "left_out": max(0, len(spans) - PAGE_EVENTS) + report.step.dropped_events}
 
 
 def render_trace(report: CollectiveReport, step, devices: int) -> str:
