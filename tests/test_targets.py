@@ -322,9 +322,15 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     # An absurdly slow host: every time grows accordingly.
     profile["links"]["host"] = {"bandwidth": {"value": 1.0, "source": "test"},
                                 "latency": {"value": 1.0, "source": "test"}}
+    # And a host that takes 3 s to start a step: the simulated step says so.
+    assert profile["compute"]["devices"] == 4
+    profile["compute"]["launch"] = 3.0
     saved.write_text(json.dumps(profile))
     slow = run_irshard("compile", os.path.join(EXAMPLES, "matmul.py"), "--mesh",
                        "x=2,y=2", "--profile", str(saved), "--format", "json")
     assert slow.returncode == 0, slow.stderr
-    times = [c["time_s"] for c in json.loads(slow.stdout)["collectives"]]
+    found = json.loads(slow.stdout)
+    times = [c["time_s"] for c in found["collectives"]]
     assert times and all(t > 1.0 for t in times)
+    assert found["step"]["launch_s"] == 3.0
+    assert found["step"]["step_s"] > 3.0 + sum(times)
