@@ -334,3 +334,18 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     assert times and all(t > 1.0 for t in times)
     assert found["step"]["launch_s"] == 3.0
     assert found["step"]["step_s"] > 3.0 + sum(times)
+
+
+def test_a_fit_with_no_size_dependence_stays_finite():
+    """Times that do not grow with the size (all latency, as 2 devices'
+    small collectives can be) fit a finite bandwidth: the largest message
+    moved within the times' spread."""
+    from irshard.pipeline import calibrate
+    points = [calibrate.Measurement("all-gather", "x", 2, b, b // 2, 1, t)
+              for b, t in ((4096, 2.2e-5), (16384, 2.1e-5), (65536, 2.0e-5))]
+    latency, bandwidth = calibrate.fit(points)
+    assert bandwidth == pytest.approx(32768 / 0.2e-5)
+    assert latency == pytest.approx(2.1e-5 - 8192 / bandwidth)
+    for p in points:
+        assert calibrate.predict(p, latency, bandwidth) == pytest.approx(
+            p.seconds, rel=0.15)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from irshard import backend
 from irshard.collectives import analysis
-from irshard.core.errors import UsageError
+from irshard.core.errors import BackendError, UsageError
 from irshard.core.specs import MeshSpec
 from irshard.reporting.text import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
@@ -210,9 +210,18 @@ def fit(points: Sequence[Measurement]) -> tuple[float, float]:
                      if p.seconds > 0])
     target = np.ones(len(rows))
     (latency, inverse), *_ = np.linalg.lstsq(rows, target, rcond=None)
-    latency = max(float(latency), 0.0)
-    bandwidth = 1.0 / float(inverse) if inverse > 0 else float("inf")
-    return latency, bandwidth
+    if inverse > 0:
+        return max(float(latency), 0.0), 1.0 / float(inverse)
+    # No time grows with the size measured (all latency): the bandwidth is
+    # what moves the largest message within the times' spread (the most
+    # the measurements cannot tell apart), the latency what is left.
+    timed = [p for p in points if p.seconds > 0]
+    times = [p.seconds for p in timed]
+    spread = (max(times) - min(times)) or min(times) / 1000
+    bandwidth = max(p.wire for p in timed) / spread
+    latency = statistics.median((p.seconds - p.wire / bandwidth) / p.steps
+                                for p in timed)
+    return max(latency, 0.0), bandwidth
 
 
 def predict(point: Measurement, latency: float, bandwidth: float) -> float:
@@ -349,13 +358,13 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     with a fresh result (`STREAM_BYTES` read and written: caches and fresh
     pages make the rate depend on the size), `op_overhead`, the seconds
     each instruction takes beyond its work (tiny products in a row),
-    `launch`, the seconds one
-    execution of a program that does next to nothing takes, and
-    `first_collective`, what an execution's first collective takes beyond
-    the others (it wakes the devices' threads), and `rendezvous_skew`,
-    what a collective after a stretch of compute takes beyond the two
-    alone (the threads the host's scheduler ran last are waited for). Each is a
-    program run whole, as a step runs, its launch taken off."""
+    `launch`, the seconds one execution of a program that does next to
+    nothing takes, `first_collective`, what an execution's first collective
+    takes beyond the others (it wakes the devices' threads), and
+    `rendezvous_skew`, what a collective after a stretch of compute takes
+    beyond the two alone (the threads the host's scheduler ran last are
+    waited for). Each is a program run whole, as a step runs, its launch
+    taken off."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -412,11 +421,15 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
         w = jnp.asarray(np.full((side, side), 1.0 / side, np.float32))
         seconds = timed(lambda v, w=w: v @ w, (side, side))
         rates.append(2.0 * side ** 3 / max(seconds, 1e-9))
-    curve = []
-    for nbytes in STREAM_BYTES:
-        seconds = timed(lambda v: v * 0.5 + 1.0, (nbytes // 8,))
-        if seconds > 0.1 * statistics.median(bases):   # else lost in its noise
-            curve.append([nbytes, nbytes / seconds])
+    streamed = [(nbytes, timed(lambda v: v * 0.5 + 1.0, (nbytes // 8,)))
+                for nbytes in STREAM_BYTES]
+    # A point lost in the launch's noise says nothing; the largest is kept.
+    if streamed[-1][1] <= 0:
+        raise BackendError(f"calibrate: streaming {human_bytes(STREAM_BYTES[-1])} "
+                           f"took no more time than doing nothing; the host was "
+                           f"too busy to measure: run it again")
+    curve = [[b, b / t] for b, t in streamed
+             if t > 0.1 * statistics.median(bases) or b == STREAM_BYTES[-1]]
     # A collective after a stretch of compute waits for the devices the
     # host's scheduler ran last: what it takes beyond the compute and the
     # collective alone, per collective.
