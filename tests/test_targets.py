@@ -349,3 +349,20 @@ def test_a_fit_with_no_size_dependence_stays_finite():
     for p in points:
         assert calibrate.predict(p, latency, bandwidth) == pytest.approx(
             p.seconds, rel=0.15)
+
+
+@pytest.mark.tpu
+def test_a_tpu_steps_communication_is_the_reports():
+    """Every collective the report lists is in the simulated step, those a
+    TPU executable holds inside fusions too: the step's communication adds
+    up to the report's time per run."""
+    require("libtpu", "TPU targets")
+    result = run_irshard("compile", os.path.join(EXAMPLES, "gpt.py"), "--fn",
+                         "train_step", "--args", "example_args", "--mesh",
+                         "fsdp=4,tp=2", "--target", "tpu-v5e:2x4", "--shard",
+                         "**/w*=fsdp,tp", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    step = found["step"]
+    assert step["exposed_comm_s"] + step["overlapped_comm_s"] == pytest.approx(
+        found["totals"]["time_s"], rel=1e-6)

@@ -313,7 +313,8 @@ class _Walk:
         self.step = Step()
         self.now = 0.0             # the compute stream's clock
         self.comm_free = 0.0       # when the collective stream is free
-        self.pending: dict[str, tuple[float, float]] = {}   # start -> (end, dur)
+        # start -> (end, seconds, seconds exposed already)
+        self.pending: dict[str, tuple[float, float, float]] = {}
         self.draw = True
         self.untimed: set[tuple[str, str, str]] = set()
         self.woken = False          # whether a collective has run yet
@@ -361,6 +362,13 @@ class _Walk:
             return
         if op in _FREE or op.endswith("-update"):
             return
+        if op == "fusion":
+            # A fusion holding a collective (a TPU's collective fusions): the
+            # collective is timed as the report times it, as if synchronous,
+            # then the fusion's own work.
+            for inner in self.view.instructions_of(called.get("calls", "")):
+                if collective_kind(inner) is not None:
+                    self.collective(inner, iteration)
         if op == "custom-call":
             # Its arithmetic is unknown: timed by its memory traffic alone,
             # a lower bound the step reports apart.
@@ -378,7 +386,7 @@ class _Walk:
         self.step.bytes_accessed += cost.bytes
 
     def collective(self, inst, iteration):
-        seconds, name = self.collective_s(inst)
+        seconds, name = self.collective_s(_wrapped(self.view, inst) or inst)
         if not self.woken:
             self.woken = True
             seconds += self.rates.first_collective_s
@@ -391,8 +399,14 @@ class _Walk:
         self.comm_free = end
         self.event(inst, "collectives", start, seconds, iteration, collective=name)
         if inst.opcode.endswith("-start"):
-            self.pending[inst.name] = (end, seconds)
+            self.pending[inst.name] = (end, seconds, 0.0)
             return
+        # Compute stops until it ends; while it waits for the stream, the
+        # asynchronous ones still on it are what is exposed.
+        for other, (until, took, exposed) in list(self.pending.items()):
+            shared = min(until, start) - max(until - took, self.now)
+            if shared > 0:
+                self.pending[other] = (until, took, exposed + shared)
         self.step.exposed_comm_s += end - self.now
         self.now = end
 
@@ -400,10 +414,14 @@ class _Walk:
         start = inst.operands[0] if inst.operands else None
         if start not in self.pending:
             return
-        end, seconds = self.pending.pop(start)
+        self.finish(*self.pending.pop(start))
+
+    def finish(self, end: float, seconds: float, exposed: float) -> None:
+        """An asynchronous collective's end waited for: what was not waited
+        for (now or by a collective queued behind it) ran beside compute."""
         waited = max(0.0, end - self.now)
         self.step.exposed_comm_s += waited
-        self.step.overlapped_comm_s += seconds - min(seconds, waited)
+        self.step.overlapped_comm_s += max(0.0, seconds - waited - exposed)
         self.now = max(self.now, end)
 
     def loop(self, inst, called, iteration, depth):
@@ -504,6 +522,15 @@ def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
     return None
 
 
+def _wrapped(view: HloModuleView, inst: Instruction) -> Instruction | None:
+    """The collective an `async-start` runs (the report names it), if any."""
+    if inst.opcode != "async-start":
+        return None
+    calls = dict(inst.called_computations()).get("calls")
+    return next((i for i in view.instructions_of(calls or "")
+                 if collective_kind(i) is not None), None)
+
+
 def _wraps_collective(view: HloModuleView, inst: Instruction, called) -> bool:
     """An `async-start` whose computation is one collective."""
     if inst.opcode != "async-start" or not called.get("calls"):
@@ -524,11 +551,7 @@ def simulate(view: HloModuleView, rates: Rates,
     walk.computation(view.entry, ())
     # What is still in flight at the end is waited for.
     for start in list(walk.pending):
-        end, seconds = walk.pending.pop(start)
-        waited = max(0.0, end - walk.now)
-        walk.step.exposed_comm_s += waited
-        walk.step.overlapped_comm_s += seconds - min(seconds, waited)
-        walk.now = max(walk.now, end)
+        walk.finish(*walk.pending.pop(start))
     walk.step.step_s = walk.now
     for op, _, _ in walk.untimed:
         walk.step.untimed[op] = walk.step.untimed.get(op, 0) + 1
