@@ -265,3 +265,40 @@ ENTRY %main (a: f32[64,1024], b: f32[1,1024], i: s32[]) -> f32[1,1024] {
     # Reads the row it keeps and the index, writes its result.
     assert costs.memory(view.instructions["g"]) == row + 4 + row
     assert costs.memory(view.instructions["h"]) == 2 * row
+
+
+# ---------------------------------------------------------------------------
+# Convolutions: only window positions over real input elements multiply
+
+
+def test_convolution_flops_count_real_taps_only():
+    from irshard.xla.convolution import _taps, convolution_flops
+    # A batched product as TPU's compiler writes it: dilated input, padded
+    # window; per output position one tap per spatial dimension.
+    attrs = {"window": "{size=16x8x4 stride=16x8x1 pad=15_15x7_7x3_3 "
+                       "lhs_dilate=15x7x1 rhs_reversal=1x1x1}",
+             "dim_labels": "0f1b2_01io2->01f2b"}
+    got = convolution_flops([16, 2048, 8, 128, 1], [16, 8, 2048, 2048, 4],
+                            [16, 8, 2048, 4, 128], attrs)
+    assert got == 2 * (2048 * 128) * (16 * 8 * 4) * 2048
+    # A 3x3 convolution with padding 1 on 8x8: 22 real taps per dimension.
+    got = convolution_flops([1, 8, 8, 4], [3, 3, 4, 16], [1, 8, 8, 16],
+                            {"window": "{size=3x3 pad=1_1x1_1}",
+                             "dim_labels": "b01f_01io->b01f"})
+    assert got == 2 * 16 * 4 * 22 * 22
+    # Grouped: each output reads its group's input features only.
+    got = convolution_flops([1, 8, 8], [3, 4, 8], [1, 6, 8],
+                            {"window": "{size=3}", "dim_labels": "b0f_0io->b0f",
+                             "feature_group_count": "2"})
+    assert got == 2 * 8 * 4 * (6 * 3)
+
+    def brute(n, out, w, stride, pad, ld, rd):
+        size = (n - 1) * ld + 1
+        return sum(1 for k in range(w) for o in range(out)
+                   if 0 <= o * stride + k * rd - pad < size
+                   and (o * stride + k * rd - pad) % ld == 0)
+    import itertools
+    for n, out, w, stride, pad, ld, rd in itertools.product(
+            (1, 3, 7), (1, 4, 9), (1, 2, 5), (1, 2, 3), (0, 2, 4), (1, 2), (1, 3)):
+        assert _taps(n, out, w, stride, pad, ld, rd) == \
+            brute(n, out, w, stride, pad, ld, rd), (n, out, w, stride, pad, ld, rd)

@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from irshard.collectives import loops
 from irshard.collectives.analysis import collective_kind
+from irshard.xla.convolution import convolution_flops
 from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_bytes, shape_leaves
 
 # Iterations of a loop drawn one by one on the timeline; the rest of its
@@ -205,13 +206,12 @@ class _Costs:
             k = math.prod(dims[d] for d in _dims(inst.attrs.get("lhs_contracting_dims"))
                           if d < len(dims))
             return Cost(flops=2.0 * out * k)
-        if op == "convolution":
-            kernel = self.shape_of(inst.operands[1], inst.computation) \
-                if len(inst.operands) > 1 else ()
-            size = math.prod(kernel.dims) if isinstance(kernel, ArrayShape) else 1
-            features = max(1, (kernel.dims[-1] if isinstance(kernel, ArrayShape)
-                               and kernel.dims else 1))
-            return Cost(flops=2.0 * out * size / features)
+        if op == "convolution" and len(inst.operands) > 1:
+            lhs, rhs = (self.shape_of(o, inst.computation) for o in inst.operands[:2])
+            if isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape) \
+                    and isinstance(inst.shape, ArrayShape):
+                return Cost(flops=convolution_flops(
+                    lhs.dims, rhs.dims, inst.shape.dims, inst.attrs))
         if op in ("reduce", "reduce-window", "all-reduce", "reduce-scatter"):
             inputs = sum(_elements(self.shape_of(o, inst.computation))
                          for o in inst.operands[:max(1, len(inst.operands) // 2)])
