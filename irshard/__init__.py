@@ -10,6 +10,7 @@ From Python:
     report.check_budget("all-gather<=2", "bytes@dp<=64MiB")
     irshard.run(step, params, batch, mesh="dp=2,tp=4", check=True)
     irshard.compare(report, other)               # as `irshard diff`
+    irshard.search(step, params, batch, target="tpu-v5e:4x4")   # as `irshard search`
 
 In a notebook a report (or a diff) shows its summary and its HTML page.
 
@@ -28,7 +29,7 @@ STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
 REPORT_STAGES = ("partitioned", "optimized")
 
 _API = {"compile": "irshard.api", "run": "irshard.api", "compare": "irshard.api",
-        "configure": "irshard.api", "load": "irshard.frontend",
+        "configure": "irshard.api", "search": "irshard.api", "load": "irshard.frontend",
         "Source": "irshard.frontend"}
 
 

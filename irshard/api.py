@@ -321,6 +321,56 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     return _given(Report.of(report, stages=stages.Pipeline(lowered, compiled)))
 
 
+def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
+           target: str | None = None, axes: str | Sequence[str] | None = None,
+           budget_time: float = 600.0, static_argnums: int | Sequence[int] = (),
+           grad: bool | str | Sequence[str] | None = None,
+           profile: str | None = None):
+    """Searches the sharding strategies of `fn(*args)` for `devices`
+    simulated CPU devices or a `target` (`"tpu-v5e:4x4"`), as `irshard
+    search` does: mesh shapes over `axes` (default data, fsdp, tensor)
+    times the canonical rule sets, each compiled here, within
+    `budget_time` seconds. The result's `winner.candidate` has the
+    `mesh_text` and `rules` to give `irshard.compile`; `to_json()`,
+    `render_text()`, `render_html()`."""
+    from irshard.core.errors import IrshardError
+    from irshard.hardware import targets
+    from irshard.loading import program
+    from irshard.strategy import candidates, compiling
+    from irshard.strategy import search as searching
+    if axes is not None and not isinstance(axes, str):
+        axes = ",".join(str(a) for a in axes)
+    names = candidates.parse_axes(axes)
+    if isinstance(budget_time, bool) or not isinstance(budget_time, (int, float)) \
+            or not budget_time > 0:
+        raise _wrong("budget_time", budget_time, "a positive number of seconds")
+    if devices is not None and (not _is_int(devices) or devices < 1):
+        raise _wrong("devices", devices, "a positive whole number")
+    place = targets.place(target, "cpu", profile)
+    count = searching.device_count(place.target, devices, "devices=")
+    if place.target.kind != "tpu":
+        configure(count, place.platform)
+    static = _number_list("static_argnums", static_argnums)
+    prog = program.program_of(fn, args, mesh=parse_mesh(f"{names[0]}={count}"),
+                              static_argnums=static, grad=grad)
+
+    def compile_one(candidate, explain: bool = False):
+        try:
+            return compile(fn, *args, mesh=candidate.mesh_text,
+                           rules=list(candidate.rules),
+                           constraints=list(candidate.constraints),
+                           static_argnums=static, grad=grad, target=target,
+                           profile=profile, explain=explain).to_json()
+        except IrshardError as e:
+            return compiling.first_line(str(e)) or type(e).__name__
+
+    return searching.search_program(
+        prog, place, devices=count, axes=names,
+        command=(getattr(fn, "__name__", "fn"),), compile_one=compile_one,
+        processes=None, cache=compiling.Cache(None, ""),
+        budget_s=float(budget_time))
+
+
 def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
         static_argnums: int | Sequence[int] = (),

@@ -352,6 +352,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="PATH")
     p.set_defaults(handler=commands.cmd_suggest)
 
+    p = sub.add_parser("search", help="find the sharding strategy for a "
+                       "program and a target: mesh shapes times rule sets "
+                       "(data, FSDP, tensor parallel and their mixes), each "
+                       "compiled for real and ranked by its simulated step")
+    p.add_argument("file", metavar="FILE", help="a .py file")
+    p.add_argument("--fn", metavar="NAME",
+                   help="the step function (default: the file's only public "
+                        "function)")
+    p.add_argument("--args", metavar="NAME", dest="args_fn",
+                   help="a function in FILE that returns the positional "
+                        "arguments (e.g. from jax.eval_shape)")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=TYPE",
+                   help="an argument's type, e.g. d=f32[1024]")
+    p.add_argument("--grad", nargs="?", const=True, metavar="NAMES",
+                   help="search for the reverse-mode gradient of the function")
+    p.add_argument("--static", metavar="NAMES", help="static arguments")
+    p.add_argument("--donate", action="append", default=[], metavar="ARG",
+                   help="donate an argument or the leaves a pattern picks "
+                        "(repeatable), as for compile")
+    p.add_argument("--devices", type=_count, metavar="N",
+                   help="search for N simulated CPU devices")
+    p.add_argument("--target", metavar="TARGET",
+                   help="search for a target: a TPU slice (tpu-v5e:4x4, "
+                        "tpu-v5p:2x2x4), a GPU cluster (gpu-h100:1x8, "
+                        "estimated) or cpu with --devices")
+    p.add_argument("--profile", metavar="PATH",
+                   help="a hardware profile saved by 'irshard calibrate -o'")
+    p.add_argument("--axes", metavar="NAMES",
+                   help="the mesh axes to factor the devices over, major to "
+                        "minor (default data,fsdp,tensor; also sequence, "
+                        "expert)")
+    p.add_argument("--budget-time", default="10m", metavar="DURATION",
+                   help="stop compiling after DURATION: 600, 90s, 10m, 1h "
+                        "(default 10m); candidates left are listed")
+    p.add_argument("--jobs", type=_jobs, default="auto", metavar="N",
+                   help="compile N candidates at once in separate processes "
+                        "(default auto: one on two cores or fewer, half the "
+                        "cores otherwise)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where compiled candidates are cached (default "
+                        "$XDG_CACHE_HOME/irshard/search)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile every candidate, reading and writing no cache")
+    p.add_argument("--format", choices=("text", "json", "html"), default="text")
+    p.add_argument("-o", "--output", metavar="PATH")
+    p.set_defaults(handler=commands.cmd_search)
+
     p = sub.add_parser("diff", help="compare two reports by source line and "
                        "kind: collectives added and removed, bytes, time, memory")
     p.add_argument("a", metavar="A",

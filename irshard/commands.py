@@ -309,6 +309,84 @@ def cmd_suggest(args) -> int:
     return 0
 
 
+def _compile_candidate(source):
+    """A function compiling a search candidate here as `irshard compile`
+    does: its report's JSON form, or the error's first line."""
+    import dataclasses
+    from irshard import frontend
+    from irshard.core.errors import IrshardError
+    from irshard.pipeline import output
+    from irshard.strategy.compiling import first_line
+
+    def compile_one(candidate, explain: bool = False):
+        changed = dataclasses.replace(
+            source, mesh=candidate.mesh_text,
+            shards=tuple(f"{p}={s}" for p, s in candidate.rules),
+            constraints=tuple(f"{m}={s}" for m, s in candidate.constraints),
+            _resolved={})
+        try:
+            lowered = frontend.load(changed)
+            _, compiled = output.emit(lowered, [], "optimized", False,
+                                      explain=explain, note=lambda text: None)
+            return output.report(lowered, compiled, "optimized", explain).to_json()
+        except IrshardError as e:
+            return first_line(str(e)) or type(e).__name__
+    return compile_one
+
+
+def cmd_search(args) -> int:
+    import dataclasses
+    import json
+    from irshard import frontend
+    from irshard.core.specs import parse_mesh
+    from irshard.loading import program as programs
+    from irshard.loading.program import parse_names
+    from irshard.strategy import candidates, compiling, search
+    axes = candidates.parse_axes(args.axes)
+    budget_s = search.parse_duration(args.budget_time)
+    check_output_path(args.output)
+    grad = parse_names(args.grad, "--grad") if isinstance(args.grad, str) else args.grad
+    source = frontend.Source(
+        path=args.file, fn=args.fn, args_fn=args.args_fn,
+        arg_types=tuple(args.arg), grad=grad,
+        static=parse_names(args.static, "--static", numbers=True),
+        donate=tuple(args.donate), target=args.target, profile=args.profile)
+    if source.is_module:
+        raise UsageError("search traces a Python function: give a .py file, "
+                         "not a module")
+    placement = source.placement()
+    count = search.device_count(placement.target, args.devices)
+    hosting = frontend.Hosting(placement)
+    hosting.configure(count)
+    with hosting.visible():
+        program = programs.load_program(
+            source.path, mesh=parse_mesh(f"{axes[0]}={count}"), fn_name=source.fn,
+            args=source.arg_types, grad=source.grad, args_fn=source.args_fn,
+            static=source.static, donate=source.donate)
+    if source.fn is None:
+        source = dataclasses.replace(source, fn=program.function, _resolved={})
+    # The program's options; a candidate's --mesh and rules follow them.
+    command = source.argv()
+    jobs = compiling.default_jobs() if args.jobs == "auto" else args.jobs
+    cache = compiling.Cache(
+        None if args.no_cache else (args.cache_dir or compiling.default_cache_dir()),
+        compiling.versions_salt(source.path) + json.dumps(command))
+    processes = compiling.Processes(command, jobs) if jobs > 1 else None
+    result = search.search_program(
+        program, placement, devices=count, axes=axes, command=command,
+        compile_one=None if processes else _compile_candidate(source),
+        processes=processes, cache=cache, budget_s=budget_s,
+        show_progress=sys.stderr.isatty())
+    if args.format == "json":
+        text = result.render_json()
+    elif args.format == "html":
+        text = result.render_html()
+    else:
+        text = result.render_text()
+    write_output(args.output, text)
+    return 0
+
+
 def cmd_diff(args) -> int:
     check_output_path(args.output)
     from irshard.pipeline import diff

@@ -62,7 +62,7 @@ def _finite(value: Any) -> Any:
 
 
 def page(kind: str, data: dict[str, Any], title: str) -> str:
-    """The page for `data` (`kind` 'report' or 'diff')."""
+    """The page for `data` (`kind` 'report', 'diff' or 'search')."""
     with open(_TEMPLATE, encoding="utf-8") as f:
         template = f.read()
     body = _script_json({"kind": kind, **data})
@@ -287,3 +287,15 @@ def render_diff(diff) -> str:
             "sources": sources,
             "renamed": diff.renamed}
     return page("diff", data, f"irshard diff: {a.label} vs {b.label}")
+
+
+def render_search(result) -> str:
+    """`irshard search --format html`: the ranked candidates, the winner's
+    rules and command, and why it beats the runner-up."""
+    data = result.to_json()
+    winner = result.winner
+    return page("search", {"search": data,
+                           "reproduce": result.command_text(winner.candidate)
+                           if winner is not None else ""},
+                f"irshard search: {os.path.basename(result.command[0])} on "
+                f"{result.target}")

@@ -1,5 +1,6 @@
 """Other strategies: `irshard suggest` tries local changes to the shardings
-and compiles each (`suggest`).
+and compiles each (`suggest`); `irshard search` builds whole strategies from
+a program's leaves (`rules`) and ranks them by real compiles (`search`).
 
 May import every package below it, up to `irshard.running`.
 """

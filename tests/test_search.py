@@ -1,0 +1,409 @@
+"""`irshard search`: rule sets from a program's leaves, candidates, pruning,
+ranking, the cache and the budget, and real searches whose winner's command
+reproduces its numbers."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from tests.conftest import EXAMPLES, run_irshard
+from irshard.core import tree
+from irshard.strategy import rules as R
+from irshard.strategy import candidates as C
+from irshard.strategy import compiling
+from irshard.strategy import search as S
+
+F32 = "f32"
+
+
+def gpt_leaves(layers=2, d=128, ff=512, vocab=512, batch=16, seq=64):
+    params = [("embed", (vocab, d)), ("position", (seq, d)), ("norm", (d,))]
+    for i in range(layers):
+        params += [(f"layers/{i}/attn/{w}", (d, d)) for w in ("wq", "wk", "wv", "wo")]
+        params += [(f"layers/{i}/mlp/w_in", (d, ff)), (f"layers/{i}/mlp/w_out", (ff, d)),
+                   (f"layers/{i}/norm1", (d,)), (f"layers/{i}/norm2", (d,))]
+    leaves = [R.Leaf(f"params/{p}", s, F32) for p, s in params]
+    for moment in ("mu", "nu"):
+        leaves += [R.Leaf(f"opt_state/{moment}/{p}", s, F32) for p, s in params]
+    leaves.append(R.Leaf("opt_state/count", (), "i32"))
+    leaves += [R.Leaf("batch/targets", (batch, seq), "i32"),
+               R.Leaf("batch/tokens", (batch, seq), "i32")]
+    return leaves
+
+
+def llama_leaves(L=4, d=64, heads=8, kv=2, head=8, ff=256, vocab=1024, batch=8, seq=32):
+    params = [("embed", (vocab, d)), ("norm", (d,)), ("unembed", (d, vocab)),
+              ("layers/attn_norm", (L, d)), ("layers/wq", (L, d, heads, head)),
+              ("layers/wk", (L, d, kv, head)), ("layers/wv", (L, d, kv, head)),
+              ("layers/wo", (L, heads, head, d)), ("layers/mlp_norm", (L, d)),
+              ("layers/w_gate", (L, d, ff)), ("layers/w_up", (L, d, ff)),
+              ("layers/w_down", (L, ff, d))]
+    leaves = [R.Leaf(f"params/{p}", s, F32) for p, s in params]
+    leaves += [R.Leaf(f"opt_state/mu/{p}", s, F32) for p, s in params]
+    leaves += [R.Leaf("batch/tokens", (batch, seq), "i32")]
+    return leaves
+
+
+def specs(structure, plan):
+    return R.specs_of(structure, R.build_rules(structure, plan))
+
+
+# ---------------------------------------------------------------------------
+# Roles and rules
+
+
+def test_roles_of_a_gpt_step():
+    s = R.Structure(gpt_leaves())
+    assert s.params_arg == "params" and s.model_dim == 128 and s.batch_size == 16
+    assert not s.stacked
+    assert s.roles["opt_state/mu/layers/1/mlp/w_in"].key == "layers/1/mlp/w_in"
+    assert s.roles["batch/tokens"].kind == "batch"
+    assert s.roles["params/norm"].kind == "vector"
+    assert s.roles["opt_state/count"].kind == "scalar"
+    assert s.roles["params/layers/0/attn/wo"].row
+    assert not s.roles["params/layers/0/attn/wq"].row
+
+
+def test_stacked_layers_keep_their_layer_dimension():
+    s = R.Structure(llama_leaves())
+    assert s.stacked == {"layers"} and s.model_dim == 64
+    got = specs(s, R.Plan((("fsdp", 2), ("tensor", 4))))
+    # The layer dimension (first) is never sharded.
+    for path, spec in got.items():
+        if "/layers/" in path:
+            assert spec.split(",")[0] == "_", (path, spec)
+    # Megatron: tensor on the heads (column wq, row wo) and the MLP's hidden
+    # dimension; fsdp on the model dimension.
+    assert got["params/layers/wq"] == "_,fsdp,tensor,_"
+    assert got["params/layers/wo"] == "_,tensor,_,fsdp"
+    assert got["params/layers/w_gate"] == "_,fsdp,tensor"
+    assert got["params/layers/w_down"] == "_,tensor,fsdp"
+    assert got["params/embed"] == "tensor,fsdp"
+    # Two kv heads do not divide over four: replicated over tensor.
+    assert got["params/layers/wk"] == "_,fsdp,_,_"
+    assert got["params/layers/attn_norm"] == "_,_"
+    assert got["batch/tokens"] == "fsdp,_"
+
+
+def test_mirrors_take_their_parameters_spec():
+    s = R.Structure(gpt_leaves())
+    for plan in (R.Plan((("fsdp", 8),)), R.Plan((("fsdp", 2), ("tensor", 4))),
+                 R.Plan((("data", 2), ("fsdp", 4)), fsdp_hidden=True)):
+        got = specs(s, plan)
+        for path, spec in got.items():
+            if path.startswith("opt_state/mu/"):
+                assert spec == got["params/" + path[len("opt_state/mu/"):]], path
+
+
+def test_square_weights_take_the_column_and_row_patterns():
+    got = specs(R.Structure(gpt_leaves()), R.Plan((("tensor", 4),)))
+    assert got["params/layers/0/attn/wq"] == "_,tensor"
+    assert got["params/layers/0/attn/wo"] == "tensor,_"
+    assert got["params/layers/0/mlp/w_in"] == "_,tensor"
+    assert got["params/layers/0/mlp/w_out"] == "tensor,_"
+    assert got["params/embed"] == "tensor,_"          # vocabulary-parallel
+    assert got["batch/tokens"] == "_,_"               # tensor is not a batch axis
+
+
+def test_fsdp_on_hidden_dims_is_the_other_dimension():
+    s = R.Structure(gpt_leaves())
+    model = specs(s, R.Plan((("fsdp", 8),)))
+    hidden = specs(s, R.Plan((("fsdp", 8),), fsdp_hidden=True))
+    assert model["params/layers/0/mlp/w_in"] == "fsdp,_"
+    assert hidden["params/layers/0/mlp/w_in"] == "_,fsdp"
+    assert model["params/layers/0/mlp/w_out"] == "_,fsdp"
+    assert hidden["params/layers/0/mlp/w_out"] == "fsdp,_"
+
+
+def test_batch_axes_and_sequence():
+    s = R.Structure(gpt_leaves(batch=16, seq=64))
+    got = specs(s, R.Plan((("data", 2), ("fsdp", 2), ("sequence", 4))))
+    assert got["batch/tokens"] == "data+fsdp,sequence"
+    # A batch the axes do not divide keeps the axes that do.
+    got = specs(R.Structure(gpt_leaves(batch=6)), R.Plan((("data", 2), ("fsdp", 4))))
+    assert got["batch/tokens"] == "data,_"
+
+
+@pytest.mark.parametrize("leaves", [gpt_leaves(), llama_leaves()])
+@pytest.mark.parametrize("axes", [(("fsdp", 8),), (("data", 2), ("tensor", 4)),
+                                  (("data", 2), ("fsdp", 2), ("tensor", 2))])
+def test_rules_pick_exactly_the_leaves_meant(leaves, axes):
+    s = R.Structure(leaves)
+    plan = R.Plan(axes)
+    rules = R.build_rules(s, plan)
+    for leaf in leaves:
+        found = next((spec for pattern, spec in rules
+                      if tree.matches(pattern, leaf.path)), None)
+        want = ",".join(R.leaf_spec(s, leaf, plan))
+        if all(e in ("_", "") for e in want.split(",")):
+            assert found is None or all(e in ("_", "") for e in found.split(","))
+        else:
+            assert found == want, leaf.path
+    # Globs, not one rule per leaf: mirrors and layers share a rule.
+    assert len(rules) < len([l for l in leaves if l.shape]) / 2
+
+
+def test_a_glob_that_would_pick_another_leaf_gets_exact_rules():
+    leaves = [R.Leaf("params/a/w", (8, 8), F32), R.Leaf("params/b/w", (8, 8), F32),
+              R.Leaf("params/a/v", (8, 4), F32),
+              R.Leaf("state/w", (8, 8), F32),     # no parameter's mirror by path
+              R.Leaf("batch/x", (16, 8), F32)]
+    s = R.Structure(leaves)
+    rules = R.build_rules(s, R.Plan((("fsdp", 2), ("tensor", 2))))
+    for leaf in leaves:
+        found = next((spec for p, spec in rules if tree.matches(p, leaf.path)), None)
+        want = ",".join(R.leaf_spec(s, leaf, R.Plan((("fsdp", 2), ("tensor", 2)))))
+        assert (found or ",".join("_" * len(leaf.shape))) == want, leaf.path
+
+
+# ---------------------------------------------------------------------------
+# Candidates
+
+
+def test_factorizations_and_plans():
+    assert sorted(C.factorizations(8, 2)) == [(1, 8), (2, 4), (4, 2), (8, 1)]
+    assert len(C.factorizations(16, 3)) == 15
+    found = C.plans(16, ("data", "fsdp", "tensor"))
+    meshes = [p.axes for p, _ in found if not p.fsdp_hidden]
+    assert len(meshes) == len(set(meshes)) == 15
+    # The canonical strategies first, single axes before the squarest FSDP+TP.
+    origins = [o for _, o in found]
+    assert origins[:4] == ["canonical"] * 4
+    assert [p.axes for p, _ in found[:4]] == [
+        (("data", 16),), (("fsdp", 16),), (("tensor", 16),),
+        (("fsdp", 4), ("tensor", 4))]
+    assert origins.index("combined") > max(i for i, o in enumerate(origins)
+                                           if o == "canonical")
+
+
+def test_pruning_by_memory_and_by_useless_axes():
+    s = R.Structure(gpt_leaves(batch=4))
+    kept, pruned = C.candidates(s, 8, ("data", "fsdp", "tensor"), capacity=None,
+                                element_bytes=lambda _: 4)
+    reasons = {p.candidate.mesh_text: p.reason for p in pruned}
+    # A batch of 4 cannot use data=8: the axis shards nothing.
+    assert "divides no dimension" in reasons["data=8"]
+    assert all(c.mesh_text != "data=8" for c in kept)
+    total = sum(4 * max(1, __import__("math").prod(l.shape)) for l in s.leaves)
+    kept2, pruned2 = C.candidates(s, 8, ("data", "fsdp", "tensor"),
+                                  capacity=total // 4, element_bytes=lambda _: 4)
+    memory = [p for p in pruned2 if "arguments alone" in p.reason]
+    assert memory and all(C.argument_bytes(s, p.candidate, lambda _: 4) > total // 4
+                          for p in memory)
+    assert all(C.argument_bytes(s, c, lambda _: 4) <= total // 4 for c in kept2)
+
+
+# ---------------------------------------------------------------------------
+# The engine, with compiles stood in for
+
+
+def fake_report(step, memory, fits=True, bytes_per_step=1000):
+    return {"step": {"step_s": step, "compute_s": step / 2, "exposed_comm_s": step / 2},
+            "memory": {"argument_bytes": memory, "output_bytes": 0, "temp_bytes": 0,
+                       "alias_bytes": 0, "capacity_bytes": 100, "fits": fits},
+            "totals": {"count": 1, "bytes_per_run": bytes_per_step,
+                       "wire_bytes_per_run": bytes_per_step},
+            "collectives": [], "inputs": []}
+
+
+def engine(results, budget=60.0, cache=None, calls=None):
+    s = R.Structure(gpt_leaves())
+    calls = [] if calls is None else calls
+
+    def compile_one(candidate, explain=False):
+        calls.append(candidate.mesh_text)
+        return results(candidate)
+    return S.run_search(s, command=("gpt.py",), target="tpu-test", devices=8,
+                        axes=("data", "fsdp", "tensor"), capacity=None,
+                        element_bytes=lambda _: 4, compile_one=compile_one,
+                        processes=None, cache=cache or compiling.Cache(None, ""),
+                        budget_s=budget, show_progress=False)
+
+
+def test_ranking_puts_what_fits_first_and_lists_failures():
+    def results(c):
+        if c.mesh_text == "data=8":
+            return fake_report(0.001, 500, fits=False)
+        if c.mesh_text == "tensor=8":
+            return "XLA failed to compile the module: RESOURCE_EXHAUSTED: Ran out of memory"
+        if c.mesh_text == "fsdp=8":
+            return "something broke"
+        return fake_report(0.01 + 0.001 * len(c.rules) + 0.0001 * len(c.mesh), 50)
+    result = engine(results)
+    ranked = result.ranked()
+    assert result.winner is ranked[0] and result.winner.fits
+    fitting = [o.numbers["step_s"] for o in ranked if o.fits]
+    assert fitting == sorted(fitting)
+    assert ranked[-1].candidate.mesh_text == "data=8"       # does not fit: last
+    data = result.to_json()
+    assert data["winner"]["rank"] == 1 and data["winner"]["status"] == "ok"
+    by_mesh = {(e["mesh"][0]["name"], len(e["mesh"]), e["strategy"]): e
+               for e in data["candidates"]}
+    assert by_mesh[("tensor", 1, "TP")]["status"] == "does not fit"
+    assert by_mesh[("fsdp", 1, "FSDP")]["status"] == "failed"
+    assert by_mesh[("fsdp", 1, "FSDP")]["reason"] == "something broke"
+    assert by_mesh[("tensor", 1, "TP")]["rank"] is None
+    w = data["winner"]
+    assert w["args"][:3] == ["gpt.py", "--mesh", C.Candidate(
+        "", tuple((a["name"], a["size"]) for a in w["mesh"]), ()).mesh_text]
+    assert all(["--shard", f"{p}={s}"] == w["args"][3 + 2 * i:5 + 2 * i]
+               for i, (p, s) in enumerate(w["rules"]))
+    text = result.render_text()
+    assert "winner:" in text and "something broke" in text
+
+
+def test_the_budget_leaves_candidates_listed():
+    result = engine(lambda c: fake_report(0.01, 10), budget=1e-9)
+    assert not result.outcomes and result.skipped
+    data = result.to_json()
+    assert data["winner"] is None
+    assert {e["status"] for e in data["candidates"]} <= {"skipped", "pruned"}
+    assert "no candidate compiled and fit" in result.render_text()
+
+
+def test_the_cache_answers_the_second_search(tmp_path):
+    cache = compiling.Cache(str(tmp_path), "salt")
+    first, second = [], []
+    a = engine(lambda c: fake_report(0.01 * len(c.rules), 10), cache=cache, calls=first)
+    b = engine(lambda c: pytest.fail("compiled again"), cache=cache, calls=second)
+    assert first and not second
+    assert [o.numbers for o in a.ranked()] == [o.numbers for o in b.ranked()]
+    assert all(o.cached for o in b.outcomes)
+    # Another salt (another file or version) misses.
+    assert compiling.Cache(str(tmp_path), "other").get(a.outcomes[0].candidate.flags()) is None
+
+
+def test_options_are_checked():
+    from irshard.core.errors import UsageError
+    assert S.parse_duration("10m") == 600 and S.parse_duration("90s") == 90
+    assert S.parse_duration("1.5h") == 5400 and S.parse_duration("30") == 30
+    for bad in ("", "0", "ten", "5d", "-3m"):
+        with pytest.raises(UsageError, match="--budget-time"):
+            S.parse_duration(bad)
+    assert C.parse_axes("data,fsdp,tensor,sequence") == (
+        "data", "fsdp", "tensor", "sequence")
+    with pytest.raises(UsageError, match="plays no role"):
+        C.parse_axes("data,model")
+    with pytest.raises(UsageError, match="once"):
+        C.parse_axes("data,data")
+
+
+# ---------------------------------------------------------------------------
+# Real searches
+
+
+LLAMA = os.path.join(EXAMPLES, "llama.py")
+
+
+def test_search_cli_errors(tmp_path):
+    for args, message in [
+            (["--devices", "4", "--target", "tpu-v5e:4x4"], "disagrees with target tpu-v5e:4x4"),
+            ([], "give --devices N"),
+            (["--devices", "4", "--axes", "data,model"], "plays no role"),
+            (["--devices", "4", "--budget-time", "soon"], "--budget-time"),
+            (["--devices", "0"], "positive whole number")]:
+        done = run_irshard("search", LLAMA, "--fn", "train_step", "--args",
+                           "small_args", "--no-cache", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("irshard: error: ")
+        assert message in lines[0], lines[0]
+    module = tmp_path / "m.mlir"
+    module.write_text("func.func @main() { return }\n")
+    done = run_irshard("search", str(module), "--devices", "2", "--no-cache")
+    assert done.returncode == 2 and "give a .py file" in done.stderr
+
+
+@pytest.mark.slow
+def test_search_llama_small_winner_reproduces(tmp_path):
+    out = tmp_path / "search.json"
+    done = run_irshard("search", LLAMA, "--fn", "train_step", "--args", "small_args",
+                       "--devices", "4", "--cache-dir", str(tmp_path / "cache"),
+                       "--format", "json", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    winner, canonical = data["winner"], data["best_canonical"]
+    assert winner is not None and winner["rank"] == 1 and winner["status"] == "ok"
+    assert canonical is not None and winner["step_s"] <= canonical["step_s"]
+    ranked = [c for c in data["candidates"] if c["rank"] is not None]
+    assert [c["rank"] for c in ranked] == list(range(1, len(ranked) + 1))
+    assert data["compiled"] >= 10
+    # The winner's own arguments give the same numbers from irshard compile.
+    done = run_irshard("compile", *winner["args"], "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["step"]["step_s"] == winner["step_s"]
+    assert report["totals"]["bytes_per_run"] == winner["bytes_per_step"]
+    memory = report["memory"]
+    assert memory["argument_bytes"] + memory["output_bytes"] + memory["temp_bytes"] \
+        - memory.get("alias_bytes", 0) == winner["memory_bytes"]
+    assert "--mesh" in winner["args"]
+    # Again: every candidate from the cache, the same ranking.
+    done = run_irshard("search", LLAMA, "--fn", "train_step", "--args", "small_args",
+                       "--devices", "4", "--cache-dir", str(tmp_path / "cache"),
+                       "--format", "json")
+    again = json.loads(done.stdout)
+    assert again["cached"] == again["compiled"]
+    assert [c["args"] for c in again["candidates"]] == \
+        [c["args"] for c in data["candidates"]]
+
+
+@pytest.mark.slow
+def test_search_api_and_html():
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import gpt
+    finally:
+        sys.path.remove(EXAMPLES)
+    import irshard
+    result = irshard.search(gpt.train_step, *gpt.example_args(), devices=4,
+                            axes=("data", "fsdp"))
+    winner = result.winner
+    assert winner is not None
+    report = irshard.compile(gpt.train_step, *gpt.example_args(),
+                             mesh=winner.candidate.mesh_text,
+                             rules=list(winner.candidate.rules))
+    assert report.to_json()["step"]["step_s"] == winner.numbers["step_s"]
+    page = result.render_html()
+    assert '"kind":"search"' in page and "searchPage" in page
+    data = result.to_json()
+    assert {m["name"] for c in data["candidates"] for m in c["mesh"]} <= {"data", "fsdp"}
+
+
+def test_search_budget_stops_compiles_under_way(tmp_path):
+    """Compiles in other processes still running at the deadline are
+    stopped, and their candidates listed as left by the budget."""
+    import time
+    started = time.monotonic()
+    done = run_irshard("search", LLAMA, "--fn", "train_step", "--args", "small_args",
+                       "--devices", "4", "--jobs", "2", "--budget-time", "1s",
+                       "--no-cache", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["compiled"] == 0 and data["winner"] is None
+    skipped = [c for c in data["candidates"] if c["status"] == "skipped"]
+    assert skipped and all(c["reason"] == "the time budget ran out" for c in skipped)
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.tpu
+@pytest.mark.slow
+def test_search_gpt_for_a_tpu_slice_in_processes(tmp_path):
+    from tests.conftest import require
+    require("libtpu", "TPU targets")
+    done = run_irshard("search", os.path.join(EXAMPLES, "gpt.py"), "--fn", "train_step",
+                       "--args", "example_args", "--target", "tpu-v5e:4x4",
+                       "--axes", "data,fsdp", "--jobs", "2",
+                       "--cache-dir", str(tmp_path), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    winner = data["winner"]
+    assert winner["fits"] is True and winner["capacity_bytes"] == 16 * 2**30
+    assert data["best_canonical"]["step_s"] >= winner["step_s"]
+    assert "--target" in winner["args"] and "tpu-v5e:4x4" in winner["args"]
+    report = json.loads(run_irshard("compile", *winner["args"], "--format",
+                                    "json").stdout)
+    assert report["step"]["step_s"] == winner["step_s"]
+    assert report["memory"]["fits"] is True
