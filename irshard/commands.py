@@ -384,6 +384,7 @@ def cmd_search(args) -> int:
     else:
         text = result.render_text()
     write_output(args.output, text)
+    _note(result.timing_note())
     return 0
 
 

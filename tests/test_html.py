@@ -593,3 +593,28 @@ def test_non_finite_numbers_reach_the_page_as_strings():
     data = _data(html)
     assert data["report"] == {"x": [1.0, "inf", "nan"], "s": "</script><!--"}
     assert "</script><!--" not in html
+
+
+def test_search_page_ranks_the_candidates(tmp_path, open_page):
+    import shlex
+    common = [os.path.join(EXAMPLES, "llama.py"), "--fn", "train_step", "--args",
+              "small_args", "--devices", "2", "--axes", "data,fsdp",
+              "--cache-dir", str(tmp_path / "cache")]
+    js, out = str(tmp_path / "search.json"), str(tmp_path / "search.html")
+    for fmt, path in (("json", js), ("html", out)):
+        result = run_irshard("search", *common, "--format", fmt, "-o", path)
+        assert result.returncode == 0, result.stderr
+    with open(js) as f:
+        data = json.load(f)
+    page = open_page(out)
+    p = page.page
+    assert p.locator("#candidate-table tbody tr").count() == len(data["candidates"])
+    winner = data["winner"]
+    assert winner["strategy"] in p.inner_text("#card-winner")
+    assert p.inner_text("#reproduce") == "irshard compile " + " ".join(
+        shlex.quote(a) for a in winner["args"])
+    assert json.loads(p.inner_text("#rules")) == winner["rules"]
+    ranked = [c for c in data["candidates"] if c["rank"] is not None]
+    assert p.locator("#chart-steps svg g").count() == len(ranked)
+    if data["why"] is not None:
+        assert p.locator("#why-table tbody tr").count() == len(data["why"]["changes"])

@@ -344,10 +344,9 @@ def test_search_llama_small_winner_reproduces(tmp_path):
     done = run_irshard("search", LLAMA, "--fn", "train_step", "--args", "small_args",
                        "--devices", "4", "--cache-dir", str(tmp_path / "cache"),
                        "--format", "json")
-    again = json.loads(done.stdout)
-    assert again["cached"] == again["compiled"]
-    assert [c["args"] for c in again["candidates"]] == \
-        [c["args"] for c in data["candidates"]]
+    # The same report, byte for byte; the note on stderr says where from.
+    assert done.stdout == out.read_text()
+    assert f"({data['compiled']} from the cache)" in done.stderr
 
 
 @pytest.mark.slow
@@ -407,3 +406,18 @@ def test_search_gpt_for_a_tpu_slice_in_processes(tmp_path):
                                     "json").stdout)
     assert report["step"]["step_s"] == winner["step_s"]
     assert report["memory"]["fits"] is True
+
+
+def test_progress_line_on_a_terminal(capsys):
+    progress = S.Progress(total=4, enabled=True)
+    outcome = S.Outcome(C.Candidate("FSDP", (("fsdp", 4),), ()), "ok",
+                        fake_report(0.0025, 10))
+    progress.update(outcome, outcome)
+    progress.close()
+    err = capsys.readouterr().err
+    assert "\rirshard: search [######..................] 1/4 compiled, best FSDP " \
+           "fsdp=4 2.5 ms" in err
+    assert err.endswith("\r\x1b[K")
+    quiet = S.Progress(total=4, enabled=False)
+    quiet.update(outcome, outcome)
+    assert capsys.readouterr().err == ""

@@ -295,8 +295,6 @@ class SearchResult:
                 entry[key] = numbers[key]
         if outcome.reason:
             entry["reason"] = outcome.reason
-        entry["compile_s"] = outcome.seconds
-        entry["cached"] = outcome.cached
         return entry
 
     def to_json(self) -> dict[str, Any]:
@@ -316,8 +314,7 @@ class SearchResult:
             "command": list(self.command), "target": self.target,
             "devices": self.devices, "axes": list(self.axes),
             "compiled": len(self.outcomes),
-            "cached": sum(1 for o in self.outcomes if o.cached),
-            "seconds": self.seconds, "budget_s": self.budget_s,
+            "budget_s": self.budget_s,
             "winner": entries[0] if winner is not None else None,
             "best_canonical": self._entry(canonical, ranked.index(canonical) + 1)
             if canonical is not None else None,
@@ -328,14 +325,21 @@ class SearchResult:
     def render_json(self) -> str:
         return dumps_json(self.to_json()) + "\n"
 
+    def timing_note(self) -> str:
+        """How long the search took: not part of the report, which the
+        same search gives byte for byte again."""
+        cached = sum(1 for o in self.outcomes if o.cached)
+        return (f"searched in {self.seconds:.0f} s: {len(self.outcomes)} "
+                f"compiled" + (f" ({cached} from the cache)" if cached else "")
+                + (f", {len(self.skipped)} left by the {self.budget_s:g} s budget"
+                   if self.skipped else ""))
+
     def render_text(self) -> str:
         lines = [f"search: {len(self.outcomes)} candidates compiled"
-                 + (f" ({sum(1 for o in self.outcomes if o.cached)} from the cache)"
-                    if any(o.cached for o in self.outcomes) else "")
                  + f", {len(self.pruned)} pruned"
                  + (f", {len(self.skipped)} left by the time budget"
                     if self.skipped else "")
-                 + f" in {self.seconds:.0f} s; {self.target}, {self.devices} devices, "
+                 + f"; {self.target}, {self.devices} devices, "
                  f"axes {','.join(self.axes)}", ""]
         rows = []
         for i, o in enumerate(self.ranked(), 1):
