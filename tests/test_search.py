@@ -421,3 +421,19 @@ def test_progress_line_on_a_terminal(capsys):
     quiet = S.Progress(total=4, enabled=False)
     quiet.update(outcome, outcome)
     assert capsys.readouterr().err == ""
+
+
+def test_the_runner_up_is_another_strategy_not_a_move_of_the_winner():
+    base = C.Candidate("DP", (("data", 8),), (("batch/*", "data,_"),))
+    move = C.Candidate("DP", base.mesh, base.rules, "move", "constrained",
+                       (("scatter@gpt.py:66", "_,_"),))
+    other = C.Candidate("FSDP", (("fsdp", 8),), (("batch/*", "fsdp,_"),))
+    outcomes = (S.Outcome(base, "ok", fake_report(0.002, 10)),
+                S.Outcome(other, "ok", fake_report(0.003, 10)),
+                S.Outcome(move, "ok", fake_report(0.001, 10)))
+    result = S.SearchResult(("gpt.py",), "cpu", 8, ("data", "fsdp"), outcomes,
+                            (), (), 1.0, 60.0)
+    assert result.winner.candidate is move
+    assert result.runner_up().candidate is other
+    assert result.args(move)[-2:] == ["--constrain", "scatter@gpt.py:66=_,_"]
+    assert result.to_json()["winner"]["constraints"] == [["scatter@gpt.py:66", "_,_"]]

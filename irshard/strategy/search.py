@@ -260,13 +260,23 @@ class SearchResult:
     def command_text(self, candidate: Candidate) -> str:
         return "irshard compile " + " ".join(shlex.quote(a) for a in self.args(candidate))
 
+    def runner_up(self) -> Outcome | None:
+        """The best candidate that fits with another mesh or other rules
+        than the winner's (a move of the winner that only adds a
+        constraint is the same strategy)."""
+        winner = self.winner
+        if winner is None:
+            return None
+        same = (winner.candidate.mesh, winner.candidate.rules)
+        return next((o for o in self.ranked() if o.fits
+                     and (o.candidate.mesh, o.candidate.rules) != same), None)
+
     def why(self) -> Any:
         """The winner against the runner-up: `irshard diff` of the two."""
-        ranked = [o for o in self.ranked() if o.fits]
-        if len(ranked) < 2:
+        win, second = self.winner, self.runner_up()
+        if win is None or second is None:
             return None
         from irshard.pipeline import diff
-        win, second = ranked[0], ranked[1]
         return diff.compare(
             diff.Side(second.report.get("source") or "-", second.report,
                       f"runner-up {second.candidate.strategy} "
