@@ -1,6 +1,6 @@
 """A Llama-style training step: grouped-query attention with rotary
 positions, a SwiGLU MLP, RMSNorm, the layers stacked and scanned, each layer
-rematerialized in the backward pass, and an AdamW update.
+rematerialized in the backward pass, and the GPT step's AdamW update.
 
 Weights keep their heads as a dimension of their own (`wq` is
 `[layers, d_model, heads, head_dim]`), so the step reads every size from the
@@ -24,6 +24,8 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+
+from gpt import adamw_init, adamw_update     # the GPT step's AdamW
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,25 +134,6 @@ def loss_fn(params, batch):
     logp = jax.nn.log_softmax(logits)
     target = jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)
     return -target.mean()
-
-
-def adamw_init(params):
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return {"mu": zeros, "nu": zeros, "count": jnp.zeros((), jnp.int32)}
-
-
-def adamw_update(grads, state, params, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8,
-                 weight_decay=0.1):
-    count = state["count"] + 1
-    mu = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, state["mu"], grads)
-    nu = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g,
-                                state["nu"], grads)
-    step = count.astype(jnp.float32)
-    scale = lr * jnp.sqrt(1 - b2 ** step) / (1 - b1 ** step)
-    params = jax.tree_util.tree_map(
-        lambda p, m, v: p - scale * m / (jnp.sqrt(v) + eps) - lr * weight_decay * p,
-        params, mu, nu)
-    return params, {"mu": mu, "nu": nu, "count": count}
 
 
 def train_step(params, opt_state, batch):

@@ -437,3 +437,13 @@ def test_the_runner_up_is_another_strategy_not_a_move_of_the_winner():
     assert result.runner_up().candidate is other
     assert result.args(move)[-2:] == ["--constrain", "scatter@gpt.py:66=_,_"]
     assert result.to_json()["winner"]["constraints"] == [["scatter@gpt.py:66", "_,_"]]
+
+
+def test_the_cache_key_follows_the_file_and_its_neighbours(tmp_path):
+    main, helper = tmp_path / "step.py", tmp_path / "layers.py"
+    main.write_text("import layers\n")
+    helper.write_text("W = 1\n")
+    first = compiling.versions_salt(str(main))
+    assert compiling.versions_salt(str(main)) == first
+    helper.write_text("W = 2\n")
+    assert compiling.versions_salt(str(main)) != first

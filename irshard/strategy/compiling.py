@@ -66,7 +66,8 @@ def default_cache_dir() -> str:
 
 
 def versions_salt(path: str | None) -> str:
-    """What makes a cached compile stale: the program file and versions."""
+    """What makes a cached compile stale: the program's file, the Python
+    files beside it, and the versions of irshard, JAX and libtpu."""
     from importlib import metadata
     from irshard import __version__
     parts = [__version__]
@@ -76,8 +77,16 @@ def versions_salt(path: str | None) -> str:
         except metadata.PackageNotFoundError:
             parts.append(f"{package}=-")
     if path is not None:
-        with open(path, "rb") as f:
-            parts.append(hashlib.sha256(f.read()).hexdigest())
+        # The program's file and its neighbours, which it may import.
+        import glob
+        folder = os.path.dirname(os.path.abspath(path))
+        for name in sorted({os.path.abspath(path),
+                            *glob.glob(os.path.join(folder, "*.py"))}):
+            try:
+                with open(name, "rb") as f:
+                    parts.append(hashlib.sha256(f.read()).hexdigest())
+            except OSError:
+                continue
     return ";".join(parts)
 
 
