@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Sequence
 
@@ -120,16 +121,19 @@ class Processes:
                                *self.argv, *candidate.flags(), "--format", "json"]
                     if explain:
                         command.append("--explain")
-                    proc = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, text=True)
-                    running.append((proc, candidate, explain, now))
+                    # Files, not pipes: a report larger than a pipe's
+                    # buffer would block its writer, which nobody reads
+                    # until it ends.
+                    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+                    proc = subprocess.Popen(command, stdout=out, stderr=err)
+                    running.append((proc, candidate, explain, now, out, err))
                 if not running:
                     left += [c for c, _ in pending]
                     break
                 if time.monotonic() >= deadline:
-                    for proc, candidate, _, _ in running:
+                    for proc, candidate, *_ in running:
                         proc.kill()
-                        proc.communicate()
+                        proc.wait()
                         left.append(candidate)
                     left += [c for c, _ in pending]
                     break
@@ -142,22 +146,32 @@ class Processes:
                     time.sleep(0.05)
                     continue
                 running.remove(finished)
-                proc, candidate, explain, started = finished
-                out, err = proc.communicate()
+                proc, candidate, explain, started, out, err = finished
                 seconds = time.monotonic() - started
                 if proc.returncode == 0:
                     try:
-                        result: Any = json.loads(out)
+                        result: Any = json.loads(_read(out))
                     except ValueError:
                         result = "irshard compile wrote no JSON report"
                 else:
-                    result = first_line(err) or f"exit status {proc.returncode}"
+                    result = first_line(_read(err)) or f"exit status {proc.returncode}"
                 done(candidate, explain, result, seconds)
         finally:
             for proc, *_ in running:
                 if proc.poll() is None:
                     proc.kill()
+                    proc.wait()
+            for _, _, _, _, out, err in running:
+                out.close()
+                err.close()
         return left
+
+
+def _read(f) -> str:
+    """A finished process's output file, whole, closed."""
+    with f:
+        f.seek(0)
+        return f.read().decode("utf-8", errors="replace")
 
 
 def default_jobs() -> int:
