@@ -409,3 +409,50 @@ def load_text_reprinted(text: str) -> str | None:
         return HloModuleView.from_text(text).text
     except ValueError:
         return None
+
+
+def test_instructions_printed_alike():
+    """`hlo.alike` splits a line into what differs between collectives
+    alike (name, operands, channel id, op_name) and the rest: the key
+    decides the parse, and where a form could hide an attribute in a
+    string it gives up."""
+    from irshard.xla.hlo import alike, parse_metadata, shape_of_text
+    line = ('%ag.1 = f32[8]{0} all-gather(%p.1), channel_id=7, '
+            'replica_groups=[2,2]<=[4], dimensions={0}, metadata={op_name='
+            '"jit(f)/ag" stack_frame_id=3}')
+    key, op_name, channel = alike(line)
+    assert (op_name, channel) == ("jit(f)/ag", "7")
+    assert key == ("f32[8]{0}", "all-gather",
+                   ", replica_groups=[2,2]<=[4], dimensions={0}",
+                   " stack_frame_id=3", "")
+    renamed = ('ROOT %other.9 = f32[8]{0} all-gather(%q.3), channel_id=12, '
+               'replica_groups=[2,2]<=[4], dimensions={0}, metadata={op_name='
+               '"jit(f)/layer_2/ag" stack_frame_id=3}')
+    assert alike(renamed)[0] == key
+    for changed in (line.replace("f32[8]", "f32[16]"),
+                    line.replace("[2,2]<=[4]", "[1,4]<=[4]"),
+                    line.replace("stack_frame_id=3", "stack_frame_id=4"),
+                    line + ', backend_config={"is_sync":true}'):
+        assert alike(changed)[0] != key
+    for unread in (
+            line.replace('jit(f)/ag', r'jit(f)/\"ag\"'),       # an escape
+            line.replace("dimensions={0}", 'frontend_attributes={a="b"}, '
+                         'dimensions={0}'),                     # a string before
+            line.split(", metadata")[0]):                       # no metadata
+        assert alike(unread) is None
+    tupled = ("%s = ((f32[2]{0}), f32[8]{0}) all-gather-start(%p), channel_id=1, "
+              "replica_groups={{0,1}}, dimensions={0}, metadata={op_name=\"s\" "
+              "source_file=\"/a, b.py\" source_line=3}")
+    key, op_name, _ = alike(tupled)
+    assert op_name == "s" and key[3] == ' source_file="/a, b.py" source_line=3'
+    assert shape_of_text(key[0]) == parse_instruction_text(tupled)[1]
+    # Wherever it reads a line, it reads what the parse reads.
+    for line in _PRINTED_FORMS + [tupled]:
+        found = alike(line)
+        if found is None:
+            continue
+        key, op_name, channel = found
+        _, shape, opcode, attrs = parse_instruction_text(line)
+        assert (shape_of_text(key[0]), key[1]) == (shape, opcode)
+        assert parse_metadata(attrs["metadata"])["op_name"] == op_name
+        assert attrs.get("channel_id", "") == channel

@@ -246,6 +246,13 @@ def _same(text: str) -> None:
         expected = _report(parsed, m)
         assert _report(scanned, m) == expected
         assert _report(reprinted, m) == expected
+        # Each collective read on its own, none from one printed alike.
+        known = analysis._KNOWN_FORMS
+        analysis._KNOWN_FORMS = 0
+        try:
+            assert _report(hloscan.ScannedModule.from_text(text), m) == expected
+        finally:
+            analysis._KNOWN_FORMS = known
     assert [(p.name, p.shape, p.attrs.get("sharding"), p.metadata)
             for p in scanned.parameters()] == \
         [(p.name, p.shape, p.attrs.get("sharding"), p.metadata)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,6 +23,7 @@ from irshard.core.errors import IRError
 from irshard.core.frames import Frame, SourceLocation, UserCode
 from irshard.core.specs import MeshSpec, lookup_dtype, shown
 from irshard.reporting.report import Collective, PackedCollective
+from irshard.xla import hlo
 from irshard.xla import replica_groups as rg
 from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
 
@@ -158,8 +160,10 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
             return
         for inst in view.visits(computation):
             # Read before the site is handed on: its reader may let go of
-            # what it parsed (`release`).
-            calls = inst.called_computations()
+            # what it parsed (`release`). A collective calls only what it
+            # applies per element.
+            calls = () if inst.opcode in COLLECTIVE_OPCODES \
+                else inst.called_computations()
             if collective_kind(inst) is not None:
                 yield _Site(inst, loops, is_async or inst.opcode.endswith("-start")
                             or inst.opcode == "send")
@@ -347,55 +351,113 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
                else view.num_partitions * view.num_replicas)
     result = []
     alike: dict[tuple, tuple] = {}
+    # Collectives printed alike (`hlo.alike`: the same text but for name,
+    # operands, channel id and op_name) in the same loops report alike:
+    # what the first of them gave, by that key.
+    known: dict[tuple, tuple] = {}
+    release = getattr(view, "release", None)
     if programs:
         sites: Iterable[_Site] = list(_sites(view))
-        found = [(collective_kind(site.inst), site.inst.attrs.get("channel_id", ""),
-                  shape_leaves(_result_shape(view, site.inst))) for site in sites]
-        read: Iterable = zip(sites, found, _own_types(found, programs))
+        owns: Iterable = _own_types([_found(view, site) for site in sites],
+                                    programs)
     else:
         # Nothing to match across collectives: each is read, reported and
         # let go in turn.
-        read = ((site, (collective_kind(site.inst), "",
-                        shape_leaves(_result_shape(view, site.inst))), None)
-                for site in _sites(view))
-    for site, (kind, _, leaves), own in read:
+        sites, owns = _sites(view), itertools.repeat(None)
+    for site, own in zip(sites, owns):
         inst = site.inst
-        if inst.opcode == "send":
-            # Between slices: what is sent (the operand), over the axes that
-            # span the slices.
-            leaves = [leaf for leaf in leaves if leaf.dtype not in ("u32", "token")][:1]
-            groups = cost.slice_groups() if cost is not None else []
-            axes = cost.slice_axes(mesh) if cost is not None and mesh else None
-            group = len(groups[0]) if groups else 1
-        elif kind == "collective-permute" and "source_target_pairs" in inst.attrs:
-            groups, axes, group = _read_groups(
-                inst, ("pairs", inst.attrs["source_target_pairs"]), mesh, devices)
-        else:
-            groups, axes, group = _read_groups(
-                inst, ("groups", inst.attrs.get("replica_groups", "{}")), mesh,
-                devices)
-        backend_dtype = None
-        if own is not None:
-            backend_dtype = hlo_dtype(leaves[0].dtype)
-            leaves = own
-        nbytes = sum(leaf.nbytes for leaf in leaves)
-        wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
-        link, seconds = cost.estimate(kind, nbytes, wire, group, groups) \
-            if cost is not None else (None, None)
-        source, attribution, op_name = attribute(view, inst, resolver)
-        if source is None and site.start is not None:
-            source, attribution, op_name = attribute(view, site.start, resolver)
-        first = leaves[0] if leaves else ArrayShape("f32", ())
-        release = getattr(view, "release", None)
-        if release is not None:
-            release(inst)
-        axes = tuple(axes) if axes is not None else None
-        shared = (kind, hlo_dtype(first.dtype), first.dims, nbytes, wire, axes,
-                  group, source, attribution, site.loops, site.is_async,
-                  len(leaves), backend_dtype, link, seconds, None)
+        printed = _alike_key(view, site)
+        if printed is not None:
+            key = (printed[0], site.loops, site.is_async,
+                   None if own is None else tuple(own))
+            shared = known.get(key)
+            if shared is not None:
+                result.append(PackedCollective.pack(inst.name, printed[1], shared))
+                if release is not None:
+                    release(inst)
+                continue
+        shared, op_name = _collective(view, site, own, resolver, mesh, devices,
+                                      cost)
         # Collectives alike share one tuple (sources compared by identity:
         # `resolver` gives each stack's one object).
-        key = shared[:7] + (id(source),) + shared[8:]
-        shared = alike.setdefault(key, shared)
+        source = shared[7]
+        shared = alike.setdefault(shared[:7] + (id(source),) + shared[8:], shared)
+        if printed is not None and shared[8] == "metadata" \
+                and len(known) < _KNOWN_FORMS:
+            known[key] = shared
         result.append(PackedCollective.pack(inst.name, op_name, shared))
+        if release is not None:
+            release(inst)
     return result
+
+
+# Distinct printed forms remembered: a module whose collectives all differ
+# (a backend config of each its own) keeps no more than these.
+_KNOWN_FORMS = 4096
+
+
+def _alike_key(view: HloModuleView, site: _Site) -> tuple[tuple, str] | None:
+    """(key, op_name) of a collective whose report follows from its
+    printed form (`hlo.alike`), with its `-done`'s shape for an async
+    `-start`; None where its report needs more (an async wrapper's)."""
+    if site.start is not None:
+        return None
+    inst = site.inst
+    printed = hlo.alike(inst.text)
+    if printed is None:
+        return None
+    key, op_name, _ = printed
+    if inst.opcode.endswith("-start"):
+        done = view.async_done(inst)
+        if done is not None:
+            head = hlo.alike(done.text)
+            if head is None:
+                return None
+            key = key + (head[0][0],)
+    return key, op_name
+
+
+def _found(view: HloModuleView, site: _Site) -> tuple[str, str, list[ArrayShape]]:
+    """(kind, channel id, leaves) of a collective, for `_own_types`."""
+    inst = site.inst
+    return (collective_kind(inst), inst.attrs.get("channel_id", ""),
+            shape_leaves(_result_shape(view, inst)))
+
+
+def _collective(view: HloModuleView, site: _Site, own: list[ArrayShape] | None,
+                resolver: UserCode, mesh: MeshSpec | None, devices: int,
+                cost) -> tuple[tuple, str | None]:
+    """(the values of `report.SHARED_FIELDS`, op_name) of one collective."""
+    inst = site.inst
+    kind = collective_kind(inst)
+    leaves = shape_leaves(_result_shape(view, inst))
+    if inst.opcode == "send":
+        # Between slices: what is sent (the operand), over the axes that
+        # span the slices.
+        leaves = [leaf for leaf in leaves if leaf.dtype not in ("u32", "token")][:1]
+        groups = cost.slice_groups() if cost is not None else []
+        axes = cost.slice_axes(mesh) if cost is not None and mesh else None
+        group = len(groups[0]) if groups else 1
+    elif kind == "collective-permute" and "source_target_pairs" in inst.attrs:
+        groups, axes, group = _read_groups(
+            inst, ("pairs", inst.attrs["source_target_pairs"]), mesh, devices)
+    else:
+        groups, axes, group = _read_groups(
+            inst, ("groups", inst.attrs.get("replica_groups", "{}")), mesh,
+            devices)
+    backend_dtype = None
+    if own is not None:
+        backend_dtype = hlo_dtype(leaves[0].dtype)
+        leaves = own
+    nbytes = sum(leaf.nbytes for leaf in leaves)
+    wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
+    link, seconds = cost.estimate(kind, nbytes, wire, group, groups) \
+        if cost is not None else (None, None)
+    source, attribution, op_name = attribute(view, inst, resolver)
+    if source is None and site.start is not None:
+        source, attribution, op_name = attribute(view, site.start, resolver)
+    first = leaves[0] if leaves else ArrayShape("f32", ())
+    axes = tuple(axes) if axes is not None else None
+    return (kind, hlo_dtype(first.dtype), first.dims, nbytes, wire, axes,
+            group, source, attribution, site.loops, site.is_async,
+            len(leaves), backend_dtype, link, seconds, None), op_name

@@ -250,12 +250,7 @@ def parse_instruction_text(text: str) -> tuple[str, Shape, str, dict[str, str]]:
     line = text.strip()
     m = _HEAD.match(line) if "/*" not in line else None
     if m is not None:
-        shape_text = m.group(2)
-        shape = _SHAPES.get(shape_text)
-        if shape is None:
-            shape = parse_shape(shape_text)
-            if len(_SHAPES) < 4096:
-                _SHAPES[shape_text] = shape
+        shape = shape_of_text(m.group(2))
         pos = m.end()
         pos = operands_end(line, pos) + 1
         attrs = attribute_pairs(line, pos) if line.startswith(", ", pos) \
@@ -263,6 +258,41 @@ def parse_instruction_text(text: str) -> tuple[str, Shape, str, dict[str, str]]:
         if attrs is not None and "device_ids" not in attrs:
             return m.group(1), shape, m.group(3), attrs
     return _parse_instruction_slowly(text)
+
+
+# An instruction in the form JAX's modules print most, split into what
+# differs between instructions alike (name, operands, channel id, op_name)
+# and everything else, which decides what a report reads of it: the shape,
+# the opcode, the other attributes as printed, the rest of the metadata.
+# No quote before the metadata (where a frontend attribute's string could
+# hold anything) and none in the op_name (no escapes to read).
+_ALIKE = re.compile(
+    r'(?:ROOT )?%?[^\s=]+ = (\((?:[^()]|\([^()]*\))*\)|[^\s(]\S*) '
+    r'([a-z][a-z0-9\-]*)\([^()"]*\)'
+    r'(?:, channel_id=(\d+))?((?:, [^"]*)?), metadata=\{op_name="([^"\\]*)"'
+    r'((?: [^{}]*)?)\}(.*)')
+
+
+def alike(text: str) -> tuple[tuple[str, ...], str, str] | None:
+    """(key, op_name, channel id or "") of a printed instruction, where
+    instructions of one key differ only in what a report takes from each
+    (name, op_name, channel id) and in their operands; None for a form
+    read otherwise."""
+    m = _ALIKE.fullmatch(text)
+    if m is None:
+        return None
+    shape, opcode, channel, rest, op_name, meta, tail = m.groups()
+    return (shape, opcode, rest, meta, tail), op_name, channel or ""
+
+
+def shape_of_text(text: str) -> Shape:
+    """`parse_shape`, once per distinct printed shape."""
+    shape = _SHAPES.get(text)
+    if shape is None:
+        shape = parse_shape(text)
+        if len(_SHAPES) < 4096:
+            _SHAPES[text] = shape
+    return shape
 
 
 def _parse_instruction_slowly(text: str) -> tuple[str, Shape, str, dict[str, str]]:
