@@ -377,6 +377,48 @@ def test_packed_collectives_are_collectives():
     assert PackedCollective.pack("x", "", first._shared).op_name == ""
 
 
+def test_a_report_keeps_many_collectives_packed(monkeypatch):
+    """`PackedCollectives` reads as the tuple of its collectives: indexed
+    from either end, sliced, iterated, compared, hashed and pickled as
+    that tuple, across the strings its names are kept in, and counted by
+    the fields they share."""
+    import pickle
+    from collections import Counter
+    from irshard.reporting.report import PackedCollective, PackedCollectives
+    monkeypatch.setattr(PackedCollectives, "_CHUNK", 3)   # names over strings
+    text = _generate([("plain", f % 3, _GROUPS[f % 3], 1, True) for f in range(14)]
+                     + [("loop", 2, _GROUPS[2], 1, True)], True)
+    found = analysis.collectives(hloscan.ScannedModule.from_text(text), None, None)
+    assert isinstance(found, PackedCollectives) and len(found) > 10
+    whole = tuple(found[i] for i in range(len(found)))
+    assert tuple(found) == whole and found == whole and whole == found
+    assert found[-1] == whole[-1] and found[-1].name == whole[-1].name
+    assert found[2:7] == whole[2:7] and found[::-4] == whole[::-4]
+    assert [c.name for c in found] == [c.name for c in whole]
+    assert [c.op_name for c in found] == [c.op_name for c in whole]
+    assert len({c.name for c in found}) == len(found)
+    assert hash(found) == hash(whole)
+    assert pickle.loads(pickle.dumps(found)) == whole
+    assert found != whole[:-1] and found != whole[1:] + whole[:1]
+    with pytest.raises(IndexError):
+        found[len(found)]
+    counted = found.counted()
+    assert sum(n for _, n in counted) == len(found)
+    assert Counter({c._shared: n for c, n in counted}) == \
+        Counter(c._shared for c in whole)
+    firsts, seen = [], set()
+    for c in whole:
+        if id(c._shared) not in seen:
+            seen.add(id(c._shared))
+            firsts.append(c)
+    assert [c for c, _ in counted] == firsts and len(firsts) < len(found)
+    unnamed = PackedCollectives([("a", None, whole[0]._shared),
+                                 ("b", "", whole[0]._shared)])
+    assert [(c.name, c.op_name) for c in unnamed] == [("a", None), ("b", "")]
+    assert PackedCollectives([]) == () and not PackedCollectives([])
+    assert type(unnamed[0]) is PackedCollective
+
+
 def test_the_collectives_table_streamed_is_the_table():
     """The collectives table made line by line (cells shared by
     collectives alike) is `table()` of every row, including names that
@@ -387,7 +429,7 @@ def test_the_collectives_table_streamed_is_the_table():
     found = analysis.collectives(view, None, None)
     header = ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs",
               "source"]
-    for shown in (found, found[:3] + [dataclasses.replace(found[3])],
+    for shown in (found, list(found[:3]) + [dataclasses.replace(found[3])],
                   [_renamed(c, str(10 ** i)) for i, c in
                    enumerate(found[:5])]):
         rows = [text._collective_cells(c, False) for c in shown]

@@ -22,7 +22,7 @@ from irshard.collectives.loops import trip_count
 from irshard.core.errors import IRError
 from irshard.core.frames import Frame, SourceLocation, UserCode
 from irshard.core.specs import MeshSpec, lookup_dtype, shown
-from irshard.reporting.report import Collective, PackedCollective
+from irshard.reporting.report import Collective, PackedCollectives
 from irshard.xla import hlo
 from irshard.xla import replica_groups as rg
 from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
@@ -340,7 +340,7 @@ def _read_groups(inst: Instruction, printed: tuple[str, str],
 def collectives(view: HloModuleView, mesh: MeshSpec | None,
                 user_dir: str | None,
                 programs: dict[int, _Moved] | None = None,
-                cost=None) -> list[Collective]:
+                cost=None) -> PackedCollectives:
     """The collectives of `view` in program order. With `programs` (from
     `program_shapes` of the partitioned module), a collective the backend
     widened reports the program's own type and bytes, and the backend's type
@@ -349,13 +349,6 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
     resolver = UserCode(user_dir)
     devices = (mesh.num_devices if mesh
                else view.num_partitions * view.num_replicas)
-    result = []
-    alike: dict[tuple, tuple] = {}
-    # Collectives printed alike (`hlo.alike`: the same text but for name,
-    # operands, channel id and op_name) in the same loops report alike:
-    # what the first of them gave, by that key.
-    known: dict[tuple, tuple] = {}
-    release = getattr(view, "release", None)
     if programs:
         sites: Iterable[_Site] = list(_sites(view))
         owns: Iterable = _own_types([_found(view, site) for site in sites],
@@ -364,6 +357,20 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
         # Nothing to match across collectives: each is read, reported and
         # let go in turn.
         sites, owns = _sites(view), itertools.repeat(None)
+    return PackedCollectives(_packed(view, sites, owns, resolver, mesh, devices,
+                                     cost))
+
+
+def _packed(view: HloModuleView, sites: Iterable[_Site], owns: Iterable,
+            resolver: UserCode, mesh: MeshSpec | None, devices: int, cost
+            ) -> Iterator[tuple[str, str | None, tuple]]:
+    """(name, op_name, shared fields) of each collective of `sites`."""
+    alike: dict[tuple, tuple] = {}
+    # Collectives printed alike (`hlo.alike`: the same text but for name,
+    # operands, channel id and op_name) in the same loops report alike:
+    # what the first of them gave, by that key.
+    known: dict[tuple, tuple] = {}
+    release = getattr(view, "release", None)
     for site, own in zip(sites, owns):
         inst = site.inst
         printed = _alike_key(view, site)
@@ -372,7 +379,7 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
                    None if own is None else tuple(own))
             shared = known.get(key)
             if shared is not None:
-                result.append(PackedCollective.pack(inst.name, printed[1], shared))
+                yield inst.name, printed[1], shared
                 if release is not None:
                     release(inst)
                 continue
@@ -385,10 +392,9 @@ def collectives(view: HloModuleView, mesh: MeshSpec | None,
         if printed is not None and shared[8] == "metadata" \
                 and len(known) < _KNOWN_FORMS:
             known[key] = shared
-        result.append(PackedCollective.pack(inst.name, op_name, shared))
+        yield inst.name, op_name, shared
         if release is not None:
             release(inst)
-    return result
 
 
 # Distinct printed forms remembered: a module whose collectives all differ

@@ -306,5 +306,5 @@ def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None
         source=files.shown_path(source), function=None,
         stage_name=found.stage, mesh=mesh, platform=None,
         inputs=_parameters(view, mesh, found.sibling_text), outputs=(),
-        collectives=tuple(analysis.collectives(view, mesh, None)),
+        collectives=analysis.collectives(view, mesh, None),
         memory=None, module=found.label)

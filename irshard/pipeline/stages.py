@@ -192,8 +192,8 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             programs=None, module=None) -> CollectiveReport:
     target, profile = info.placement.target, info.placement.profile
     model = cost.CostModel.for_devices(target, profile, compiled.devices)
-    collectives = tuple(analysis.collectives(view, info.mesh, info.user_dir,
-                                             programs, model))
+    collectives = analysis.collectives(view, info.mesh, info.user_dir,
+                                       programs, model)
     memory = compiled.memory_stats()
     if profile.hbm_bytes:
         memory["capacity_bytes"] = profile.hbm_bytes

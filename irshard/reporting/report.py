@@ -6,9 +6,10 @@ same report always renders to the same bytes.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from irshard import STAGES
 from irshard.core.errors import UsageError
@@ -203,6 +204,111 @@ for _i, _field in enumerate(SHARED_FIELDS):
             property(lambda self, _i=_i: self._shared[_i]))
 del _i, _field
 
+_SET_NAMES = PackedCollective._names.__set__       # past the frozen __setattr__
+_SET_SHARED = PackedCollective._shared.__set__
+
+
+class PackedCollectives(Sequence):
+    """Many collectives as a report keeps them: their names and op_names in
+    long strings (`_CHUNK` collectives to a string), and of each the number
+    of the fields it shares with every collective alike. Reads as the tuple
+    of its `PackedCollective`s (made as they are read): equal to that
+    tuple, hashed as it, pickled as it."""
+
+    __slots__ = ("_texts", "_ends", "_which", "_shared")
+    _CHUNK = 1024
+
+    def __init__(self, items: Iterable[tuple[str, str | None, tuple]]):
+        """`items`: (name, op_name, shared) of each collective, `shared` as
+        `PackedCollective.pack` takes it."""
+        texts: list[str] = []
+        ends, which = array("I"), array("I")
+        shared: list[tuple] = []
+        numbers: dict[int, int] = {}        # id of a shared tuple kept here
+        pending: list[str] = []
+        end = 0
+        for name, op_name, fields_ in items:
+            number = numbers.get(id(fields_))
+            if number is None:
+                number = numbers[id(fields_)] = len(shared)
+                shared.append(fields_)
+            which.append(number)
+            text = name if op_name is None else f"{name}\0{op_name}"
+            pending.append(text)
+            end += len(text)
+            ends.append(end)
+            if len(pending) == self._CHUNK:
+                texts.append("".join(pending))
+                pending, end = [], 0
+        if pending:
+            texts.append("".join(pending))
+        self._texts, self._ends, self._which, self._shared = \
+            texts, ends, which, shared
+
+    def __len__(self) -> int:
+        return len(self._which)
+
+    def _item(self, i: int) -> PackedCollective:
+        chunk, k = divmod(i, self._CHUNK)
+        start = self._ends[i - 1] if k else 0
+        item = object.__new__(PackedCollective)
+        _SET_NAMES(item, self._texts[chunk][start:self._ends[i]])
+        _SET_SHARED(item, self._shared[self._which[i]])
+        return item
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self._item(k) for k in range(*i.indices(len(self))))
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("collective index out of range")
+        return self._item(i)
+
+    def __iter__(self) -> Iterator[PackedCollective]:
+        new, packed = object.__new__, PackedCollective
+        set_names, set_shared = _SET_NAMES, _SET_SHARED
+        ends, which, shared = self._ends, self._which, self._shared
+        i = 0
+        for text in self._texts:
+            start = 0
+            for i in range(i, min(i + self._CHUNK, len(ends))):
+                end = ends[i]
+                item = new(packed)
+                set_names(item, text[start:end])
+                set_shared(item, shared[which[i]])
+                yield item
+                start = end
+            i += 1
+
+    def counted(self) -> list[tuple[PackedCollective, int]]:
+        """Each distinct set of shared fields, as its first collective, and
+        how many collectives have it."""
+        counts = Counter(self._which)
+        first = {}
+        for i, number in enumerate(self._which):
+            if number not in first:
+                first[number] = i
+                if len(first) == len(counts):
+                    break
+        return [(self._item(first[number]), counts[number])
+                for number in sorted(first, key=first.get)]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (tuple, PackedCollectives)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)
+
 
 @dataclass(frozen=True)
 class CollectiveReport:
@@ -241,19 +347,24 @@ class CollectiveReport:
     results: Any = field(default=None, compare=False, repr=False)
 
     def totals(self) -> dict[str, Any]:
-        by_kind = Counter(c.kind for c in self.collectives)
+        counted = list(_counted(self.collectives))
+        by_kind: Counter = Counter()
+        for c, n in counted:
+            by_kind[c.kind] += n
         totals = {
             "count": len(self.collectives),
             "by_kind": {k: by_kind[k] for k in sorted(by_kind)},
-            "bytes_per_run": sum(c.bytes * c.executions for c in self.collectives),
-            "wire_bytes_per_run": sum(c.wire_bytes * c.executions
-                                      for c in self.collectives),
+            "bytes_per_run": sum(c.bytes * c.executions * n for c, n in counted),
+            "wire_bytes_per_run": sum(c.wire_bytes * c.executions * n
+                                      for c, n in counted),
         }
-        if any(c.time_s is not None for c in self.collectives) or \
+        if any(c.time_s is not None for c, _ in counted) or \
                 (self.collectives == () and self.target is not None):
+            # Added in program order, as floats add: the same bytes as
+            # ever.
             totals["time_s"] = sum((c.time_s or 0.0) * c.executions
                                    for c in self.collectives)
-        unknown = sum(not c.executions_known for c in self.collectives)
+        unknown = sum(n for c, n in counted if not c.executions_known)
         if unknown:
             # Loops whose trip count is unknown are counted once: the totals
             # are then lower bounds.
@@ -306,6 +417,13 @@ class CollectiveReport:
         return self.stages.text(name)
 
 
+def _counted(collectives: Sequence[Collective]) -> Iterable[tuple[Collective, int]]:
+    """(collective, how many are alike) of `collectives`: those that share
+    their fields once (`PackedCollectives.counted`), any other by itself."""
+    counted = getattr(collectives, "counted", None)
+    return counted() if counted is not None else ((c, 1) for c in collectives)
+
+
 def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
     """The mesh's axes; an explicit axis also says `"type": "explicit"`
     (axes the compiler propagates over, the default, say nothing)."""
@@ -326,10 +444,10 @@ def report_notes(report: CollectiveReport) -> list[str]:
     """The report's notes, and one for collectives a backend widened."""
     notes = list(report.notes)
     widened: dict[tuple[str, str], int] = {}
-    for c in report.collectives:
+    for c, n in _counted(report.collectives):
         if c.backend_dtype:
             key = (c.dtype, c.backend_dtype)
-            widened[key] = widened.get(key, 0) + 1
+            widened[key] = widened.get(key, 0) + n
     for (own, moved), n in sorted(widened.items()):
         where = report.platform or "this"
         notes.append(

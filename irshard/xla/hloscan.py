@@ -31,18 +31,23 @@ from irshard.xla.hlo import Instruction, StackFrameTable, operands_end, root_of
 T = TypeVar("T")
 
 # Lines the report reads, found by the literals they hold (a search for one
-# literal runs at memory speed; one pattern of many alternatives does not):
-# collectives and their async halves, anything that calls a computation
-# (`calls=%f`, `branch_computations={%a, %b}`), sends between slices, the
-# entry's parameters, the first printed mesh, and top-level lines
-# (computation headers and ends).
-_LITERALS = [re.compile(re.escape(literal)) for literal in (
-    b"=%", b"={%", b"-start(", b"-done(", b" all-", b" reduce-scatter(",
-    b" collective-", b" ragged-", b"_xla_megascale", b"mesh[",
-    b"\n%", b"\nENTRY", b"\n}")]
+# literal, or a few sharing their first or last bytes, runs at memory
+# speed; one pattern of many alternatives does not): collectives and their
+# async halves, anything that calls a computation (`calls=%f`,
+# `branch_computations={%a, %b}`), sends between slices, the entry's
+# parameters, the first printed mesh, and top-level lines (computation
+# headers and ends).
+_LITERALS = [re.compile(pattern) for pattern in (
+    rb"=\{?%", rb"-(?:start|done)\(",
+    rb" (?:all-|reduce-scatter\(|collective-|ragged-)", rb"_xla_megascale",
+    rb"mesh\[", rb"\n[%E}]")]
+_MESH = 4
 # An indented line that is not an instruction: a module XLA's parser is to
 # judge (and name what is wrong with).
 _NOT_INSTRUCTION = re.compile(rb"\n +(?! |(?:ROOT )?%?[\w.\-]+ = )")
+# Where to look for one: lines that start with neither `%` nor more space
+# (a root, a name printed without `%`, or something else).
+_UNUSUAL_START = re.compile(rb"\n +[^ %]")
 _COMPUTATION = re.compile(r"(ENTRY )?%?([\w.\-]+) \(.*\) -> .+ \{\s*$")
 
 # The entry's parameters: looked for in the entry only.
@@ -248,8 +253,10 @@ class ScannedModule:
         self._source = source
         self.computations: dict[str, _Computation] = {}
         self._named: dict[str, Instruction] = {}        # loops and calls
-        # Each collective's line (start, end) and its `-done`'s, or -1, -1.
+        # Each collective's line (start, end); an async one's `-done`'s by
+        # its number.
         self._spans = array("q")
+        self._dones: dict[int, tuple[int, int]] = {}
         self._pending: dict[bytes, int] = {}            # `-start`s not done
         self._loaded: dict[str, dict[str, Instruction]] = {}
         self._order: dict[str, list[Instruction]] = {}
@@ -280,6 +287,7 @@ class ScannedModule:
         prelude: list[str] = []
         current: _Computation | None = None
         first = True
+        match, spans = _COLLECTIVE_LINE.match, self._spans
         for offset, block in self._source.blocks():
             if first:
                 first = False
@@ -297,12 +305,15 @@ class ScannedModule:
                 current = self._top_level(block[:stop].decode("utf-8", "replace"),
                                           offset, offset + stop, current)
                 done = stop
-            odd = _NOT_INSTRUCTION.search(block)
+            odd = _UNUSUAL_START.search(block)
+            if odd is not None:
+                odd = _NOT_INSTRUCTION.search(block, odd.start())
             if odd is not None:
                 end = block.find(b"\n", odd.start() + 1)
                 raise NeedsParser(f"not an instruction: {block[odd.start() + 1:end][:80]!r}")
             found = [[m.start() for m in literal.finditer(block)]
                      for literal in _LITERALS]
+            meshes = bool(found[_MESH])
             entry_at = 0 if current is not None and current.entry \
                 else block.find(b"\nENTRY")
             if entry_at >= 0:
@@ -324,13 +335,18 @@ class ScannedModule:
                     current = self._top_level(line, offset + start, offset + stop,
                                               current)
                 elif current is not None:
-                    m = _COLLECTIVE_LINE.match(block, start)
-                    if m is not None and m.end() <= stop:
-                        self._collective(current, m, offset + start, offset + stop,
-                                         block.find(b"mesh[", start, stop) >= 0)
-                    else:
+                    m = match(block, start)
+                    if m is None or m.end() > stop:
                         self._keep(block[start:stop].decode("utf-8", "replace"),
                                    current, offset + start, offset + stop)
+                    elif meshes or m.group(2).endswith(b"-start"):
+                        self._collective(current, m, offset + start, offset + stop,
+                                         block.find(b"mesh[", start, stop) >= 0)
+                    else:                      # the most common line, at once
+                        current.codes.append(len(spans) >> 1)
+                        current.has_sites = True
+                        spans.append(offset + start)
+                        spans.append(offset + stop)
         if current is not None:
             raise NeedsParser(f"computation {current.name} is not closed")
         if not self.entry:
@@ -370,8 +386,8 @@ class ScannedModule:
     def _record(self, comp: _Computation, start: int, stop: int,
                 pending: bytes | None) -> None:
         """A collective's line; `pending`: the name its `-done` will take."""
-        number = len(self._spans) // 4
-        self._spans.extend((start, stop, -1, -1))
+        number = len(self._spans) >> 1
+        self._spans.extend((start, stop))
         comp.codes.append(number)
         comp.has_sites = True
         if pending is not None:
@@ -391,8 +407,7 @@ class ScannedModule:
             number = self._pending.pop(operands[0].encode(), None) \
                 if operands else None
             if number is not None:
-                self._spans[4 * number + 2] = start
-                self._spans[4 * number + 3] = stop
+                self._dones[number] = (start, stop)
             return
         if opcode == "parameter":
             if comp.entry:
@@ -438,16 +453,15 @@ class ScannedModule:
         comp = self.computations.get(computation)
         if comp is None:
             return
-        spans = self._spans
+        spans, dones = self._spans, self._dones
         for code in comp.codes:
             if code < 0:
                 yield comp.calls[-1 - code]
                 continue
-            start, stop, done_start, done_stop = spans[4 * code:4 * code + 4]
-            inst = _instruction(self._line(start, stop), computation)
-            if done_start >= 0:
-                inst.done = _instruction(self._line(done_start, done_stop),
-                                         computation)
+            inst = _instruction(self._line(spans[2 * code], spans[2 * code + 1]),
+                                computation)
+            if dones and code in dones:
+                inst.done = _instruction(self._line(*dones[code]), computation)
             yield inst
 
     def _line(self, start: int, stop: int) -> str:
