@@ -443,3 +443,27 @@ def _renamed(c, name):
     """`c` under another name (sharing its record)."""
     from irshard.reporting.report import PackedCollective
     return PackedCollective.pack(name, c.op_name, c._shared)
+
+
+def test_few_computations_are_held_read_whole(monkeypatch):
+    """A step simulated on the scan (every instruction of every computation
+    read, some many times) is the one XLA's objects give, also when the
+    scan holds no more than the computation in use and the one before it."""
+    from irshard.collectives import schedule
+    text = _generate([(kind, form, _GROUPS[form % len(_GROUPS)], form % 4, True)
+                      for kind in ("plain", "fusion", "call", "loop", "nested")
+                      for form in range(3)], True)
+    rates = schedule.Rates(peak_flops=1e12, memory_bandwidth=1e11, overhead_s=1e-6)
+
+    def step(view):
+        return schedule.simulate(view, rates,
+                                 lambda inst: (1e-5, inst.name)).to_json()
+
+    expected = step(HloModuleView.from_text(text))
+    assert expected["compute_s"] > 0 and expected["exposed_comm_s"] > 0
+    assert step(hloscan.ScannedModule.from_text(text)) == expected
+    monkeypatch.setattr(hloscan, "_LOADED_BYTES", 1)
+    view = hloscan.ScannedModule.from_text(text)
+    assert step(view) == expected
+    assert len(view._loaded) <= 2
+    assert _report(view, None) == _report(HloModuleView.from_text(text), None)

@@ -104,6 +104,26 @@ def test_a_loop_counts_every_trip_and_draws_the_first(trips):
         pytest.approx(found.step_s)
 
 
+@pytest.mark.parametrize("room", [14, 9, 0])
+def test_a_loop_the_timeline_has_no_room_for_is_summarized(monkeypatch, room):
+    """Iterations beyond the events left (a loop body of half a million
+    instructions) are not drawn but summarized, with the same step."""
+    whole = simulate(ASYNC, 4, 0.5)
+    before = sum(1 for e in whole.events if not e.iteration)    # exp, the gather
+    monkeypatch.setattr(schedule, "MAX_EVENTS", before + room)
+    found = simulate(ASYNC, 4, 0.5)
+    for field in ("step_s", "compute_s", "exposed_comm_s", "overlapped_comm_s",
+                  "flops", "bytes_accessed"):
+        assert getattr(found, field) == pytest.approx(getattr(whole, field))
+    drawn = {e.iteration for e in found.events if e.iteration and e.repeats == 1
+             and e.iteration[0] < 4}
+    # Seven instructions a body (three timed), at least one iteration drawn.
+    assert len(drawn) == max(1, room // 7)
+    [summary] = [e for e in found.events if e.repeats > 1]
+    assert summary.repeats == 4 - len(drawn)
+    assert len(found.events) <= before + room + 1
+
+
 def test_costs_count_as_xla_does():
     """A dot's flops are two per multiply-add; an elementwise op's one per
     element; a transcendental apart; bytes are what is read and written."""

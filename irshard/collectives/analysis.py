@@ -22,7 +22,7 @@ from irshard.collectives.loops import trip_count
 from irshard.core.errors import IRError
 from irshard.core.frames import Frame, SourceLocation, UserCode
 from irshard.core.specs import MeshSpec, lookup_dtype, shown
-from irshard.reporting.report import Collective, PackedCollectives
+from irshard.reporting.report import PackedCollectives
 from irshard.xla import hlo
 from irshard.xla import replica_groups as rg
 from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -301,6 +302,10 @@ class _Costs:
         return Cost(found.flops, found.transcendentals, self.memory(inst))
 
 
+# What the walk follows into the computations they call.
+_CALLERS = {"while", "call", "async-start", "conditional", "fusion"}
+
+
 class _Walk:
     def __init__(self, view: HloModuleView, rates: Rates,
                  collective_s: Callable[[Instruction], tuple[float, str | None]],
@@ -310,6 +315,7 @@ class _Walk:
         self.rates = rates
         self.collective_s = collective_s
         self.costs = _Costs(view)
+        self.timed: dict[str, array] = {}
         self.step = Step()
         self.now = 0.0             # the compute stream's clock
         self.comm_free = 0.0       # when the collective stream is free
@@ -336,12 +342,19 @@ class _Walk:
     def computation(self, name: str, iteration: tuple[int, ...], depth: int = 0):
         if depth > 64:
             return
-        for inst in self.view.instructions_of(name):
-            self.instruction(inst, iteration, depth)
+        body = self.view.instructions_of(name)
+        # Each instruction's seconds, work and bytes, worked out on its first
+        # run (a loop body runs many times): NaN until then.
+        timed = self.timed.get(name)
+        if timed is None or len(timed) != 3 * len(body):
+            timed = self.timed[name] = array("d", [math.nan]) * (3 * len(body))
+        for i, inst in enumerate(body):
+            self.instruction(inst, iteration, depth, timed, 3 * i)
 
-    def instruction(self, inst: Instruction, iteration, depth):
+    def instruction(self, inst: Instruction, iteration, depth, timed=None,
+                    at: int = 0):
         op = inst.opcode
-        called = dict(inst.called_computations())
+        called = dict(inst.called_computations()) if op in _CALLERS else {}
         if op == "while":
             self.loop(inst, called, iteration, depth)
             return
@@ -373,17 +386,22 @@ class _Walk:
             # Its arithmetic is unknown: timed by its memory traffic alone,
             # a lower bound the step reports apart.
             self.untimed.add((op, inst.computation, inst.name))
-            cost = Cost(bytes=self.costs.memory(inst))
+        if timed is not None and timed[at] == timed[at]:
+            seconds, work, moved = timed[at], timed[at + 1], timed[at + 2]
         else:
-            cost = self.costs.of(inst)
-        seconds = self.rates.seconds(cost.flops, cost.transcendentals, cost.bytes)
+            cost = Cost(bytes=self.costs.memory(inst)) if op == "custom-call" \
+                else self.costs.of(inst)
+            seconds = self.rates.seconds(cost.flops, cost.transcendentals, cost.bytes)
+            work, moved = cost.flops + cost.transcendentals, cost.bytes
+            if timed is not None:
+                timed[at], timed[at + 1], timed[at + 2] = seconds, work, moved
         self.event(inst, "compute", self.now, seconds, iteration)
         self.now += seconds
         self.step.compute_s += seconds
         if op == "custom-call":
             self.step.untimed_s += seconds
-        self.step.flops += cost.flops + cost.transcendentals
-        self.step.bytes_accessed += cost.bytes
+        self.step.flops += work
+        self.step.bytes_accessed += moved
 
     def collective(self, inst, iteration):
         seconds, name = self.collective_s(_wrapped(self.view, inst) or inst)
@@ -433,6 +451,13 @@ class _Walk:
         # One iteration past the drawn ones is drawn too: a summary holds two
         # or more.
         drawn = trips if trips <= DRAWN_TRIPS + 1 else DRAWN_TRIPS
+        if self.draw and drawn > 1:
+            # No more iterations drawn than the timeline has room for: those
+            # it could not show are summarized.
+            room = MAX_EVENTS - len(self.step.events)
+            size = len(self.view.instructions_of(body))
+            if size * drawn > room:
+                drawn = max(1, room // max(1, size))
         for i in range(drawn):
             self.computation(cond, iteration + (i,), depth + 1)
             self.computation(body, iteration + (i,), depth + 1)

@@ -4,6 +4,7 @@ and the checks of device lists that stand before XLA's parsers."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -94,11 +95,19 @@ def _nested(depth: int) -> str:
     return inner
 
 
-_INNER = _nested(5)
-_ATTRIBUTE = re.compile(
-    r', ([a-z_][a-z0-9_]*)=((?:[^,()\[\]{}"\s]++|' + _QUOTED + r'|\((?:'
-    + _INNER + r')*+\)|\[(?:' + _INNER + r')*+\]|\{(?:' + _INNER
-    + r')*+\}| (?![a-z_][a-z0-9_]*=))++)')
+@functools.cache
+def _attribute(depth: int) -> re.Pattern:
+    """One attribute with values nested `depth` + 1 brackets deep."""
+    inner = _nested(depth)
+    return re.compile(
+        r', ([a-z_][a-z0-9_]*)=((?:[^,()\[\]{}"\s]++|' + _QUOTED + r'|\((?:'
+        + inner + r')*+\)|\[(?:' + inner + r')*+\]|\{(?:' + inner
+        + r')*+\}| (?![a-z_][a-z0-9_]*=))++)')
+
+
+# A shallow pattern reads most lines; the deep one (tens of milliseconds to
+# compile, megabytes to hold) is made for the first line that needs it.
+_DEPTHS = (2, 5)
 
 
 def attribute_pairs(text: str, pos: int = 0) -> dict[str, str] | None:
@@ -106,8 +115,16 @@ def attribute_pairs(text: str, pos: int = 0) -> dict[str, str] | None:
     attribute is a plain `key=value` with no top-level comma inside the
     value; None where the text needs `split_top_level` (what it returns
     then is what a split gives)."""
+    for depth in _DEPTHS:
+        attrs = _pairs(_attribute(depth), text, pos)
+        if attrs is not None:
+            return attrs
+    return None
+
+
+def _pairs(pattern: re.Pattern, text: str, pos: int) -> dict[str, str] | None:
     attrs: dict[str, str] = {}
-    for m in _ATTRIBUTE.finditer(text, pos):
+    for m in pattern.finditer(text, pos):
         if m.start() != pos:
             return None
         attrs[m.group(1)] = m.group(2)

@@ -12,10 +12,9 @@ import os
 from typing import Callable, Iterator, Sequence
 
 from irshard import REPORT_STAGES, backend
-from irshard.collectives import dumps, explain as explaining
+from irshard.collectives import dumps
 from irshard.core.errors import UsageError
 from irshard.core.specs import MeshSpec
-from irshard.pipeline import diff, htmlreport
 from irshard.reporting import text, writer
 from irshard.reporting.report import SCHEMA
 from irshard.reporting.text import render_text_pieces
@@ -67,6 +66,7 @@ def report(lowered, compiled, stage: str, explain: bool):
     read = compiled.partitioned() if stage == "partitioned" else compiled
     found = read.report()
     if explain:
+        from irshard.collectives import explain as explaining
         found = explaining.explained(found, lowered, read)
     return found
 
@@ -74,6 +74,7 @@ def report(lowered, compiled, stage: str, explain: bool):
 def render(report, fmt: str, compiled=None, fold: bool = False):
     """The report as `fmt` (text, json, html), in pieces where it can be."""
     if fmt == "html":
+        from irshard.pipeline import htmlreport
         return htmlreport.render_report(report, compiled)
     return writer.render_json_pieces(report) if fmt == "json" \
         else text.render_text_pieces(report, fold)
@@ -106,6 +107,7 @@ def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str):
 
 def _one_page(path: str, stage: str, reports) -> str:
     """The HTML page of the one sharded module among `reports`."""
+    from irshard.pipeline import diff, htmlreport
 
     def sharded(r):
         return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)

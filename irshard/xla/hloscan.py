@@ -77,8 +77,11 @@ _COLLECTIVE_LINE = re.compile(
     rb"|ragged-all-to-all|collective-permute(?:-start)?|collective-broadcast)\(")
 _CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
               "true_computation", "false_computation", "called_computations")
-_BLOCK = 2 << 20
-_WINDOW = 1 << 20       # bytes read at once when lines are read back
+_BLOCK = 1 << 19
+# The text of computations held read whole at once (their instructions take
+# a few times as much).
+_LOADED_BYTES = 16 << 20
+_WINDOW = 1 << 18       # bytes read at once when lines are read back
 
 
 class NeedsParser(Exception):
@@ -258,8 +261,12 @@ class ScannedModule:
         self._spans = array("q")
         self._dones: dict[int, tuple[int, int]] = {}
         self._pending: dict[bytes, int] = {}            # `-start`s not done
+        # Computations read whole, most recently used last, and the bytes
+        # of their text.
         self._loaded: dict[str, dict[str, Instruction]] = {}
         self._order: dict[str, list[Instruction]] = {}
+        self._loaded_bytes = 0
+        self._users_known: set[str] = set()
         self.header = ""
         self.printed_mesh: str | None = None
         self.entry = ""
@@ -479,10 +486,13 @@ class ScannedModule:
         inst = self._named.get(name)
         if inst is not None and inst.computation == computation:
             return inst
-        return self._load(computation).get(name)
+        found = self._load(computation).get(name)
+        if found is None and "#" in name:            # a tuple's element
+            found = self._linked(computation).get(name)
+        return found
 
     def users(self, inst: Instruction) -> list[Instruction]:
-        table = self._load(inst.computation)
+        table = self._linked(inst.computation)
         full = table.get(inst.name)
         return [table[u] for u in full.users] if full is not None else []
 
@@ -500,6 +510,9 @@ class ScannedModule:
     def _load(self, computation: str) -> dict[str, Instruction]:
         table = self._loaded.get(computation)
         if table is not None:
+            if next(reversed(self._loaded)) != computation:
+                del self._loaded[computation]          # now the most recent
+                self._loaded[computation] = table
             return table
         comp = self.computations.get(computation)
         table, order = {}, []
@@ -511,19 +524,42 @@ class ScannedModule:
                 inst = _instruction(line, computation)
                 table[inst.name] = inst
                 order.append(inst)
-            for inst in order:
-                for operand in inst.operands:
-                    if "#" in operand and operand not in table:
-                        element = _tuple_element(table, operand)
-                        if element is not None:
-                            table[operand] = element
-                            table[element.operands[0]].users.append(operand)
-                for operand in dict.fromkeys(inst.operands):
-                    if operand in table:
-                        table[operand].users.append(inst.name)
-        if len(self._loaded) > 64:          # keep memory bounded
-            self._loaded.clear()
-            self._order.clear()
+        # Memory stays bounded: the least recently used go first, never the
+        # one in use before this (a loop body being walked, whose
+        # instructions this one's caller asks about next).
+        size = comp.end - comp.start if comp is not None else 0
+        while self._loaded_bytes + size > _LOADED_BYTES and len(self._loaded) > 1:
+            oldest = next(iter(self._loaded))
+            self._forget(oldest)
         self._loaded[computation] = table
         self._order[computation] = order
+        self._loaded_bytes += size
         return table
+
+    def _linked(self, computation: str) -> dict[str, Instruction]:
+        """`_load`, with each instruction's users, and the elements of
+        tuples that operands name (`%t#1`) as instructions: made when first
+        asked for (a walk in program order needs neither)."""
+        table = self._load(computation)
+        if computation in self._users_known:
+            return table
+        for inst in self._order[computation]:
+            for operand in inst.operands:
+                if "#" in operand and operand not in table:
+                    element = _tuple_element(table, operand)
+                    if element is not None:
+                        table[operand] = element
+                        table[element.operands[0]].users.append(operand)
+            for operand in dict.fromkeys(inst.operands):
+                if operand in table:
+                    table[operand].users.append(inst.name)
+        self._users_known.add(computation)
+        return table
+
+    def _forget(self, computation: str) -> None:
+        self._users_known.discard(computation)
+        del self._loaded[computation]
+        del self._order[computation]
+        comp = self.computations.get(computation)
+        if comp is not None:
+            self._loaded_bytes -= comp.end - comp.start
