@@ -17,11 +17,20 @@ and times as whole processes:
   - XLA's own parser reading the same text (`hlo_module_from_text`),
 
 printing for each size the seconds, their ratios, seconds per million lines
-and each process's peak memory, beside the file's size.
+and each process's peak memory, beside the file's size; and the report's
+own memory: the peak less that of the same command on a module of a few
+lines (the interpreter and irshard's code), over the file's size.
+
+Then `irshard compile`'s report of a dense program (a training step whose
+unrolled layers sit in a loop over microbatches, with its gradient), in one
+process: after JAX's lower and compile, the report of the optimized module
+(collectives, the simulated step; text and JSON written) against XLA's
+parse of that module's text, and the report's peak Python memory against
+the text's size.
 
     python benchmarks/large_modules.py
     python benchmarks/large_modules.py --lines 100000,1000000 --runs 3
-    python benchmarks/large_modules.py --density dense
+    python benchmarks/large_modules.py --density dense --layers 0
     python benchmarks/large_modules.py path/to/module.after_optimizations.txt
 """
 
@@ -274,7 +283,17 @@ def _measure(command: list[str]) -> tuple[float, int]:
     return seconds, usage.ru_maxrss * 1024
 
 
-def _row(label: str, path: str, runs: int) -> None:
+def _baseline(tmp: str) -> int:
+    """Peak memory of `irshard collectives` on a module of a few lines."""
+    path = os.path.join(tmp, "tiny.hlo")
+    generate_dense(200, path)
+    peak = max(_measure([sys.executable, "-m", "irshard", "collectives", path,
+                         "--format", fmt])[1] for fmt in ("text", "json"))
+    os.remove(path)
+    return peak
+
+
+def _row(label: str, path: str, runs: int, baseline: int) -> None:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         lines = sum(1 for _ in f)
@@ -295,7 +314,92 @@ def _row(label: str, path: str, runs: int) -> None:
           f"{t['json']:>7.2f} {t['xla']:>7.2f} {t['text'] / t['xla']:>6.2f} "
           f"{t['json'] / t['xla']:>6.2f} {t['text'] / lines * 1e6:>8.2f} "
           f"{m['text'] / mib:>7.0f} {m['json'] / mib:>7.0f} {m['xla'] / mib:>7.0f} "
-          f"{max(m['text'], m['json']) / size:>6.2f}")
+          f"{max(m['text'], m['json']) / size:>8.2f} "
+          f"{(max(m['text'], m['json']) - baseline) / size:>8.2f}")
+
+
+# A training step whose unrolled layers sit in a loop over microbatches,
+# each weight sharded over the mesh (an all-gather a layer, its gradient's
+# reduce-scatter).
+DENSE_PROGRAM = """
+import jax
+import jax.numpy as jnp
+
+LAYERS = {layers}
+
+
+def step(params, batch):
+    def micro(i, acc):
+        h = batch[i]
+        for w in params:
+            h = jnp.tanh(h @ w)
+        return acc + jnp.sum(h)
+    return jax.lax.fori_loop(0, batch.shape[0], micro, 0.0)
+
+
+def example_args():
+    return ([jax.ShapeDtypeStruct((256, 256), jnp.float32)] * LAYERS,
+            jax.ShapeDtypeStruct((4, 64, 256), jnp.float32))
+"""
+
+# Compiles the program as `irshard compile` does, then times the report and
+# XLA's parse of the module the report reads; prints one JSON line.
+_COMPILE_REPORT = """
+import json, os, statistics, sys, time, tracemalloc
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+from irshard import backend, frontend
+from irshard.pipeline import output
+path, runs = sys.argv[1], int(sys.argv[2])
+source = frontend.Source(path, mesh="x=4", fn="step", args_fn="example_args",
+                         shards=("params/*=x,_", "batch=_,x,_"), grad=("params",))
+lowered = frontend.load(source)
+_, compiled = output.emit(lowered, [], "optimized", False)
+text = compiled.as_text()
+
+
+def report():
+    found = output.report(lowered, compiled, "optimized", False)
+    for fmt in ("text", "json"):
+        for _ in output.render(found, fmt, compiled):
+            pass
+    return found
+
+
+def xla():
+    backend.hlo_module_from_text(text)
+
+
+found = report()                                   # each warmed once
+xla()
+seconds = {"report": [], "xla": []}
+for _ in range(runs):
+    for what in (report, xla):
+        start = time.perf_counter()
+        what()
+        seconds[what.__name__].append(time.perf_counter() - start)
+times = {k: statistics.median(v) for k, v in seconds.items()}
+tracemalloc.start()
+report()
+peak = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"lines": text.count(chr(10)), "bytes": len(text),
+                  "collectives": len(found.collectives), "peak": peak, **times}))
+"""
+
+
+def _compile_row(layers: int, tmp: str, runs: int) -> None:
+    import json
+    path = os.path.join(tmp, f"dense_program_{layers}.py")
+    with open(path, "w") as f:
+        f.write(DENSE_PROGRAM.format(layers=layers))
+    done = subprocess.run([sys.executable, "-c", _COMPILE_REPORT, path, str(runs)],
+                          capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"compiling {layers} layers failed:\n{done.stderr}")
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    mib = 1024 * 1024
+    print(f"{layers:>7} {r['lines']:>8} {r['collectives']:>7} {r['bytes'] / mib:>6.1f} "
+          f"{r['report']:>7.2f} {r['xla']:>6.2f} {r['report'] / r['xla']:>6.2f} "
+          f"{r['peak'] / mib:>6.1f} {r['peak'] / r['bytes']:>8.2f}")
 
 
 def _count_collectives(path: str) -> int:
@@ -313,26 +417,43 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--density", default="sparse,dense",
                         help="which generated modules (default %(default)s)")
+    parser.add_argument("--layers", default="64,256",
+                        help="unrolled layers of the dense programs compiled "
+                             "(default %(default)s; 0: none)")
     args = parser.parse_args()
     print(f"runs: {args.runs} of each, in turn, whole processes; seconds are "
           "medians, memory the peak resident set (MiB)")
     print("text, json: irshard collectives FILE [--format json]; xla: XLA's "
           "parser reading FILE; ratios against xla")
-    print("mem/file: the larger peak (text or json) over the file's size")
-    print(f"{'module':>12} {'lines':>9} {'colls':>8} {'MiB':>7} {'text':>7} {'json':>7} "
-          f"{'xla':>7} {'ratio':>6} {'json':>6} {'s/Mline':>8} {'mem':>7} "
-          f"{'json':>7} {'xla':>7} {'mem/file':>6}")
+    print("mem/file: the larger peak (text or json) over the file's size; "
+          "own/file: that peak less an empty report's, over the file's size")
     with tempfile.TemporaryDirectory(prefix="irshard-bench-") as tmp:
+        baseline = _baseline(tmp)
+        print(f"an empty report's peak: {baseline / 2**20:.0f} MiB")
+        print(f"{'module':>12} {'lines':>9} {'colls':>8} {'MiB':>7} {'text':>7} "
+              f"{'json':>7} {'xla':>7} {'ratio':>6} {'json':>6} {'s/Mline':>8} "
+              f"{'mem':>7} {'json':>7} {'xla':>7} {'mem/file':>8} {'own/file':>8}")
         for density in (d for d in args.density.split(",") if d):
             if density not in _GENERATORS:
                 parser.error(f"--density {density}: give sparse, dense or both")
             for n in (int(x) for x in args.lines.split(",") if x):
                 path = os.path.join(tmp, f"gen_{n}.hlo")
                 _generate_quietly(density, n, path)
-                _row(f"{n // 1000}k {density}", path, args.runs)
+                _row(f"{n // 1000}k {density}", path, args.runs, baseline)
                 os.remove(path)
-    for path in args.dumps:
-        _row(os.path.basename(path)[:10], path, args.runs)
+        for path in args.dumps:
+            _row(os.path.basename(path)[:10], path, args.runs, baseline)
+        layers = [int(x) for x in args.layers.split(",") if x and int(x) > 0]
+        if layers:
+            print()
+            print("compile's report of a dense program (medians of "
+                  f"{args.runs}): report = collectives and the simulated step, "
+                  "text and JSON written; xla = XLA's parse of the optimized "
+                  "module's text; mem = the report's peak Python memory")
+            print(f"{'layers':>7} {'lines':>8} {'colls':>7} {'MiB':>6} {'report':>7} "
+                  f"{'xla':>6} {'ratio':>6} {'mem':>6} {'mem/text':>8}")
+            for n in layers:
+                _compile_row(n, tmp, args.runs)
 
 
 if __name__ == "__main__":

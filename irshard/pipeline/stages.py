@@ -22,7 +22,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from irshard import backend
 from irshard.collectives import analysis, findings, schedule
@@ -237,11 +237,13 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
         view, UserCode(info.user_dir)))
 
 
-def _read(text: str, parsed, use):
-    """`use` of the module as the report reads it: scanned from its text,
-    or `parsed()` (XLA's objects) for a form the scan does not read."""
-    return hloscan.read(lambda: hloscan.ScannedModule.from_text(text), parsed,
-                        use)
+def _read(text_of: Callable[[], str], parsed, use):
+    """`use` of the module as the report reads it: scanned from its text
+    (`text_of()`, held only as long as it is encoded), or `parsed()`
+    (XLA's objects) for a form the scan does not read."""
+    return hloscan.read(
+        lambda: hloscan.ScannedModule.from_bytes(text_of().encode("utf-8")),
+        parsed, use)
 
 
 @dataclass(frozen=True, eq=False)
@@ -265,7 +267,7 @@ class Partitioned(Stage):
 
     def read(self, use):
         """`use` of what the report reads of the partitioned module."""
-        return _read(self.text, self.view, use)
+        return _read(lambda: self.text, self.view, use)
 
     def report(self) -> CollectiveReport:
         return self.read(lambda view: _report(self.info, self.name, view,
@@ -310,7 +312,7 @@ class Optimized(Stage):
         programs = None
         if self.info.platform == "cpu" and self.compiled.partitioned_text:
             programs = self.partitioned().read(analysis.program_shapes)
-        return _read(self.as_text(), lambda: self._view,
+        return _read(self.as_text, lambda: self._view,
                      lambda view: _report(self.info, self.name, view,
                                           self.compiled, programs, self.module))
 

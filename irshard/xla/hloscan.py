@@ -80,7 +80,7 @@ _CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
 _BLOCK = 1 << 19
 # The text of computations held read whole at once (their instructions take
 # a few times as much).
-_LOADED_BYTES = 16 << 20
+_LOADED_BYTES = 2 << 20
 _WINDOW = 1 << 18       # bytes read at once when lines are read back
 
 
@@ -286,7 +286,13 @@ class ScannedModule:
 
     @classmethod
     def from_text(cls, text: str) -> "ScannedModule":
-        return cls(_Source(data=text.encode("utf-8")))
+        return cls.from_bytes(text.encode("utf-8"))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ScannedModule":
+        """The module printed as UTF-8 `data` (which the caller may hold
+        alone, its text let go)."""
+        return cls(_Source(data=data))
 
     # -- the scan ----------------------------------------------------------
 
