@@ -7,7 +7,7 @@ import pytest
 
 from irshard.collectives import analysis
 from irshard.collectives import loops
-from irshard.xla.hlo import (ArrayShape, HloModuleView, StackFrameTable,
+from irshard.xla.hlo import (ArrayShape, HloModuleView, Instruction, StackFrameTable,
                          opcode_name, parse_instruction_text, parse_metadata,
                          parse_shape, shape_bytes)
 from irshard.core.specs import parse_mesh
@@ -400,6 +400,15 @@ def test_every_line_of_the_suites_modules_reads_as_the_split_reads_it():
     assert len(lines) > 40
     for line in lines:
         assert parse_instruction_text(line) == _parse_instruction_slowly(line), line
+    # What an instruction calls, read with and without its attributes parsed.
+    calling = 0
+    for line in lines + _PRINTED_FORMS:
+        quick = Instruction("i", "op", "c", [], [], line.strip())
+        parsed = Instruction("i", "op", "c", [], [], line.strip())
+        parsed.attrs
+        assert quick.called_computations() == parsed.called_computations(), line
+        calling += bool(quick.called_computations())
+    assert calling > 10
 
 
 def load_text_reprinted(text: str) -> str | None:

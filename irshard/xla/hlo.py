@@ -131,6 +131,9 @@ def parse_metadata(text: str) -> dict[str, str]:
 _CALLED_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
                 "true_computation", "false_computation", "called_computations")
 _CALLS_SOMETHING = re.compile("(?:" + "|".join(_CALLED_KEYS) + ")=")
+_CALL_ATTRIBUTE = re.compile(r"(?:, |\)\s*)(" + "|".join(_CALLED_KEYS)
+                             + r")=(\{[^}\"]*\}|%?[\w.\-]+)")
+_CALLEE = re.compile(r"%?([\w.\-]+)")
 
 
 class Instruction:
@@ -177,6 +180,11 @@ class Instruction:
 
     @property
     def shape(self) -> Shape:
+        if self._parsed is None and "/*" not in self.text:
+            # Its head alone, where that reads (most of what a walk asks).
+            m = _HEAD.match(self.text)
+            if m is not None:
+                return shape_of_text(m.group(2))
         return self._parse()[0]
 
     @property
@@ -214,6 +222,17 @@ class Instruction:
         """(attribute, computation) pairs, in printed order."""
         if _CALLS_SOMETHING.search(self.text) is None:
             return []
+        if self._parsed is None:
+            # Read without parsing every attribute where they are printed
+            # before any string (which could hold anything).
+            quote = self.text.find('"')
+            end = quote if quote >= 0 else len(self.text)
+            if _CALLS_SOMETHING.search(self.text, end) is None:
+                found = {m.group(1): m.group(2)
+                         for m in _CALL_ATTRIBUTE.finditer(self.text, 0, end)}
+                if found:
+                    return [(key, name) for key in _CALLED_KEYS if key in found
+                            for name in _CALLEE.findall(found[key])]
         result = []
         for key in _CALLED_KEYS:
             if key in self.attrs:
