@@ -222,7 +222,18 @@ def _callees(line: str, pos: int) -> tuple[tuple[str, str], ...]:
                  for name in _CALLEE.findall(found[key]))
 
 
+# An instruction line's head and flat operand list, in one match.
+_LINE = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
+                   r" +([a-z][a-z0-9\-]*)(?:\(([^()\"]*)\))?")
+
+
 def _instruction(line: str, computation: str) -> Instruction:
+    m = _LINE.match(line)
+    if m is not None and (m.group(4) is not None or not line.startswith("(", m.end())):
+        operands = m.group(4)
+        return Instruction(name=m.group(2), opcode=m.group(3), computation=computation,
+                           operands=_OPERAND.findall(operands) if operands else [],
+                           users=[], text=line.strip(), root=m.group(1) is not None)
     root, name, opcode, pos = _head(line)
     close = operands_end(line, pos)
     operands = _OPERAND.findall(line, pos, close + 1) if close >= pos else []
