@@ -347,24 +347,24 @@ class CollectiveReport:
     results: Any = field(default=None, compare=False, repr=False)
 
     def totals(self) -> dict[str, Any]:
-        counted = list(_counted(self.collectives))
+        alike = list(counted(self.collectives))
         by_kind: Counter = Counter()
-        for c, n in counted:
+        for c, n in alike:
             by_kind[c.kind] += n
         totals = {
             "count": len(self.collectives),
             "by_kind": {k: by_kind[k] for k in sorted(by_kind)},
-            "bytes_per_run": sum(c.bytes * c.executions * n for c, n in counted),
+            "bytes_per_run": sum(c.bytes * c.executions * n for c, n in alike),
             "wire_bytes_per_run": sum(c.wire_bytes * c.executions * n
-                                      for c, n in counted),
+                                      for c, n in alike),
         }
-        if any(c.time_s is not None for c, _ in counted) or \
+        if any(c.time_s is not None for c, _ in alike) or \
                 (self.collectives == () and self.target is not None):
             # Added in program order, as floats add: the same bytes as
             # ever.
             totals["time_s"] = sum((c.time_s or 0.0) * c.executions
                                    for c in self.collectives)
-        unknown = sum(n for c, n in counted if not c.executions_known)
+        unknown = sum(n for c, n in alike if not c.executions_known)
         if unknown:
             # Loops whose trip count is unknown are counted once: the totals
             # are then lower bounds.
@@ -417,9 +417,10 @@ class CollectiveReport:
         return self.stages.text(name)
 
 
-def _counted(collectives: Sequence[Collective]) -> Iterable[tuple[Collective, int]]:
+def counted(collectives: Sequence[Collective]) -> Iterable[tuple[Collective, int]]:
     """(collective, how many are alike) of `collectives`: those that share
-    their fields once (`PackedCollectives.counted`), any other by itself."""
+    their fields once (`PackedCollectives.counted`), any other by itself;
+    for questions of every collective that its name does not answer."""
     counted = getattr(collectives, "counted", None)
     return counted() if counted is not None else ((c, 1) for c in collectives)
 
@@ -444,7 +445,7 @@ def report_notes(report: CollectiveReport) -> list[str]:
     """The report's notes, and one for collectives a backend widened."""
     notes = list(report.notes)
     widened: dict[tuple[str, str], int] = {}
-    for c, n in _counted(report.collectives):
+    for c, n in counted(report.collectives):
         if c.backend_dtype:
             key = (c.dtype, c.backend_dtype)
             widened[key] = widened.get(key, 0) + n

@@ -8,7 +8,7 @@ from typing import Iterator, Sequence
 
 from irshard.core.specs import format_shape
 from irshard.reporting.report import (Collective, CollectiveReport, TensorInfo,
-                                      memory_in_use, report_notes)
+                                      counted, memory_in_use, report_notes)
 
 
 def human_time(seconds: float) -> str:
@@ -223,7 +223,7 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
         lines.append("collectives: none")
     else:
         lines.append("collectives")
-        timed = any(c.time_s is not None for c in report.collectives)
+        timed = any(c.time_s is not None for c, _ in counted(report.collectives))
         shown = report.collectives
         if limit is not None and len(shown) > limit:
             # The heaviest (bytes per run), in program order.
@@ -240,7 +240,7 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
         lines += fold_note(len(shown), len(report.collectives), "collectives")
         if limit is not None and len(report.collectives) > limit:
             lines += _by_source_lines(report.collectives, limit)
-        if any(c.why is not None for c in report.collectives):
+        if any(c.why is not None for c, _ in counted(report.collectives)):
             lines += ["", "why"]
             for c in report.collectives:
                 if c.why is not None:
