@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from irshard.collectives.loops import trip_count
 from irshard.core.errors import IRError
@@ -143,8 +144,7 @@ def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
 # Collectives
 
 
-@dataclass(frozen=True)
-class _Site:
+class _Site(NamedTuple):
     inst: Instruction
     loops: tuple[int | None, ...]
     is_async: bool
