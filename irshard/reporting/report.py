@@ -168,11 +168,7 @@ class PackedCollective(Collective):
              shared: tuple) -> "PackedCollective":
         """`shared`: the values of `SHARED_FIELDS`, in order (give the same
         tuple object to collectives alike)."""
-        self = object.__new__(cls)
-        object.__setattr__(self, "_names",
-                           name if op_name is None else f"{name}\0{op_name}")
-        object.__setattr__(self, "_shared", shared)
-        return self
+        return _made(_joined(name, op_name), shared)
 
     @property
     def name(self) -> str:
@@ -208,6 +204,18 @@ _SET_NAMES = PackedCollective._names.__set__       # past the frozen __setattr__
 _SET_SHARED = PackedCollective._shared.__set__
 
 
+def _joined(name: str, op_name: str | None) -> str:
+    """A `PackedCollective`'s name and op_name as its one string."""
+    return name if op_name is None else f"{name}\0{op_name}"
+
+
+def _made(names: str, shared: tuple) -> PackedCollective:
+    item = object.__new__(PackedCollective)
+    _SET_NAMES(item, names)
+    _SET_SHARED(item, shared)
+    return item
+
+
 class PackedCollectives(Sequence):
     """Many collectives as a report keeps them: their names and op_names in
     long strings (`_CHUNK` collectives to a string), and of each the number
@@ -233,7 +241,7 @@ class PackedCollectives(Sequence):
                 number = numbers[id(fields_)] = len(shared)
                 shared.append(fields_)
             which.append(number)
-            text = name if op_name is None else f"{name}\0{op_name}"
+            text = _joined(name, op_name)
             pending.append(text)
             end += len(text)
             ends.append(end)
@@ -251,10 +259,8 @@ class PackedCollectives(Sequence):
     def _item(self, i: int) -> PackedCollective:
         chunk, k = divmod(i, self._CHUNK)
         start = self._ends[i - 1] if k else 0
-        item = object.__new__(PackedCollective)
-        _SET_NAMES(item, self._texts[chunk][start:self._ends[i]])
-        _SET_SHARED(item, self._shared[self._which[i]])
-        return item
+        return _made(self._texts[chunk][start:self._ends[i]],
+                     self._shared[self._which[i]])
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -267,6 +273,7 @@ class PackedCollectives(Sequence):
         return self._item(i)
 
     def __iter__(self) -> Iterator[PackedCollective]:
+        # `_made`, inlined: a report walks its collectives several times.
         new, packed = object.__new__, PackedCollective
         set_names, set_shared = _SET_NAMES, _SET_SHARED
         ends, which, shared = self._ends, self._which, self._shared

@@ -131,6 +131,25 @@ def parse_metadata(text: str) -> dict[str, str]:
 _CALLED_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
                 "true_computation", "false_computation", "called_computations")
 _CALLS_SOMETHING = re.compile("(?:" + "|".join(_CALLED_KEYS) + ")=")
+def printed_calls(text: str) -> list[tuple[str, str]] | None:
+    """`Instruction.called_computations` of a printed instruction, read
+    without parsing every attribute where the calls are printed before any
+    string (which could hold anything); None where one may follow a string
+    (the attributes are then to be parsed)."""
+    quote = text.find('"')
+    end = quote if quote >= 0 else len(text)
+    if _CALLS_SOMETHING.search(text, end) is not None:
+        return None
+    return _calls_in({m.group(1): m.group(2)
+                      for m in _CALL_ATTRIBUTE.finditer(text, 0, end)})
+
+
+def _calls_in(attrs: dict[str, str]) -> list[tuple[str, str]]:
+    """(attribute, computation) pairs of attributes, in printed order."""
+    return [(key, name) for key in _CALLED_KEYS if key in attrs
+            for name in _CALLEE.findall(attrs[key])]
+
+
 _CALL_ATTRIBUTE = re.compile(r"(?:, |\)\s*)(" + "|".join(_CALLED_KEYS)
                              + r")=(\{[^}\"]*\}|%?[\w.\-]+)")
 _CALLEE = re.compile(r"%?([\w.\-]+)")
@@ -223,22 +242,10 @@ class Instruction:
         if _CALLS_SOMETHING.search(self.text) is None:
             return []
         if self._parsed is None:
-            # Read without parsing every attribute where they are printed
-            # before any string (which could hold anything).
-            quote = self.text.find('"')
-            end = quote if quote >= 0 else len(self.text)
-            if _CALLS_SOMETHING.search(self.text, end) is None:
-                found = {m.group(1): m.group(2)
-                         for m in _CALL_ATTRIBUTE.finditer(self.text, 0, end)}
-                if found:
-                    return [(key, name) for key in _CALLED_KEYS if key in found
-                            for name in _CALLEE.findall(found[key])]
-        result = []
-        for key in _CALLED_KEYS:
-            if key in self.attrs:
-                for name in re.findall(r"%?([\w.\-]+)", self.attrs[key]):
-                    result.append((key, name))
-        return result
+            found = printed_calls(self.text)
+            if found:
+                return found
+        return _calls_in(self.attrs)
 
     def __repr__(self) -> str:
         return f"Instruction({self.text!r})"

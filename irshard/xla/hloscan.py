@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 from irshard.core.syntax import matching_bracket
-from irshard.xla.hlo import Instruction, StackFrameTable, operands_end, root_of
+from irshard.xla.hlo import (Instruction, StackFrameTable, operands_end,
+                              printed_calls, root_of)
 
 T = TypeVar("T")
 
@@ -58,7 +59,6 @@ _OPCODE = re.compile(r"[a-z][a-z0-9\-]*")
 # (`%param.1#0`: how jaxlib 0.11 on prints a get-tuple-element folded into
 # its user).
 _OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)?)")
-_CALLEE = re.compile(r"%?([\w.\-]+)")
 
 # `-start`/`-done` opcodes of their own (not generic async sugar).
 _OWN_ASYNC = {"all-gather-start", "all-gather-done", "all-reduce-start",
@@ -75,8 +75,6 @@ _COLLECTIVE_LINE = re.compile(
     rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +"
     rb"(all-reduce(?:-start)?|all-gather(?:-start)?|reduce-scatter|all-to-all"
     rb"|ragged-all-to-all|collective-permute(?:-start)?|collective-broadcast)\(")
-_CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
-              "true_computation", "false_computation", "called_computations")
 _BLOCK = 1 << 19
 # The text of computations held read whole at once (their instructions take
 # a few times as much).
@@ -184,9 +182,6 @@ class _Source:
 
 _HEAD = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
                    r" +([a-z][a-z0-9\-]*)")
-_CALLS = re.compile(r"(?:, |\)\s*)(calls|to_apply|body|condition|branch_computations"
-                    r"|true_computation|false_computation|called_computations)="
-                    r"(\{[^}]*\}|%?[\w.\-]+)")
 
 
 def _head(line: str) -> tuple[bool, str, str, int]:
@@ -212,19 +207,8 @@ def _head(line: str) -> tuple[bool, str, str, int]:
     return bool(m.group(1)), m.group(2), op.group(0), op.end()
 
 
-def _callees(line: str, pos: int) -> tuple[tuple[str, str], ...]:
-    """(attribute, computation) pairs a printed instruction calls, in the
-    order `Instruction.called_computations` gives them."""
-    found = dict((m.group(1), m.group(2)) for m in _CALLS.finditer(line, pos))
-    if not found:
-        return ()
-    return tuple((key, name) for key in _CALL_KEYS if key in found
-                 for name in _CALLEE.findall(found[key]))
-
-
 # An instruction line's head and flat operand list, in one match.
-_LINE = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
-                   r" +([a-z][a-z0-9\-]*)(?:\(([^()\"]*)\))?")
+_LINE = re.compile(_HEAD.pattern + r"(?:\(([^()\"]*)\))?")
 
 
 def _instruction(line: str, computation: str) -> Instruction:
@@ -443,7 +427,9 @@ class ScannedModule:
             self._record(comp, start, stop, name.encode() if opcode.endswith(
                 "-start") or opcode == "send" else None)
             return
-        callees = _callees(line, pos)
+        callees = printed_calls(line)
+        if callees is None:
+            callees = _instruction(line, comp.name).called_computations()
         if not callees:
             return
         if opcode in ("while", "conditional", "call"):
@@ -457,7 +443,7 @@ class ScannedModule:
         # hold collectives (callees are printed before their callers; one
         # not yet seen is kept).
         if any(self._may_have_sites(c) for _, c in callees):
-            self._call(comp, _Call(name, opcode, callees))
+            self._call(comp, _Call(name, opcode, tuple(callees)))
             comp.has_sites = True
 
     @staticmethod
