@@ -465,3 +465,31 @@ def test_instructions_printed_alike():
         assert (shape_of_text(key[0]), key[1]) == (shape, opcode)
         assert parse_metadata(attrs["metadata"])["op_name"] == op_name
         assert attrs.get("channel_id", "") == channel
+
+
+@pytest.mark.parametrize("line, expected", [
+    ('%a = f32[4]{0} add(%x, %y), metadata={op_name="jit(f)/add" '
+     'stack_frame_id=3}', {"op_name": "jit(f)/add", "stack_frame_id": "3"}),
+    # More attributes after it.
+    ('%f = f32[4]{0} fusion(%x), kind=kLoop, calls=%c, metadata={op_name="m" '
+     'stack_frame_id=12}, backend_config={"a":"b"}',
+     {"op_name": "m", "stack_frame_id": "12"}),
+    # A string before it that holds the same text: read whole.
+    ('%c = f32[4]{0} custom-call(%x), custom_call_target="t", '
+     'frontend_attributes={k=", metadata={op_name=\\"no\\" stack_frame_id=9}"}, '
+     'metadata={op_name="yes" stack_frame_id=1}',
+     {"op_name": "yes", "stack_frame_id": "1"}),
+    ('%d = f32[4]{0} negate(%x), metadata={op_name="n" source_file="/a.py" '
+     'source_line=4}', {"op_name": "n", "source_file": "/a.py", "source_line": "4"}),
+    ('%e = f32[4]{0} negate(%x), metadata={op_name="q\\"uoted" stack_frame_id=2}',
+     {"op_name": 'q"uoted', "stack_frame_id": "2"}),
+    ('%g = f32[4]{0} negate(%x)', {}),
+])
+def test_metadata_read_at_once_is_metadata_parsed(line, expected):
+    """An instruction's metadata read without its other attributes (the
+    common form, nothing quoted before it) is what parsing them all gives."""
+    inst = Instruction(name="n", opcode="negate", computation="c", operands=[],
+                       users=[], text=line)
+    assert inst.metadata == expected
+    parsed = parse_instruction_text(line)[3].get("metadata")
+    assert (parse_metadata(parsed) if parsed else {}) == expected

@@ -111,6 +111,9 @@ _METADATA_ITEM = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|\S+)')
 _COMMON_METADATA = re.compile(r'\{op_name="([^"\\]*)" stack_frame_id=(\d+)\}')
 
 
+_FIRST_METADATA = re.compile(', metadata=' + _COMMON_METADATA.pattern)
+
+
 def parse_metadata(text: str) -> dict[str, str]:
     """`{op_name="jit(f)/dot" stack_frame_id=2}` -> {"op_name": ..., ...}."""
     m = _COMMON_METADATA.fullmatch(text)
@@ -219,8 +222,17 @@ class Instruction:
     @property
     def metadata(self) -> dict[str, str]:
         if self._metadata is None:
-            if "metadata=" not in self.text:
+            text = self.text
+            if "metadata=" not in text:
                 self._metadata = {}
+                return self._metadata
+            # The common form, where nothing before it is a string (which
+            # could hold anything): read without parsing every attribute.
+            at = text.find('"') - len(', metadata={op_name=')
+            m = _FIRST_METADATA.match(text, at) if at > 0 else None
+            if m is not None:
+                self._metadata = {"op_name": m.group(1),
+                                  "stack_frame_id": m.group(2)}
             else:
                 raw = self.attrs.get("metadata")
                 self._metadata = parse_metadata(raw) if raw else {}
