@@ -138,3 +138,27 @@ def test_a_stablehlo_while_counts_its_trips(start, limit, step, direction, lhs,
     if trips is not None:
         flipped = {"GT": "LT"}.get(direction, direction)
         assert loops.trips(start, limit, step, flipped) == trips
+
+
+def test_memory_stats_worked_out_beside_the_report():
+    """`memory_stats_later`: XLA's figures, or its error, once asked for."""
+    from types import SimpleNamespace
+
+    from irshard.backend.compiling import CompiledExecutable
+
+    class Executable:
+        def __init__(self, fails):
+            self.fails = fails
+
+        def get_compiled_memory_stats(self):
+            if self.fails:
+                raise RuntimeError("no stats")
+            return SimpleNamespace(argument_size_in_bytes=1, output_size_in_bytes=2,
+                                   alias_size_in_bytes=3, temp_size_in_bytes=4)
+
+    ok = CompiledExecutable(Executable(False), (), None)
+    assert ok.memory_stats_later()() == ok.memory_stats() == {
+        "argument_bytes": 1, "output_bytes": 2, "alias_bytes": 3, "temp_bytes": 4}
+    later = CompiledExecutable(Executable(True), (), None).memory_stats_later()
+    with pytest.raises(RuntimeError, match="no stats"):
+        later()

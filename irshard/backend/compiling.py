@@ -8,8 +8,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from irshard.backend.devices import (_Progress, cost_analysis, first_line, message,
                                      quiet_native_stderr)
@@ -55,6 +56,29 @@ class CompiledExecutable:
 
     def hlo_modules(self) -> list[Any]:
         return list(self.executable.hlo_modules())
+
+    def memory_stats_later(self) -> Callable[[], dict[str, int]]:
+        """`memory_stats`, worked out in a thread while the caller goes on
+        (XLA serializes the whole module for it, without the GIL): call the
+        result for them."""
+        found: list[Any] = []
+
+        def work() -> None:
+            try:
+                found.append(self.memory_stats())
+            except BaseException as e:         # re-raised in the caller
+                found.append(e)
+
+        thread = threading.Thread(target=work, name="irshard-memory-stats",
+                                  daemon=True)
+        thread.start()
+
+        def result() -> dict[str, int]:
+            thread.join()
+            if isinstance(found[0], BaseException):
+                raise found[0]
+            return found[0]
+        return result
 
     def memory_stats(self) -> dict[str, int]:
         stats = self.executable.get_compiled_memory_stats()

@@ -192,19 +192,22 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
             programs=None, module=None) -> CollectiveReport:
     target, profile = info.placement.target, info.placement.profile
     model = cost.CostModel.for_devices(target, profile, compiled.devices)
+    memory_stats = compiled.memory_stats_later()
     collectives = analysis.collectives(view, info.mesh, info.user_dir,
                                        programs, model)
-    memory = compiled.memory_stats()
+    comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
+    step = _simulated(info, view, collectives)
+    memory = memory_stats()
     if profile.hbm_bytes:
         memory["capacity_bytes"] = profile.hbm_bytes
         memory["fits"] = memory_in_use(memory) <= profile.hbm_bytes
-    comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
-    step = _simulated(info, view, collectives)
-    found = compiled.cost()
     # The simulation counts each loop's work as often as it runs; XLA's own
     # count reads a loop body once.
-    flops, moved = (step.flops, step.bytes_accessed) if step is not None \
-        else (found.get("flops"), found.get("bytes accessed"))
+    if step is not None:
+        flops, moved = step.flops, step.bytes_accessed
+    else:
+        found = compiled.cost()
+        flops, moved = found.get("flops"), found.get("bytes accessed")
     roofline = cost.roofline(profile, flops, moved, comm)
     return CollectiveReport(
         source=info.source, function=info.function, stage_name=stage,
