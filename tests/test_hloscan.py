@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from irshard.collectives import analysis, dumps
-from irshard.xla import hloscan
+from irshard.xla import blocks, hloscan
 from irshard.xla.hlo import HloModuleView
 from irshard.core.specs import MeshAxis, MeshSpec
 
@@ -320,7 +320,7 @@ def test_blocks_split_anywhere(monkeypatch):
                       for k in ("plain", "loop", "fusion") for f in range(9)], True)
     whole = _report(hloscan.ScannedModule.from_text(text), None)
     for size in (64, 97, 1000):
-        monkeypatch.setattr(hloscan, "_BLOCK", size)
+        monkeypatch.setattr(blocks, "BLOCK", size)
         assert _report(hloscan.ScannedModule.from_text(text), None) == whole
 
 
@@ -467,3 +467,76 @@ def test_few_computations_are_held_read_whole(monkeypatch):
     assert step(view) == expected
     assert len(view._loaded) <= 2
     assert _report(view, None) == _report(HloModuleView.from_text(text), None)
+
+
+_FORMS = """HloModule forms
+
+%copy.1 (p: f32[8,16]) -> f32[8,4] {
+  %param_0.11 = f32[8,16]{1,0} parameter(0)
+  %param_1.12 = f32[16,4]{1,0} parameter(1)
+  ROOT %dot.13 = f32[8,4]{1,0} dot(%param_0.11, %param_1.12), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="layer0/dot" stack_frame_id=1}
+}
+
+%copy.2 (p: f32[8,16]) -> f32[8,4] {
+  %param_0.21 = f32[8,16]{1,0} parameter(0)
+  %param_1.22 = f32[16,4]{1,0} parameter(1)
+  ROOT %dot.23 = f32[8,4]{1,0} dot(%param_0.21, %param_1.22), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="layer1/dot" stack_frame_id=7}
+}
+
+%other_shape (p: f32[8,16]) -> f32[8,2] {
+  %param_0.31 = f32[8,16]{1,0} parameter(0)
+  %param_1.32 = f32[16,2]{1,0} parameter(1)
+  ROOT %dot.33 = f32[8,2]{1,0} dot(%param_0.31, %param_1.32), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%twins.1 (p: f32[4,4]) -> f32[4,4] {
+  %param_0.41 = f32[4,4]{1,0} parameter(0)
+  %n.42 = f32[4,4]{1,0} negate(%param_0.41)
+  %n.43 = f32[4,4]{1,0} tanh(%param_0.41)
+  ROOT %s.44 = f32[4,4]{1,0} subtract(%n.42, %n.43)
+}
+
+%twins.2 (p: f32[4,4]) -> f32[4,4] {
+  %param_0.51 = f32[4,4]{1,0} parameter(0)
+  %n.52 = f32[4,4]{1,0} negate(%param_0.51)
+  %n.53 = f32[4,4]{1,0} tanh(%param_0.51)
+  ROOT %s.54 = f32[4,4]{1,0} subtract(%n.52, %n.53), metadata={op_name="x"}
+}
+
+%twins_swapped (p: f32[4,4]) -> f32[4,4] {
+  %param_0.61 = f32[4,4]{1,0} parameter(0)
+  %n.62 = f32[4,4]{1,0} negate(%param_0.61)
+  %n.63 = f32[4,4]{1,0} tanh(%param_0.61)
+  ROOT %s.64 = f32[4,4]{1,0} subtract(%n.63, %n.62)
+}
+
+%caller.1 (p: f32[8,16]) -> f32[8,4] {
+  %param_0.71 = f32[8,16]{1,0} parameter(0)
+  %param_1.72 = f32[16,4]{1,0} parameter(1)
+  ROOT %fusion.73 = f32[8,4]{1,0} fusion(%param_0.71, %param_1.72), kind=kLoop, calls=%copy.1
+}
+
+%caller.2 (p: f32[8,16]) -> f32[8,4] {
+  %param_0.81 = f32[8,16]{1,0} parameter(0)
+  %param_1.82 = f32[16,4]{1,0} parameter(1)
+  ROOT %fusion.83 = f32[8,4]{1,0} fusion(%param_0.81, %param_1.82), kind=kLoop, calls=%other_shape
+}
+
+ENTRY %main (a: f32[8,16]) -> f32[8,16] {
+  ROOT %a = f32[8,16]{1,0} parameter(0)
+}
+"""
+
+
+def test_computations_alike_share_a_form():
+    """Copies of a computation (an unrolled model's fusions) printed alike
+    but for the numbers in their names and their metadata share a form;
+    a different shape, instructions told apart only by their numbers used
+    in another order, or a call (whose callee the form would not name) do
+    not."""
+    scan = hloscan.ScannedModule.from_text(_FORMS)
+    form = scan.form
+    assert form("copy.1") == form("copy.2") != form("other_shape")
+    assert form("twins.1") == form("twins.2") != form("twins_swapped")
+    assert len({form("copy.1"), form("twins.1"), form("other_shape")}) == 3
+    assert (form("caller.1"), form("caller.2")) == ("caller.1", "caller.2")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from irshard.collectives import schedule
+from irshard.collectives import costs, schedule
 from irshard.xla.hlo import HloModuleView
 
 HLO = """HloModule m, is_scheduled=true, num_partitions=2
@@ -136,8 +136,8 @@ ENTRY %main (a: f32[8,16], b: f32[16,4]) -> f32[8,4] {
   ROOT %m = f32[8,4] multiply(%t, %t)
 }
 """)
-    costs = schedule._Costs(view)
-    dot, tanh, mul = (costs.of(view.instructions[n]) for n in ("d", "t", "m"))
+    counted = costs.Costs(view)
+    dot, tanh, mul = (counted.of(view.instructions[n]) for n in ("d", "t", "m"))
     assert dot.flops == 2 * 8 * 4 * 16
     assert dot.bytes == 4 * (8 * 16 + 16 * 4 + 8 * 4)
     assert (tanh.flops, tanh.transcendentals) == (0, 32)
@@ -276,15 +276,15 @@ ENTRY %main (a: f32[64,1024], b: f32[1,1024], i: s32[]) -> f32[1,1024] {
   ROOT %h = f32[1,1024] dynamic-slice(%d, %i, %i), dynamic_slice_sizes={1,1024}
 }
 """)
-    costs = schedule._Costs(view)
+    counted = costs.Costs(view)
     row = 4 * 1024
     # Reads the update and the index, writes the update: the buffer is
     # neither read nor copied.
-    assert costs.memory(view.instructions["f"]) == row + 4 + row
-    assert costs.memory(view.instructions["d"]) == 2 * row
+    assert counted.memory(view.instructions["f"]) == row + 4 + row
+    assert counted.memory(view.instructions["d"]) == 2 * row
     # Reads the row it keeps and the index, writes its result.
-    assert costs.memory(view.instructions["g"]) == row + 4 + row
-    assert costs.memory(view.instructions["h"]) == 2 * row
+    assert counted.memory(view.instructions["g"]) == row + 4 + row
+    assert counted.memory(view.instructions["h"]) == 2 * row
 
 
 # ---------------------------------------------------------------------------
@@ -322,3 +322,35 @@ def test_convolution_flops_count_real_taps_only():
             (1, 3, 7), (1, 4, 9), (1, 2, 5), (1, 2, 3), (0, 2, 4), (1, 2), (1, 3)):
         assert _taps(n, out, w, stride, pad, ld, rd) == \
             brute(n, out, w, stride, pad, ld, rd), (n, out, w, stride, pad, ld, rd)
+
+
+def test_fusions_printed_alike_are_costed_once():
+    """An unrolled model's copies of one fusion are costed once, and what
+    the step reads of each fusion is what reading it alone gives (XLA's
+    objects, which cost each fused computation by its name)."""
+    import jax
+    import jax.numpy as jnp
+    from irshard.xla import hloscan
+
+    def layers(ws, h, buf):
+        for i in range(6):
+            h = jnp.tanh(h @ ws[i]) + h[:, ::-1] * (i + 0.5)
+            buf = jax.lax.dynamic_update_slice(buf, h[:1], (i, 0))
+            h = h - jax.lax.dynamic_slice(buf, (5 - i, 0), (1, 32))
+        return h, buf
+
+    f32 = jnp.float32
+    text = jax.jit(layers).lower(
+        jax.ShapeDtypeStruct((6, 32, 32), f32), jax.ShapeDtypeStruct((8, 32), f32),
+        jax.ShapeDtypeStruct((6, 32), f32)).compile().as_text()
+    scan, parsed = hloscan.ScannedModule.from_text(text), HloModuleView.from_text(text)
+    fusions = [i for i in parsed.instructions.values() if i.opcode == "fusion"]
+    fused = {dict(i.called_computations())["calls"] for i in fusions}
+    assert len({scan.form(c) for c in fused}) < len(fused) >= 6
+    by_form, by_name = costs.Costs(scan), costs.Costs(parsed)
+    for inst in fusions:
+        assert by_form.of(scan.get(inst.name, inst.computation)) == by_name.of(inst)
+    rates = schedule.Rates(peak_flops=1e9, memory_bandwidth=1e9, overhead_s=1e-6)
+    steps = [schedule.simulate(view, rates, lambda i: (1e-5, i.name)).to_json()
+             for view in (scan, parsed)]
+    assert steps[0] == steps[1] and steps[0]["compute_s"] > 0

@@ -32,46 +32,20 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from irshard.collectives import loops
 from irshard.collectives.analysis import collective_kind
-from irshard.xla.convolution import convolution_flops
-from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_bytes, shape_leaves
+from irshard.collectives.costs import FREE, Cost, Costs
+from irshard.xla.hlo import HloModuleView, Instruction
 
 # Iterations of a loop drawn one by one on the timeline; the rest of its
 # trips are one summary event each.
 DRAWN_TRIPS = 3
 # Events kept for the timeline, at most.
 MAX_EVENTS = 20000
-
-# What moves no data and computes nothing.
-_FREE = frozenset({
-    "parameter", "constant", "get-tuple-element", "tuple", "bitcast",
-    "after-all", "partition-id", "replica-id", "opt-barrier",
-    "add-dependency", "domain", "get-dimension-size", "set-dimension-size",
-})
-_TRANSCENDENTAL = frozenset({
-    "exponential", "exponential-minus-one", "log", "log-plus-one", "tanh",
-    "logistic", "sqrt", "rsqrt", "cbrt", "power", "sine", "cosine", "tan",
-    "atan2", "erf",
-})
-# Ops that move data without arithmetic.
-_MOVES = frozenset({
-    "copy", "copy-start", "transpose", "broadcast", "slice", "dynamic-slice",
-    "dynamic-update-slice", "concatenate", "pad", "reshape", "reverse",
-    "gather", "scatter", "iota", "convert", "select", "sort",
-})
-# Ops that read only part of their first operand: what they keep.
-_SLICING = frozenset({"dynamic-slice", "slice", "gather"})
-# Computations these ops apply per element: counted by the op itself.
-_APPLIES = frozenset({"reduce", "reduce-window", "scatter", "sort", "map",
-                      "select-and-scatter", "all-reduce", "reduce-scatter",
-                      "all-reduce-start"})
-
 
 @dataclass(frozen=True)
 class Rates:
@@ -109,18 +83,6 @@ class Rates:
         compute += transcendentals / (self.transcendentals or self.peak_flops)
         memory = nbytes / self.bandwidth(nbytes) if nbytes else 0.0
         return self.overhead_s + max(compute, memory)
-
-
-@dataclass(frozen=True)
-class Cost:
-    flops: float = 0.0
-    transcendentals: float = 0.0
-    bytes: float = 0.0
-
-    def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.flops + other.flops,
-                    self.transcendentals + other.transcendentals,
-                    self.bytes + other.bytes)
 
 
 @dataclass(frozen=True)
@@ -171,136 +133,8 @@ class Step:
         return d
 
 
-def _elements(shape) -> int:
-    return sum(math.prod(leaf.dims) for leaf in shape_leaves(shape))
-
-
-def _dims(text: str) -> list[int]:
-    return [int(d) for d in re.findall(r"\d+", text or "")]
-
-
-class _Costs:
-    """Flops, transcendentals and bytes of instructions, as XLA's cost
-    analysis counts them, each computation's read once."""
-
-    def __init__(self, view: HloModuleView):
-        self.view = view
-        self._inner: dict[str, Cost] = {}
-        self._traffic: dict[str, tuple[dict[int, float], float | None]] = {}
-
-    def shape_of(self, name: str, computation: str):
-        inst = self.view.get(name, computation)
-        return inst.shape if inst is not None else ()
-
-    def arithmetic(self, inst: Instruction) -> Cost:
-        """What `inst` computes, without memory traffic."""
-        op = inst.opcode
-        if op in _FREE or op in _MOVES:
-            return Cost()
-        if op == "fusion":
-            return self.inner(dict(inst.called_computations()).get("calls", ""))
-        out = _elements(inst.shape)
-        if op == "dot":
-            lhs = self.shape_of(inst.operands[0], inst.computation) \
-                if inst.operands else ()
-            dims = lhs.dims if isinstance(lhs, ArrayShape) else ()
-            k = math.prod(dims[d] for d in _dims(inst.attrs.get("lhs_contracting_dims"))
-                          if d < len(dims))
-            return Cost(flops=2.0 * out * k)
-        if op == "convolution" and len(inst.operands) > 1:
-            lhs, rhs = (self.shape_of(o, inst.computation) for o in inst.operands[:2])
-            if isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape) \
-                    and isinstance(inst.shape, ArrayShape):
-                return Cost(flops=convolution_flops(
-                    lhs.dims, rhs.dims, inst.shape.dims, inst.attrs))
-        if op in ("reduce", "reduce-window", "all-reduce", "reduce-scatter"):
-            inputs = sum(_elements(self.shape_of(o, inst.computation))
-                         for o in inst.operands[:max(1, len(inst.operands) // 2)])
-            return Cost(flops=float(inputs))
-        if op in _TRANSCENDENTAL:
-            return Cost(transcendentals=float(out))
-        return Cost(flops=float(out))
-
-    def inner(self, computation: str) -> Cost:
-        """What a fused computation computes."""
-        if computation not in self._inner:
-            total = Cost()
-            for inst in self.view.instructions_of(computation):
-                total = total + self.arithmetic(inst)
-            self._inner[computation] = total
-        return self._inner[computation]
-
-    def memory(self, inst: Instruction) -> float:
-        """Bytes `inst` reads and writes: a slice reads only what it keeps,
-        an in-place update writes only its update, and a fusion's operands
-        and result count as its fused instructions use them."""
-        op = inst.opcode
-        if op in _FREE:
-            return 0.0
-        if op in _SLICING:
-            return 2.0 * shape_bytes(inst.shape)
-        if op == "dynamic-update-slice" and len(inst.operands) > 1:
-            return 2.0 * shape_bytes(self.shape_of(inst.operands[1], inst.computation))
-        if op == "fusion":
-            fused = dict(inst.called_computations()).get("calls", "")
-            reads, written = self.fused_traffic(fused)
-            total = 0.0
-            for i, operand in enumerate(inst.operands):
-                read = reads.get(i)
-                total += shape_bytes(self.shape_of(operand, inst.computation)) \
-                    if read is None else read
-            return total + (shape_bytes(inst.shape) if written is None else written)
-        read = sum(shape_bytes(self.shape_of(o, inst.computation))
-                   for o in inst.operands)
-        return float(read + shape_bytes(inst.shape))
-
-    def fused_traffic(self, computation: str) -> tuple[dict[int, float], float | None]:
-        """What a fused computation reads of each parameter that it does not
-        read whole (by parameter number: the bytes of the slices it takes,
-        none for the buffer it updates in place), and what it writes where
-        its result is updated in place (else None)."""
-        if computation in self._traffic:
-            return self._traffic[computation]
-        reads: dict[int, float] = {}
-        for inst in self.view.instructions_of(computation):
-            if inst.opcode != "parameter":
-                continue
-            m = re.search(r"parameter\((\d+)\)", inst.text)
-            users = self.view.users(inst)
-            if m is None or not users:
-                continue
-            if all(u.opcode in _SLICING and u.operands[:1] == [inst.name]
-                   for u in users):
-                reads[int(m.group(1))] = float(sum(shape_bytes(u.shape) for u in users))
-            elif all(u.opcode == "dynamic-update-slice" and u.operands[:1] == [inst.name]
-                     for u in users):
-                reads[int(m.group(1))] = 0.0
-        root = self.view.root(computation)
-        written = None
-        if root is not None:
-            parts = [self.view.get(o, computation) for o in root.operands] \
-                if root.opcode == "tuple" else [root]
-            updated = [self._updated_bytes(p, computation) for p in parts]
-            if any(u is not None for u in updated):
-                written = float(sum(
-                    u if u is not None else (shape_bytes(p.shape) if p else 0)
-                    for u, p in zip(updated, parts)))
-        self._traffic[computation] = (reads, written)
-        return reads, written
-
-    def _updated_bytes(self, inst: Instruction | None, computation: str) -> float | None:
-        """The bytes of the update where `inst` (through bitcasts) is an
-        in-place dynamic-update-slice, else None."""
-        while inst is not None and inst.opcode == "bitcast" and inst.operands:
-            inst = self.view.get(inst.operands[0], computation)
-        if inst is None or inst.opcode != "dynamic-update-slice" or len(inst.operands) < 2:
-            return None
-        return float(shape_bytes(self.shape_of(inst.operands[1], computation)))
-
-    def of(self, inst: Instruction) -> Cost:
-        found = self.arithmetic(inst)
-        return Cost(found.flops, found.transcendentals, self.memory(inst))
-
+# What an instruction's runs after its first take (`_Walk.computation`).
+_SEEN, _IDLE, _COMPUTE, _OTHER = range(4)
 
 # What the walk follows into the computations they call.
 _CALLERS = {"while", "call", "async-start", "conditional", "fusion"}
@@ -314,8 +148,9 @@ class _Walk:
         self.source_of = source_of
         self.rates = rates
         self.collective_s = collective_s
-        self.costs = _Costs(view)
+        self.costs = Costs(view)
         self.timed: dict[str, array] = {}
+        self.kinds: dict[str, bytearray] = {}
         self.step = Step()
         self.now = 0.0             # the compute stream's clock
         self.comm_free = 0.0       # when the collective stream is free
@@ -325,6 +160,8 @@ class _Walk:
         self.untimed: set[tuple[str, str, str]] = set()
         self.woken = False          # whether a collective has run yet
         self.computed = 0.0         # compute_s at the last collective
+        self.holds_collectives: Callable[[str], bool] = getattr(
+            view, "holds_collectives", lambda _: True)
 
     def event(self, inst, track, start, duration, iteration, repeats=1,
               collective=None):
@@ -344,44 +181,60 @@ class _Walk:
             return
         body = self.view.instructions_of(name)
         # Each instruction's seconds, work and bytes, worked out on its first
-        # run (a loop body runs many times): NaN until then.
+        # run (a loop body runs many times): NaN until then. What its runs
+        # after the first take: `_SEEN` (nothing is known yet), `_IDLE`
+        # (nothing), `_COMPUTE` (its seconds alone) or `_OTHER`.
         timed = self.timed.get(name)
         if timed is None or len(timed) != 3 * len(body):
             timed = self.timed[name] = array("d", [math.nan]) * (3 * len(body))
+            self.kinds[name] = bytearray(len(body))
+        kinds = self.kinds[name]
         for i, inst in enumerate(body):
-            self.instruction(inst, iteration, depth, timed, 3 * i)
+            kind = kinds[i]
+            if kind == _IDLE:
+                continue
+            if kind == _COMPUTE:
+                self.compute(inst, iteration, timed[3 * i], timed[3 * i + 1],
+                             timed[3 * i + 2])
+                continue
+            kinds[i] = self.instruction(inst, iteration, depth, timed, 3 * i)
 
     def instruction(self, inst: Instruction, iteration, depth, timed=None,
-                    at: int = 0):
+                    at: int = 0) -> int:
+        """Runs `inst`; says what its later runs take."""
         op = inst.opcode
         called = dict(inst.called_computations()) if op in _CALLERS else {}
         if op == "while":
             self.loop(inst, called, iteration, depth)
-            return
+            return _OTHER
         if op in ("call", "async-start") and collective_kind(inst) is None \
                 and not _wraps_collective(self.view, inst, called):
             target = called.get("to_apply") or called.get("calls")
             if target:
                 self.computation(target, iteration, depth + 1)
-            return
+            return _OTHER
         if op == "conditional":
             self.branches(inst, called, iteration, depth)
-            return
+            return _OTHER
         if collective_kind(inst) is not None or _wraps_collective(self.view, inst, called):
             self.collective(inst, iteration)
-            return
+            return _OTHER
         if op.endswith("-done"):
             self.done(inst)
-            return
-        if op in _FREE or op.endswith("-update"):
-            return
+            return _OTHER
+        if op in FREE or op.endswith("-update"):
+            return _IDLE
+        kind = _COMPUTE
         if op == "fusion":
             # A fusion holding a collective (a TPU's collective fusions): the
             # collective is timed as the report times it, as if synchronous,
             # then the fusion's own work.
-            for inner in self.view.instructions_of(called.get("calls", "")):
-                if collective_kind(inner) is not None:
-                    self.collective(inner, iteration)
+            fused = called.get("calls", "")
+            if self.holds_collectives(fused):
+                for inner in self.view.instructions_of(fused):
+                    if collective_kind(inner) is not None:
+                        self.collective(inner, iteration)
+                        kind = _OTHER
         if op == "custom-call":
             # Its arithmetic is unknown: timed by its memory traffic alone,
             # a lower bound the step reports apart.
@@ -390,16 +243,22 @@ class _Walk:
             seconds, work, moved = timed[at], timed[at + 1], timed[at + 2]
         else:
             cost = Cost(bytes=self.costs.memory(inst)) if op == "custom-call" \
-                else self.costs.of(inst)
+                else self.costs.of(inst, called.get("calls"))
             seconds = self.rates.seconds(cost.flops, cost.transcendentals, cost.bytes)
             work, moved = cost.flops + cost.transcendentals, cost.bytes
             if timed is not None:
                 timed[at], timed[at + 1], timed[at + 2] = seconds, work, moved
+        if op == "custom-call":
+            self.step.untimed_s += seconds
+            kind = _OTHER
+        self.compute(inst, iteration, seconds, work, moved)
+        return kind
+
+    def compute(self, inst: Instruction, iteration, seconds: float,
+                work: float, moved: float) -> None:
         self.event(inst, "compute", self.now, seconds, iteration)
         self.now += seconds
         self.step.compute_s += seconds
-        if op == "custom-call":
-            self.step.untimed_s += seconds
         self.step.flops += work
         self.step.bytes_accessed += moved
 

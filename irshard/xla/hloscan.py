@@ -19,13 +19,14 @@ caller then uses XLA's own parser.
 from __future__ import annotations
 
 import heapq
-import io
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from irshard.core.syntax import matching_bracket
+from irshard.xla import forms
+from irshard.xla.blocks import ModuleText
 from irshard.xla.hlo import (Instruction, StackFrameTable, operands_end,
                               printed_calls, root_of)
 
@@ -75,11 +76,12 @@ _COLLECTIVE_LINE = re.compile(
     rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +"
     rb"(all-reduce(?:-start)?|all-gather(?:-start)?|reduce-scatter|all-to-all"
     rb"|ragged-all-to-all|collective-permute(?:-start)?|collective-broadcast)\(")
-_BLOCK = 1 << 19
+# What a fusion calls, after `calls=` (the last of its call attributes).
+_FUSED = re.compile(rb"%?([\w.\-]+)(?=[,\n]|$)")
+_FORM_BYTES = 1 << 20     # of distinct forms kept
 # The text of computations held read whole at once (their instructions take
 # a few times as much).
 _LOADED_BYTES = 2 << 20
-_WINDOW = 1 << 18       # bytes read at once when lines are read back
 
 
 class NeedsParser(Exception):
@@ -132,52 +134,6 @@ class _Computation:
     calls: list = field(default_factory=list)
     parameters: list = field(default_factory=list)
     has_sites: bool = False          # collectives here or in what it calls
-
-
-class _Source:
-    """Bytes of the module: a file read in blocks, or text in memory."""
-
-    def __init__(self, path: str | None = None, data: bytes | None = None):
-        self.path = path
-        self.data = data
-        self._window: tuple[int, bytes] = (0, b"")
-
-    def blocks(self) -> Iterator[tuple[int, bytes]]:
-        """(offset, block) pairs, each block whole lines."""
-        if self.data is not None:
-            f: BinaryIO = io.BytesIO(self.data)
-        else:
-            f = open(self.path, "rb")
-        with f:
-            offset, rest = 0, b""
-            while True:
-                chunk = f.read(_BLOCK)
-                if not chunk:
-                    if rest:
-                        yield offset, rest + b"\n"
-                    return
-                chunk = rest + chunk
-                cut = chunk.rfind(b"\n") + 1
-                if cut == 0:
-                    rest = chunk
-                    continue
-                yield offset, chunk[:cut]
-                offset += cut
-                rest = chunk[cut:]
-
-    def read(self, start: int, end: int) -> bytes:
-        if self.data is not None:
-            return self.data[start:end]
-        at, window = self._window
-        if at <= start and end <= at + len(window):
-            return window[start - at:end - at]
-        with open(self.path, "rb") as f:
-            f.seek(start)
-            data = f.read(max(end - start, _WINDOW))
-        # Lines are read back in program order, mostly forward: keep what
-        # follows for the next.
-        self._window = (start, data) if end - start < _WINDOW else (0, b"")
-        return data[:end - start]
 
 
 _HEAD = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
@@ -247,7 +203,7 @@ class ScannedModule:
     """A module's header, source tables, computations and the instructions
     a report reads; anything else is read from the text when asked for."""
 
-    def __init__(self, source: _Source):
+    def __init__(self, source: ModuleText):
         self._source = source
         self.computations: dict[str, _Computation] = {}
         self._named: dict[str, Instruction] = {}        # loops and calls
@@ -262,6 +218,10 @@ class ScannedModule:
         self._order: dict[str, list[Instruction]] = {}
         self._loaded_bytes = 0
         self._users_known: set[str] = set()
+        # Computations' `form`s, and each distinct form once.
+        self._forms: dict[str, str] = {}
+        self._keys: dict[str, str] = {}
+        self._keys_bytes = 0
         self.header = ""
         self.printed_mesh: str | None = None
         self.entry = ""
@@ -277,7 +237,7 @@ class ScannedModule:
 
     @classmethod
     def from_file(cls, path: str) -> "ScannedModule":
-        return cls(_Source(path=path))
+        return cls(ModuleText(path=path))
 
     @classmethod
     def from_text(cls, text: str) -> "ScannedModule":
@@ -287,7 +247,7 @@ class ScannedModule:
     def from_bytes(cls, data: bytes) -> "ScannedModule":
         """The module printed as UTF-8 `data` (which the caller may hold
         alone, its text let go)."""
-        return cls(_Source(data=data))
+        return cls(ModuleText(data=data))
 
     # -- the scan ----------------------------------------------------------
 
@@ -337,6 +297,17 @@ class ScannedModule:
                 stop = block.find(b"\n", hit + 1)
                 if stop < 0:
                     stop = len(block)
+                if block[hit - 5:hit] == b"calls":
+                    # A fusion's call: nothing to keep where what it calls
+                    # holds no collective (most lines of a dense module).
+                    fused = _FUSED.match(block, hit + 1)
+                    if fused is not None and block.find(b'"', start, hit) < 0 \
+                            and block.find(b" fusion(", start, hit) >= 0:
+                        callee = self.computations.get(
+                            fused.group(1).decode("utf-8", "replace"))
+                        if callee is not None and callee.end >= 0 \
+                                and not callee.has_sites:
+                            continue
                 done = stop
                 if block[start] != 32:             # not indented
                     line = block[start:stop].decode("utf-8", "replace")
@@ -473,6 +444,32 @@ class ScannedModule:
             if dones and code in dones:
                 inst.done = _instruction(self._line(*dones[code]), computation)
             yield inst
+
+    def form(self, computation: str) -> str:
+        """`forms.form` of `computation`, or its name where that gives none;
+        one object for each distinct key, within `_FORM_BYTES`."""
+        key = self._forms.get(computation)
+        if key is not None:
+            return key
+        comp = self.computations.get(computation)
+        found = forms.form(self._line(comp.start, comp.end), self._keys) \
+            if comp is not None and comp.end >= comp.start else None
+        if found is None:
+            key = computation
+        elif found in self._keys:
+            key = self._keys[found]
+        elif self._keys_bytes + len(found) <= _FORM_BYTES:
+            key = self._keys[found] = found
+            self._keys_bytes += len(found)
+        else:
+            key = computation
+        self._forms[computation] = key
+        return key
+
+    def holds_collectives(self, computation: str) -> bool:
+        """Whether `computation` may run a collective (itself or in what it
+        calls)."""
+        return self._may_have_sites(computation)
 
     def _line(self, start: int, stop: int) -> str:
         return self._source.read(start, stop).decode("utf-8", "replace")

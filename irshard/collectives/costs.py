@@ -1,0 +1,193 @@
+"""What an instruction computes and moves, as XLA's cost analysis counts
+it: flops (two per multiply-add of a dot, one per element of an
+elementwise op), transcendentals apart, and the bytes it reads and writes
+(a slice what it keeps, an in-place update its update, a fusion what its
+fused instructions touch). Each fused computation is read once, and
+computations printed alike (an unrolled model's copies of one fusion,
+where the view tells them: `ScannedModule.form`) once for all.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from irshard.xla.convolution import convolution_flops
+from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_bytes, shape_leaves
+
+# What moves no data and computes nothing.
+FREE = frozenset({
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast",
+    "after-all", "partition-id", "replica-id", "opt-barrier",
+    "add-dependency", "domain", "get-dimension-size", "set-dimension-size",
+})
+_TRANSCENDENTAL = frozenset({
+    "exponential", "exponential-minus-one", "log", "log-plus-one", "tanh",
+    "logistic", "sqrt", "rsqrt", "cbrt", "power", "sine", "cosine", "tan",
+    "atan2", "erf",
+})
+# Ops that move data without arithmetic.
+_MOVES = frozenset({
+    "copy", "copy-start", "transpose", "broadcast", "slice", "dynamic-slice",
+    "dynamic-update-slice", "concatenate", "pad", "reshape", "reverse",
+    "gather", "scatter", "iota", "convert", "select", "sort",
+})
+# Ops that read only part of their first operand: what they keep.
+_SLICING = frozenset({"dynamic-slice", "slice", "gather"})
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: float = 0.0
+    transcendentals: float = 0.0
+    bytes: float = 0.0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.flops + other.flops,
+                    self.transcendentals + other.transcendentals,
+                    self.bytes + other.bytes)
+
+
+def _elements(shape) -> int:
+    return sum(math.prod(leaf.dims) for leaf in shape_leaves(shape))
+
+
+def _dims(text: str) -> list[int]:
+    return [int(d) for d in re.findall(r"\d+", text or "")]
+
+
+class Costs:
+    """Flops, transcendentals and bytes of instructions, as XLA's cost
+    analysis counts them, each computation's read once."""
+
+    def __init__(self, view: HloModuleView):
+        self.view = view
+        # Costs by the computation's form where the view tells computations
+        # printed alike (an unrolled model's copies of one fusion), else by
+        # its name.
+        self._form: Callable[[str], str] = getattr(view, "form", str)
+        self._inner: dict[str, Cost] = {}
+        self._traffic: dict[str, tuple[dict[int, float], float | None]] = {}
+
+    def shape_of(self, name: str, computation: str):
+        inst = self.view.get(name, computation)
+        return inst.shape if inst is not None else ()
+
+    def arithmetic(self, inst: Instruction, fused: str | None = None) -> Cost:
+        """What `inst` computes, without memory traffic (`fused`: the
+        computation a fusion calls, where known)."""
+        op = inst.opcode
+        if op in FREE or op in _MOVES:
+            return Cost()
+        if op == "fusion":
+            return self.inner(_fused(inst) if fused is None else fused)
+        out = _elements(inst.shape)
+        if op == "dot":
+            lhs = self.shape_of(inst.operands[0], inst.computation) \
+                if inst.operands else ()
+            dims = lhs.dims if isinstance(lhs, ArrayShape) else ()
+            k = math.prod(dims[d] for d in _dims(inst.attrs.get("lhs_contracting_dims"))
+                          if d < len(dims))
+            return Cost(flops=2.0 * out * k)
+        if op == "convolution" and len(inst.operands) > 1:
+            lhs, rhs = (self.shape_of(o, inst.computation) for o in inst.operands[:2])
+            if isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape) \
+                    and isinstance(inst.shape, ArrayShape):
+                return Cost(flops=convolution_flops(
+                    lhs.dims, rhs.dims, inst.shape.dims, inst.attrs))
+        if op in ("reduce", "reduce-window", "all-reduce", "reduce-scatter"):
+            inputs = sum(_elements(self.shape_of(o, inst.computation))
+                         for o in inst.operands[:max(1, len(inst.operands) // 2)])
+            return Cost(flops=float(inputs))
+        if op in _TRANSCENDENTAL:
+            return Cost(transcendentals=float(out))
+        return Cost(flops=float(out))
+
+    def inner(self, computation: str) -> Cost:
+        """What a fused computation computes."""
+        form = self._form(computation)
+        found = self._inner.get(form)
+        if found is None:
+            found = Cost()
+            for inst in self.view.instructions_of(computation):
+                found = found + self.arithmetic(inst)
+            self._inner[form] = found
+        return found
+
+    def memory(self, inst: Instruction, fused: str | None = None) -> float:
+        """Bytes `inst` reads and writes: a slice reads only what it keeps,
+        an in-place update writes only its update, and a fusion's operands
+        and result count as its fused instructions use them."""
+        op = inst.opcode
+        if op in FREE:
+            return 0.0
+        if op in _SLICING:
+            return 2.0 * shape_bytes(inst.shape)
+        if op == "dynamic-update-slice" and len(inst.operands) > 1:
+            return 2.0 * shape_bytes(self.shape_of(inst.operands[1], inst.computation))
+        if op == "fusion":
+            reads, written = self.fused_traffic(
+                _fused(inst) if fused is None else fused)
+            total = 0.0
+            for i, operand in enumerate(inst.operands):
+                read = reads.get(i)
+                total += shape_bytes(self.shape_of(operand, inst.computation)) \
+                    if read is None else read
+            return total + (shape_bytes(inst.shape) if written is None else written)
+        read = sum(shape_bytes(self.shape_of(o, inst.computation))
+                   for o in inst.operands)
+        return float(read + shape_bytes(inst.shape))
+
+    def fused_traffic(self, computation: str) -> tuple[dict[int, float], float | None]:
+        """What a fused computation reads of each parameter that it does not
+        read whole (by parameter number: the bytes of the slices it takes,
+        none for the buffer it updates in place), and what it writes where
+        its result is updated in place (else None)."""
+        form = self._form(computation)
+        if form in self._traffic:
+            return self._traffic[form]
+        reads: dict[int, float] = {}
+        for inst in self.view.instructions_of(computation):
+            if inst.opcode != "parameter":
+                continue
+            m = re.search(r"parameter\((\d+)\)", inst.text)
+            users = self.view.users(inst)
+            if m is None or not users:
+                continue
+            if all(u.opcode in _SLICING and u.operands[:1] == [inst.name]
+                   for u in users):
+                reads[int(m.group(1))] = float(sum(shape_bytes(u.shape) for u in users))
+            elif all(u.opcode == "dynamic-update-slice" and u.operands[:1] == [inst.name]
+                     for u in users):
+                reads[int(m.group(1))] = 0.0
+        root = self.view.root(computation)
+        written = None
+        if root is not None:
+            parts = [self.view.get(o, computation) for o in root.operands] \
+                if root.opcode == "tuple" else [root]
+            updated = [self._updated_bytes(p, computation) for p in parts]
+            if any(u is not None for u in updated):
+                written = float(sum(
+                    u if u is not None else (shape_bytes(p.shape) if p else 0)
+                    for u, p in zip(updated, parts)))
+        self._traffic[form] = (reads, written)
+        return reads, written
+
+    def _updated_bytes(self, inst: Instruction | None, computation: str) -> float | None:
+        """The bytes of the update where `inst` (through bitcasts) is an
+        in-place dynamic-update-slice, else None."""
+        while inst is not None and inst.opcode == "bitcast" and inst.operands:
+            inst = self.view.get(inst.operands[0], computation)
+        if inst is None or inst.opcode != "dynamic-update-slice" or len(inst.operands) < 2:
+            return None
+        return float(shape_bytes(self.shape_of(inst.operands[1], computation)))
+
+    def of(self, inst: Instruction, fused: str | None = None) -> Cost:
+        found = self.arithmetic(inst, fused)
+        return Cost(found.flops, found.transcendentals, self.memory(inst, fused))
+
+
+def _fused(inst: Instruction) -> str:
+    return dict(inst.called_computations()).get("calls", "")

@@ -1,0 +1,56 @@
+"""A printed module's bytes, read in blocks of whole lines (a file never
+held whole) or from text in memory, and read back line by line."""
+
+from __future__ import annotations
+
+import io
+from typing import BinaryIO, Iterator
+
+BLOCK = 1 << 19         # bytes a scan reads at once
+_WINDOW = 1 << 18       # bytes read at once when lines are read back
+
+
+class ModuleText:
+    """Bytes of the module: a file read in blocks, or text in memory."""
+
+    def __init__(self, path: str | None = None, data: bytes | None = None):
+        self.path = path
+        self.data = data
+        self._window: tuple[int, bytes] = (0, b"")
+
+    def blocks(self) -> Iterator[tuple[int, bytes]]:
+        """(offset, block) pairs, each block whole lines."""
+        if self.data is not None:
+            f: BinaryIO = io.BytesIO(self.data)
+        else:
+            f = open(self.path, "rb")
+        with f:
+            offset, rest = 0, b""
+            while True:
+                chunk = f.read(BLOCK)
+                if not chunk:
+                    if rest:
+                        yield offset, rest + b"\n"
+                    return
+                chunk = rest + chunk
+                cut = chunk.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = chunk
+                    continue
+                yield offset, chunk[:cut]
+                offset += cut
+                rest = chunk[cut:]
+
+    def read(self, start: int, end: int) -> bytes:
+        if self.data is not None:
+            return self.data[start:end]
+        at, window = self._window
+        if at <= start and end <= at + len(window):
+            return window[start - at:end - at]
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            data = f.read(max(end - start, _WINDOW))
+        # Lines are read back in program order, mostly forward: keep what
+        # follows for the next.
+        self._window = (start, data) if end - start < _WINDOW else (0, b"")
+        return data[:end - start]
