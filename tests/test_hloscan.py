@@ -314,14 +314,26 @@ def test_what_the_scan_cannot_read_is_left_to_xla(text, message):
         hloscan.ScannedModule.from_text(text)
 
 
-def test_blocks_split_anywhere(monkeypatch):
-    """Lines and computations cut by the scan's blocks read the same."""
-    text = _generate([(k, f, _GROUPS[f % 5], f % 4, True)
-                      for k in ("plain", "loop", "fusion") for f in range(9)], True)
-    whole = _report(hloscan.ScannedModule.from_text(text), None)
-    for size in (64, 97, 1000):
-        monkeypatch.setattr(blocks, "BLOCK", size)
-        assert _report(hloscan.ScannedModule.from_text(text), None) == whole
+def test_blocks_split_anywhere(monkeypatch, tmp_path):
+    """Lines and computations cut by the scan's blocks read the same, from
+    text (held as it is where it is ASCII), bytes or a file."""
+    ascii_text = _generate([(k, f, _GROUPS[f % 5], f % 4, True)
+                            for k in ("plain", "loop", "fusion") for f in range(9)],
+                           True)
+    other = ascii_text.replace('op_name="', 'op_name="é', 3)
+    for text in (ascii_text, other):
+        whole = _report(hloscan.ScannedModule.from_text(text), None)
+        path = tmp_path / "m.hlo"
+        path.write_bytes(text.encode("utf-8"))
+        for size in (64, 97, 1000):
+            monkeypatch.setattr(blocks, "BLOCK", size)
+            for view in (hloscan.ScannedModule.from_text(text),
+                         hloscan.ScannedModule.from_bytes(text.encode("utf-8")),
+                         hloscan.ScannedModule.from_file(str(path))):
+                assert _report(view, None) == whole
+        monkeypatch.undo()
+    assert hloscan.ScannedModule.from_text(ascii_text)._source.text is ascii_text
+    assert hloscan.ScannedModule.from_text(other)._source.text is None
 
 
 @pytest.mark.parametrize("blocks", [[], [("plain", f, _GROUPS[f % 5], 1 + f % 3, True)
@@ -540,3 +552,26 @@ def test_computations_alike_share_a_form():
     assert form("twins.1") == form("twins.2") != form("twins_swapped")
     assert len({form("copy.1"), form("twins.1"), form("other_shape")}) == 3
     assert (form("caller.1"), form("caller.2")) == ("caller.1", "caller.2")
+
+
+def test_a_computation_read_whole_reads_as_its_lines_read_one_by_one():
+    """`_instructions` (a computation's lines matched in their common form)
+    gives what reading each line alone gives, on every printed form, the
+    suite's modules, and lines the common form leaves aside."""
+    from tests.test_hlo import _PRINTED_FORMS
+    lines = list(_PRINTED_FORMS) + [
+        "%trailing = f32[4]{0} negate(%a)  ", "ROOT %r.1 = f32[4]{0} add(%a, %b)",
+        "plain = f32[4]{0} negate(a)", "%n = f32[4]{0} custom-call((%a)), x=1",
+        "%e = (s32[], (f32[2]{0}, f32[2]{0})) tuple(%i, %t)",
+        "%g = f32[2]{0} get-tuple-element(%t.1#0), index=0"]
+    for name in sorted(os.listdir(DATA)):
+        if name.endswith(".hlo"):
+            with open(os.path.join(DATA, name)) as f:
+                lines += [line.strip() for line in f
+                          if line.startswith("  ") and " = " in line]
+    text = "\n".join("  " + line for line in lines) + "\n\n"
+    whole = [(i.name, i.opcode, i.operands, i.text, i.root)
+             for i in hloscan._instructions(text, "c")]
+    alone = [(i.name, i.opcode, i.operands, i.text, i.root)
+             for i in (hloscan._instruction("  " + line, "c") for line in lines)]
+    assert whole == alone and len(whole) > 60

@@ -107,9 +107,20 @@ def _frames(view: HloModuleView, inst: Instruction) -> Sequence[Frame]:
 def user_line(view: HloModuleView, resolver: UserCode) -> Callable[[Instruction], str | None]:
     """`file:line` of the user's code an instruction's own metadata names
     (nothing inferred from its neighbours), for the timeline's events."""
+    # By stack frame: a module's instructions share a few.
+    by_frame: dict[str, str | None] = {}
+
     def line(inst: Instruction) -> str | None:
+        metadata = inst.metadata
+        frame = metadata.get("stack_frame_id") if "source_file" not in metadata \
+            else None
+        if frame is not None and frame in by_frame:
+            return by_frame[frame]
         found = resolver.choose(_frames(view, inst))
-        return f"{found.file}:{found.line}" if found is not None else None
+        named = f"{found.file}:{found.line}" if found is not None else None
+        if frame is not None:
+            by_frame[frame] = named
+        return named
     return line
 
 

@@ -34,7 +34,7 @@ import math
 import os
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from irshard.collectives import loops
 from irshard.collectives.analysis import collective_kind
@@ -85,8 +85,7 @@ class Rates:
         return self.overhead_s + max(compute, memory)
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """One interval of the predicted timeline."""
 
     name: str                    # the HLO instruction
@@ -203,6 +202,8 @@ class _Walk:
                     at: int = 0) -> int:
         """Runs `inst`; says what its later runs take."""
         op = inst.opcode
+        if op in FREE:
+            return _IDLE
         called = dict(inst.called_computations()) if op in _CALLERS else {}
         if op == "while":
             self.loop(inst, called, iteration, depth)
@@ -222,7 +223,7 @@ class _Walk:
         if op.endswith("-done"):
             self.done(inst)
             return _OTHER
-        if op in FREE or op.endswith("-update"):
+        if op.endswith("-update"):
             return _IDLE
         kind = _COMPUTE
         if op == "fusion":

@@ -242,10 +242,10 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
 
 def _read(text_of: Callable[[], str], parsed, use):
     """`use` of the module as the report reads it: scanned from its text
-    (`text_of()`, held only as long as it is encoded), or `parsed()`
-    (XLA's objects) for a form the scan does not read."""
+    (`text_of()`, held by the scan alone), or `parsed()` (XLA's objects)
+    for a form the scan does not read."""
     return hloscan.read(
-        lambda: hloscan.ScannedModule.from_bytes(text_of().encode("utf-8")),
+        lambda: hloscan.ScannedModule.from_text(text_of()),
         parsed, use)
 
 

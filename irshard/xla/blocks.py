@@ -4,24 +4,29 @@ held whole) or from text in memory, and read back line by line."""
 from __future__ import annotations
 
 import io
-from typing import BinaryIO, Iterator
+from typing import Any, Iterator
 
 BLOCK = 1 << 19         # bytes a scan reads at once
 _WINDOW = 1 << 18       # bytes read at once when lines are read back
 
 
 class ModuleText:
-    """Bytes of the module: a file read in blocks, or text in memory."""
+    """Bytes of the module: a file read in blocks, bytes in memory, or
+    ASCII text in memory (encoded a block at a time: never twice whole)."""
 
-    def __init__(self, path: str | None = None, data: bytes | None = None):
+    def __init__(self, path: str | None = None, data: bytes | None = None,
+                 text: str | None = None):
         self.path = path
         self.data = data
+        self.text = text
         self._window: tuple[int, bytes] = (0, b"")
 
     def blocks(self) -> Iterator[tuple[int, bytes]]:
         """(offset, block) pairs, each block whole lines."""
-        if self.data is not None:
-            f: BinaryIO = io.BytesIO(self.data)
+        if self.text is not None:
+            f: Any = _Encoding(self.text)
+        elif self.data is not None:
+            f = io.BytesIO(self.data)
         else:
             f = open(self.path, "rb")
         with f:
@@ -42,6 +47,8 @@ class ModuleText:
                 rest = chunk[cut:]
 
     def read(self, start: int, end: int) -> bytes:
+        if self.text is not None:
+            return self.text[start:end].encode("ascii")
         if self.data is not None:
             return self.data[start:end]
         at, window = self._window
@@ -54,3 +61,22 @@ class ModuleText:
         # follows for the next.
         self._window = (start, data) if end - start < _WINDOW else (0, b"")
         return data[:end - start]
+
+
+class _Encoding:
+    """ASCII text read as bytes, as a file is."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.at = 0
+
+    def read(self, size: int) -> bytes:
+        chunk = self.text[self.at:self.at + size]
+        self.at += len(chunk)
+        return chunk.encode("ascii")
+
+    def __enter__(self) -> "_Encoding":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        pass

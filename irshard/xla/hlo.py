@@ -64,7 +64,16 @@ def shape_leaves(shape: Shape) -> list[ArrayShape]:
 
 
 def shape_bytes(shape: Shape) -> int:
-    return sum(leaf.nbytes for leaf in shape_leaves(shape))
+    found = _NBYTES.get(shape)
+    if found is None:
+        found = sum(leaf.nbytes for leaf in shape_leaves(shape))
+        if len(_NBYTES) < 4096:
+            _NBYTES[shape] = found
+    return found
+
+
+# Bytes of shapes seen (a module repeats a few shapes many times).
+_NBYTES: dict[Any, int] = {}
 
 
 class _Scanner:
@@ -166,7 +175,7 @@ class Instruction:
     """
 
     __slots__ = ("name", "opcode", "computation", "operands", "users", "text",
-                 "wrapped", "root", "done", "_parsed", "_metadata")
+                 "wrapped", "root", "done", "_parsed", "_metadata", "_shape")
 
     def __init__(self, name: str, opcode: str, computation: str,
                  operands: list[str], users: list[str], text: str,
@@ -188,6 +197,7 @@ class Instruction:
         self.done: "Instruction | None" = None
         self._parsed: tuple[Shape, dict[str, str]] | None = None
         self._metadata: dict[str, str] | None = None
+        self._shape: Shape | None = None
 
     def _parse(self) -> tuple[Shape, dict[str, str]]:
         if self._parsed is None:
@@ -202,11 +212,14 @@ class Instruction:
 
     @property
     def shape(self) -> Shape:
+        if self._shape is not None:
+            return self._shape
         if self._parsed is None and "/*" not in self.text:
             # Its head alone, where that reads (most of what a walk asks).
             m = _HEAD.match(self.text)
             if m is not None:
-                return shape_of_text(m.group(2))
+                self._shape = shape_of_text(m.group(2))
+                return self._shape
         return self._parse()[0]
 
     @property

@@ -182,6 +182,27 @@ def _instruction(line: str, computation: str) -> Instruction:
                        root=root)
 
 
+# An instruction line in its most common form (an array shape, a flat
+# operand list): the line (its indent aside), ROOT, name, opcode, operands.
+_PLAIN_LINE = re.compile(r" *((ROOT )?%?([^\s=]+) = [^\s(]\S* ([a-z][a-z0-9\-]*)"
+                         r"\(([^()\"]*)\).*)")
+
+
+def _instructions(text: str, computation: str) -> Iterator[Instruction]:
+    """The instructions printed on the lines of `text`, in order."""
+    match = _PLAIN_LINE.match
+    for line in text.split("\n"):
+        m = match(line)
+        if m is None or line[-1] in " \t\r":
+            if line.strip():
+                yield _instruction(line, computation)
+            continue
+        whole, root, name, opcode, operands = m.groups()
+        yield Instruction(name=name, opcode=opcode, computation=computation,
+                          operands=_OPERAND.findall(operands) if operands else [],
+                          users=[], text=whole, root=root is not None)
+
+
 def _tuple_element(table: dict[str, Instruction], name: str) -> Instruction | None:
     """The get-tuple-element that an operand `%t#i` stands for."""
     base, _, index = name.rpartition("#")
@@ -241,6 +262,10 @@ class ScannedModule:
 
     @classmethod
     def from_text(cls, text: str) -> "ScannedModule":
+        """The module printed as `text`, held as it is where it is ASCII
+        (as XLA prints nearly every module), else encoded."""
+        if text.isascii():
+            return cls(ModuleText(text=text))
         return cls.from_bytes(text.encode("utf-8"))
 
     @classmethod
@@ -518,10 +543,7 @@ class ScannedModule:
         table, order = {}, []
         if comp is not None and comp.end >= comp.start:
             text = self._source.read(comp.start, comp.end).decode("utf-8", "replace")
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
-                inst = _instruction(line, computation)
+            for inst in _instructions(text, computation):
                 table[inst.name] = inst
                 order.append(inst)
         # Memory stays bounded: the least recently used go first, never the
