@@ -219,12 +219,12 @@ def generate_dense(lines: int, path: str) -> int:
         return body, x
 
     body, last = units_of(0, in_loop, "bv")
-    out += [f"%micro_cond (c: (s32[], f32[64,1024])) -> pred[] {{",
+    out += ["%micro_cond (c: (s32[], f32[64,1024])) -> pred[] {",
             f"  %c = {state} parameter(0)",
             "  %ci = s32[] get-tuple-element(%c), index=0",
             "  %climit = s32[] constant(4)",
             "  ROOT %clt = pred[] compare(%ci, %climit), direction=LT", "}", "",
-            f"%micro_body (b: (s32[], f32[64,1024])) -> (s32[], f32[64,1024]) {{",
+            "%micro_body (b: (s32[], f32[64,1024])) -> (s32[], f32[64,1024]) {",
             f"  %b = {state} parameter(0)",
             "  %bi = s32[] get-tuple-element(%b), index=0",
             "  %bone = s32[] constant(1)",
@@ -421,6 +421,13 @@ def main() -> None:
                         help="unrolled layers of the dense programs compiled "
                              "(default %(default)s; 0: none)")
     args = parser.parse_args()
+    sizes = {}
+    for option in ("lines", "layers"):
+        text = getattr(args, option)
+        try:
+            sizes[option] = [int(x) for x in text.split(",") if x]
+        except ValueError:
+            parser.error(f"--{option} {text}: give whole numbers separated by commas")
     print(f"runs: {args.runs} of each, in turn, whole processes; seconds are "
           "medians, memory the peak resident set (MiB)")
     print("text, json: irshard collectives FILE [--format json]; xla: XLA's "
@@ -436,14 +443,14 @@ def main() -> None:
         for density in (d for d in args.density.split(",") if d):
             if density not in _GENERATORS:
                 parser.error(f"--density {density}: give sparse, dense or both")
-            for n in (int(x) for x in args.lines.split(",") if x):
+            for n in sizes["lines"]:
                 path = os.path.join(tmp, f"gen_{n}.hlo")
                 _generate_quietly(density, n, path)
                 _row(f"{n // 1000}k {density}", path, args.runs, baseline)
                 os.remove(path)
         for path in args.dumps:
             _row(os.path.basename(path)[:10], path, args.runs, baseline)
-        layers = [int(x) for x in args.layers.split(",") if x and int(x) > 0]
+        layers = [n for n in sizes["layers"] if n > 0]
         if layers:
             print()
             print("compile's report of a dense program (medians of "

@@ -46,6 +46,12 @@ class ModuleText:
                 offset += cut
                 rest = chunk[cut:]
 
+    def decoded(self, start: int, end: int) -> str:
+        """`read`, as text."""
+        if self.text is not None:
+            return self.text[start:end]
+        return self.read(start, end).decode("utf-8", "replace")
+
     def read(self, start: int, end: int) -> bytes:
         if self.text is not None:
             return self.text[start:end].encode("ascii")

@@ -382,8 +382,7 @@ class ScannedModule:
     def _collective(self, comp: _Computation, m: re.Match, start: int,
                     stop: int, mesh: bool) -> None:
         if mesh and self.printed_mesh is None:
-            self.printed_mesh = self._source.read(start, stop).decode(
-                "utf-8", "replace")
+            self.printed_mesh = self._line(start, stop)
         self._record(comp, start, stop,
                      m.group(1) if m.group(2).endswith(b"-start") else None)
 
@@ -497,7 +496,7 @@ class ScannedModule:
         return self._may_have_sites(computation)
 
     def _line(self, start: int, stop: int) -> str:
-        return self._source.read(start, stop).decode("utf-8", "replace")
+        return self._source.decoded(start, stop)
 
     def instructions_of(self, computation: str) -> list[Instruction]:
         """Every instruction of `computation`, read from the text."""
@@ -542,7 +541,7 @@ class ScannedModule:
         comp = self.computations.get(computation)
         table, order = {}, []
         if comp is not None and comp.end >= comp.start:
-            text = self._source.read(comp.start, comp.end).decode("utf-8", "replace")
+            text = self._source.decoded(comp.start, comp.end)
             for inst in _instructions(text, computation):
                 table[inst.name] = inst
                 order.append(inst)
