@@ -402,9 +402,14 @@ def test_every_line_of_the_suites_modules_reads_as_the_split_reads_it():
         assert parse_instruction_text(line) == _parse_instruction_slowly(line), line
     # What an instruction calls, read with and without its attributes parsed.
     calling = 0
-    for line in lines + _PRINTED_FORMS:
-        quick = Instruction("i", "op", "c", [], [], line.strip())
-        parsed = Instruction("i", "op", "c", [], [], line.strip())
+    for line in lines + _PRINTED_FORMS + [
+            '%f.2 = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused.2, '
+            'metadata={op_name="f" stack_frame_id=1}',
+            '%f.3 = f32[4]{0} fusion(%a), frontend_attributes={k=", kind=kLoop, '
+            'calls=%no"}, kind=kOutput, calls=%yes']:
+        opcode = parse_instruction_text(line)[2]
+        quick = Instruction("i", opcode, "c", [], [], line.strip())
+        parsed = Instruction("i", opcode, "c", [], [], line.strip())
         parsed.attrs
         assert quick.called_computations() == parsed.called_computations(), line
         calling += bool(quick.called_computations())

@@ -165,6 +165,7 @@ def _calls_in(attrs: dict[str, str]) -> list[tuple[str, str]]:
 _CALL_ATTRIBUTE = re.compile(r"(?:, |\)\s*)(" + "|".join(_CALLED_KEYS)
                              + r")=(\{[^}\"]*\}|%?[\w.\-]+)")
 _CALLEE = re.compile(r"%?([\w.\-]+)")
+_FUSION_CALL = re.compile(r", kind=k\w+, calls=%?([\w.\-]+)")
 
 
 class Instruction:
@@ -264,6 +265,11 @@ class Instruction:
 
     def called_computations(self) -> list[tuple[str, str]]:
         """(attribute, computation) pairs, in printed order."""
+        if self.opcode == "fusion" and self._parsed is None:
+            # A fusion's one call, where nothing quoted comes before it.
+            m = _FUSION_CALL.search(self.text)
+            if m is not None and self.text.find('"', 0, m.start()) < 0:
+                return [("calls", m.group(1))]
         if _CALLS_SOMETHING.search(self.text) is None:
             return []
         if self._parsed is None:
