@@ -77,7 +77,7 @@ class CompiledExecutable:
             thread.join()
             if isinstance(found[0], BaseException):
                 raise found[0]
-            return found[0]
+            return dict(found[0])
         return result
 
     def memory_stats(self) -> dict[str, int]:

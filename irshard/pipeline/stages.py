@@ -188,11 +188,15 @@ def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
 
 
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
-            compiled: backend.CompiledExecutable,
-            programs=None, module=None) -> CollectiveReport:
+            compiled: backend.CompiledExecutable, programs=None, module=None,
+            memory_stats: Callable[[], dict[str, int]] | None = None
+            ) -> CollectiveReport:
+    """The report of `view`; `memory_stats`: XLA's memory figures, where the
+    caller started working them out (`memory_stats_later`) before reading
+    the module."""
     target, profile = info.placement.target, info.placement.profile
     model = cost.CostModel.for_devices(target, profile, compiled.devices)
-    memory_stats = compiled.memory_stats_later()
+    memory_stats = memory_stats or compiled.memory_stats_later()
     collectives = analysis.collectives(view, info.mesh, info.user_dir,
                                        programs, model)
     comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
@@ -273,8 +277,10 @@ class Partitioned(Stage):
         return _read(lambda: self.text, self.view, use)
 
     def report(self) -> CollectiveReport:
+        memory_stats = self.compiled.memory_stats_later()
         return self.read(lambda view: _report(self.info, self.name, view,
-                                              self.compiled, module=self.module))
+                                              self.compiled, module=self.module,
+                                              memory_stats=memory_stats))
 
 
 @dataclass(frozen=True, eq=False)
@@ -312,12 +318,15 @@ class Optimized(Stage):
             # Compiled for stand-in devices: the partitioner's output is the
             # program as any backend gets it.
             return self.partitioned().report()
+        # XLA's memory figures worked out while the module is printed and read.
+        memory_stats = self.compiled.memory_stats_later()
         programs = None
         if self.info.platform == "cpu" and self.compiled.partitioned_text:
             programs = self.partitioned().read(analysis.program_shapes)
         return _read(self.as_text, lambda: self._view,
                      lambda view: _report(self.info, self.name, view,
-                                          self.compiled, programs, self.module))
+                                          self.compiled, programs, self.module,
+                                          memory_stats))
 
 
 @dataclass(frozen=True, eq=False)
