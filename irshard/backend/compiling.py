@@ -59,8 +59,8 @@ class CompiledExecutable:
 
     def memory_stats_later(self) -> Callable[[], dict[str, int]]:
         """`memory_stats`, worked out in a thread while the caller goes on
-        (XLA serializes the whole module for it, without the GIL): call the
-        result for them."""
+        (XLA serializes the executable's buffer assignment for it, without
+        the GIL): call the result for them."""
         found: list[Any] = []
 
         def work() -> None:

@@ -188,15 +188,14 @@ def _tensor_infos(decls: tuple[TensorDecl, ...], shardings: list[Any],
 
 
 def _report(info: ProgramInfo, stage: str, view: HloModuleView,
-            compiled: backend.CompiledExecutable, programs=None, module=None,
-            memory_stats: Callable[[], dict[str, int]] | None = None
-            ) -> CollectiveReport:
-    """The report of `view`; `memory_stats`: XLA's memory figures, where the
-    caller started working them out (`memory_stats_later`) before reading
+            compiled: backend.CompiledExecutable,
+            memory_stats: Callable[[], dict[str, int]], programs=None,
+            module=None) -> CollectiveReport:
+    """The report of `view`; `memory_stats`: XLA's memory figures, which
+    the caller started working out (`memory_stats_later`) before reading
     the module."""
     target, profile = info.placement.target, info.placement.profile
     model = cost.CostModel.for_devices(target, profile, compiled.devices)
-    memory_stats = memory_stats or compiled.memory_stats_later()
     collectives = analysis.collectives(view, info.mesh, info.user_dir,
                                        programs, model)
     comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
@@ -279,8 +278,8 @@ class Partitioned(Stage):
     def report(self) -> CollectiveReport:
         memory_stats = self.compiled.memory_stats_later()
         return self.read(lambda view: _report(self.info, self.name, view,
-                                              self.compiled, module=self.module,
-                                              memory_stats=memory_stats))
+                                              self.compiled, memory_stats,
+                                              module=self.module))
 
 
 @dataclass(frozen=True, eq=False)
@@ -325,8 +324,8 @@ class Optimized(Stage):
             programs = self.partitioned().read(analysis.program_shapes)
         return _read(self.as_text, lambda: self._view,
                      lambda view: _report(self.info, self.name, view,
-                                          self.compiled, programs, self.module,
-                                          memory_stats))
+                                          self.compiled, memory_stats,
+                                          programs, self.module))
 
 
 @dataclass(frozen=True, eq=False)

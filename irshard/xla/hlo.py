@@ -143,6 +143,8 @@ def parse_metadata(text: str) -> dict[str, str]:
 _CALLED_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
                 "true_computation", "false_computation", "called_computations")
 _CALLS_SOMETHING = re.compile("(?:" + "|".join(_CALLED_KEYS) + ")=")
+
+
 def printed_calls(text: str) -> list[tuple[str, str]] | None:
     """`Instruction.called_computations` of a printed instruction, read
     without parsing every attribute where the calls are printed before any

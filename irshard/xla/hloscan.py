@@ -432,12 +432,12 @@ class ScannedModule:
             self._named[name] = inst
             self._call(comp, inst)
             comp.has_sites = comp.has_sites or any(
-                self._may_have_sites(c) for _, c in callees)
+                self.holds_collectives(c) for _, c in callees)
             return
         # A fusion, reduce, sort...: visited only where its computations
         # hold collectives (callees are printed before their callers; one
         # not yet seen is kept).
-        if any(self._may_have_sites(c) for _, c in callees):
+        if any(self.holds_collectives(c) for _, c in callees):
             self._call(comp, _Call(name, opcode, tuple(callees)))
             comp.has_sites = True
 
@@ -446,7 +446,9 @@ class ScannedModule:
         comp.codes.append(-1 - len(comp.calls))
         comp.calls.append(visit)
 
-    def _may_have_sites(self, name: str) -> bool:
+    def holds_collectives(self, name: str) -> bool:
+        """Whether computation `name` may run a collective (itself or in
+        what it calls; one not yet scanned may)."""
         comp = self.computations.get(name)
         return comp is None or comp.end < 0 or comp.has_sites
 
@@ -489,11 +491,6 @@ class ScannedModule:
             key = computation
         self._forms[computation] = key
         return key
-
-    def holds_collectives(self, computation: str) -> bool:
-        """Whether `computation` may run a collective (itself or in what it
-        calls)."""
-        return self._may_have_sites(computation)
 
     def _line(self, start: int, stop: int) -> str:
         return self._source.decoded(start, stop)
