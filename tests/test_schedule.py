@@ -354,3 +354,90 @@ def test_fusions_printed_alike_are_costed_once():
     steps = [schedule.simulate(view, rates, lambda i: (1e-5, i.name)).to_json()
              for view in (scan, parsed)]
     assert steps[0] == steps[1] and steps[0]["compute_s"] > 0
+
+
+# A scan's layer of three stacked arrays (two of its slices, one whole
+# array), summed and written with its last dimension first: `LAYOUT` is the
+# transpose's result layout ({0,2,1} leaves memory in the order it was, a
+# copy then reorders it), `ROWS` the rows of a slice.
+STRIDED = """HloModule m, is_scheduled=true
+
+%fused (p0: f32[4,ROWS,256], p1: f32[4,ROWS,256], p2: f32[8,ROWS,256], i: s32[]) -> f32[256,8,ROWS] {
+  %p0 = f32[4,ROWS,256]{2,1,0} parameter(0)
+  %p1 = f32[4,ROWS,256]{2,1,0} parameter(1)
+  %p2 = f32[8,ROWS,256]{2,1,0} parameter(2)
+  %i = s32[] parameter(3)
+  %z = s32[] constant(0)
+  %a = f32[8,ROWS,256]{2,1,0} dynamic-slice(%p0, %i, %z, %z), dynamic_slice_sizes={8,ROWS,256}
+  %b = f32[8,ROWS,256]{2,1,0} dynamic-slice(%p1, %i, %z, %z), dynamic_slice_sizes={8,ROWS,256}
+  %half = f32[] constant(0.5)
+  %h = f32[8,ROWS,256]{2,1,0} broadcast(%half), dimensions={}
+  %m = f32[8,ROWS,256]{2,1,0} multiply(%a, %h)
+  %s = f32[8,ROWS,256]{2,1,0} add(%m, %b)
+  %sum = f32[8,ROWS,256]{2,1,0} add(%s, %p2)
+  %t = f32[256,8,ROWS]{LAYOUT} transpose(%sum), dimensions={2,0,1}
+  ROOT %c = f32[256,8,ROWS]{2,1,0} copy(%t)
+}
+
+ENTRY %main (x: f32[4,ROWS,256], y: f32[4,ROWS,256], w: f32[8,ROWS,256], j: s32[]) -> f32[256,8,ROWS] {
+  %x = f32[4,ROWS,256]{2,1,0} parameter(0)
+  %y = f32[4,ROWS,256]{2,1,0} parameter(1)
+  %w = f32[8,ROWS,256]{2,1,0} parameter(2)
+  %j = s32[] parameter(3)
+  ROOT %f = f32[256,8,ROWS]{2,1,0} fusion(%x, %y, %w, %j), kind=kLoop, calls=%fused
+}
+"""
+
+
+def strided_view(layout: str, rows: int = 128) -> HloModuleView:
+    return HloModuleView.from_text(
+        STRIDED.replace("LAYOUT", layout).replace("ROWS", str(rows)))
+
+
+def test_a_fusion_written_transposed_reads_its_operands_across_their_rows():
+    view = strided_view("0,2,1")
+    found = costs.Costs(view)
+    fusion = view.get("f", "main")
+    # Each operand as it is read (two 1 MiB slices, the 1 MiB array, the
+    # index) and the 1 MiB result.
+    assert found.memory(fusion) == 4 * (1 << 20) + 4
+    strided, sliced = found.strided(fusion)
+    assert strided == 3 * (1 << 20)
+    assert sliced == 2 * (1 << 20)
+    # The transpose alone leaves memory in its order; the copy reorders it.
+    assert not costs.reorders(view.get("t", "fused"), view.get("sum", "fused"))
+    assert costs.reorders(view.get("c", "fused"), view.get("t", "fused"))
+
+
+def test_a_transpose_that_keeps_memory_in_order_reads_nothing_across_rows():
+    # Laid out {2,1,0}, the transpose itself reorders memory and the copy
+    # does not: the same operands are read across their rows.
+    view = strided_view("2,1,0")
+    assert costs.reorders(view.get("t", "fused"), view.get("sum", "fused"))
+    assert not costs.reorders(view.get("c", "fused"), view.get("t", "fused"))
+    assert costs.Costs(view).strided(view.get("f", "main")) == (3 << 20, 2 << 20)
+    # Only dimensions of one element moved: no order changes.
+    flat = HloModuleView.from_text(
+        "HloModule m\n\nENTRY %main (x: f32[1,64]) -> f32[64,1] {\n"
+        "  %x = f32[1,64]{1,0} parameter(0)\n"
+        "  ROOT %t = f32[64,1]{1,0} transpose(%x), dimensions={1,0}\n}\n")
+    assert costs.Costs(flat).strided(flat.get("t", "main")) == (0.0, 0.0)
+
+
+def test_small_slices_read_across_rows_are_not_slowed():
+    view = strided_view("0,2,1", rows=32)       # 256 KiB slices
+    assert costs.Costs(view).strided(view.get("f", "main")) == (3 << 18, 0.0)
+
+
+def test_large_slices_read_across_rows_take_the_strided_rate():
+    view = strided_view("0,2,1")
+    rates = schedule.Rates(peak_flops=1e30, memory_bandwidth=1e9,
+                           sliced_strided_bandwidth=1e8)
+    step = schedule.simulate(view, rates, lambda inst: (0.0, None))
+    # 3 MiB read and 1 MiB written as streams, of which the 2 MiB of
+    # slices at a tenth of the rate.
+    mib = 1 << 20
+    assert step.compute_s == pytest.approx(2 * mib / 1e9 + 2 * mib / 1e8)
+    plain = schedule.simulate(view, schedule.Rates(1e30, 1e9),
+                              lambda inst: (0.0, None))
+    assert plain.compute_s == pytest.approx(4 * mib / 1e9)

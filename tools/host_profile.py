@@ -46,6 +46,11 @@ def entry(result: dict, machine: str) -> dict:
                 "bandwidth": {"value": compute["bandwidth"],
                               "source": f"{measured}: an elementwise op with a fresh "
                                         f"result, [bytes read and written, bytes/s]"},
+                "sliced_strided_bandwidth": {
+                    "value": compute["sliced_strided_bandwidth"],
+                    "source": f"{measured}: 2 and 6 slices of 1 MiB of a stacked "
+                              f"array, summed and written transposed, per byte "
+                              f"more"},
                 "op_overhead": {"value": compute["op_overhead"],
                                 "source": f"{measured}: 64 tiny products, each "
                                           f"followed by a tanh, per instruction"},

@@ -5,6 +5,18 @@ elementwise op), transcendentals apart, and the bytes it reads and writes
 fused instructions touch). Each fused computation is read once, and
 computations printed alike (an unrolled model's copies of one fusion,
 where the view tells them: `ScannedModule.form`) once for all.
+
+Of the bytes read, `strided` are those read in an order other than their
+layout's: the operands of a transpose or a copy that changes the order of
+the dimensions in memory, and, in a fusion, every parameter that flows
+into one (the fusion walks its result in the transposed order, so each such
+operand is read one element per cache line). Of them, `sliced` are large
+slices of larger arrays (a scan's layer of its stacked weights and
+activations): their rows lie a large power of two apart in every operand
+alike, so they fall on the same few cache sets, and a CPU reads them many
+times slower than a stream (`schedule.Rates.sliced_strided_bandwidth`;
+measured on this machine's CPU: 1 MiB slices 30 times slower, 256 KiB
+ones 4 times, separate arrays about as fast as a stream).
 """
 
 from __future__ import annotations
@@ -43,11 +55,50 @@ class Cost:
     flops: float = 0.0
     transcendentals: float = 0.0
     bytes: float = 0.0
+    strided: float = 0.0       # of `bytes`: read out of their layout's order
+    sliced: float = 0.0        # of `strided`: large slices of larger arrays
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.flops + other.flops,
                     self.transcendentals + other.transcendentals,
-                    self.bytes + other.bytes)
+                    self.bytes + other.bytes, self.strided + other.strided,
+                    self.sliced + other.sliced)
+
+
+# The smallest slice whose rows, read across, fall on the same cache sets
+# as its neighbours' (see the module's docstring).
+ALIASED_SLICE_BYTES = 512 * 1024
+
+# The layout printed after an array shape: `f32[8,4]{1,0}` (a TPU's tiling
+# after a colon).
+_LAYOUT = re.compile(r"= [a-z][a-z0-9]*\[[^\]]*\]\{([\d,]*)[:}]")
+
+
+def layout(inst: Instruction) -> tuple[int, ...] | None:
+    """The minor-to-major order of `inst`'s (array) result, where printed."""
+    m = _LAYOUT.search(inst.text)
+    if m is None or not isinstance(inst.shape, ArrayShape):
+        return None
+    found = tuple(int(d) for d in m.group(1).split(",") if d)
+    return found if sorted(found) == list(range(len(inst.shape.dims))) else None
+
+
+def reorders(inst: Instruction, operand: Instruction | None) -> bool:
+    """Whether `inst` (a transpose or a copy) reads `operand` in an order
+    other than its layout's: the dimensions of more than one element, in
+    the order memory holds them, differ between the two."""
+    if inst.opcode not in ("transpose", "copy") or operand is None:
+        return False
+    out, source = layout(inst), layout(operand)
+    if out is None or source is None or not isinstance(operand.shape, ArrayShape):
+        return False
+    if inst.opcode == "transpose":
+        permutation = _dims(inst.attrs.get("dimensions"))
+        if sorted(permutation) != list(range(len(out))):
+            return False
+        out = tuple(permutation[d] for d in out)
+    dims = operand.shape.dims
+    return [d for d in out if dims[d] > 1] != [d for d in source if dims[d] > 1]
 
 
 def _elements(shape) -> int:
@@ -70,6 +121,7 @@ class Costs:
         self._form: Callable[[str], str] = getattr(view, "form", str)
         self._inner: dict[str, Cost] = {}
         self._traffic: dict[str, tuple[dict[int, float], float | None]] = {}
+        self._strided: dict[str, frozenset[int]] = {}
 
     def shape_of(self, name: str, computation: str):
         inst = self.view.get(name, computation)
@@ -184,9 +236,79 @@ class Costs:
             return None
         return float(shape_bytes(self.shape_of(inst.operands[1], computation)))
 
+    def strided(self, inst: Instruction, fused: str | None = None) -> tuple[float, float]:
+        """Bytes `inst` reads out of their layout's order, and of them those
+        it reads as large slices of larger arrays (see the module's
+        docstring)."""
+        op = inst.opcode
+        if op in ("transpose", "copy"):
+            operand = self.view.get(inst.operands[0], inst.computation) \
+                if inst.operands else None
+            if not reorders(inst, operand):
+                return 0.0, 0.0
+            return float(shape_bytes(operand.shape)), 0.0
+        if op != "fusion":
+            return 0.0, 0.0
+        computation = _fused(inst) if fused is None else fused
+        numbers = self.strided_parameters(computation)
+        if not numbers:
+            return 0.0, 0.0
+        reads, _ = self.fused_traffic(computation)
+        total = sliced = 0.0
+        for i in numbers:
+            if i < len(inst.operands):
+                read = reads.get(i)
+                if read is None:
+                    total += shape_bytes(self.shape_of(inst.operands[i], inst.computation))
+                else:
+                    total += read
+                    if read >= ALIASED_SLICE_BYTES:
+                        sliced += read
+        return total, sliced
+
+    def strided_parameters(self, computation: str) -> frozenset[int]:
+        """The parameters of a fused computation that flow into a transpose
+        or copy reordering memory: its loop reads them in that order. A
+        broadcast's operand is not followed (it is read again and again
+        whatever the order)."""
+        form = self._form(computation)
+        found = self._strided.get(form)
+        if found is not None:
+            return found
+        numbers: set[int] = set()
+        for inst in self.view.instructions_of(computation):
+            if inst.opcode not in ("transpose", "copy") or not inst.operands:
+                continue
+            if not reorders(inst, self.view.get(inst.operands[0], computation)):
+                continue
+            seen: set[str] = set()
+            stack = [inst.operands[0]]
+            while stack:
+                name = stack.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                source = self.view.get(name, computation)
+                if source is None or source.opcode in ("broadcast", "constant", "iota"):
+                    continue
+                if source.opcode == "parameter":
+                    m = re.search(r"parameter\((\d+)\)", source.text)
+                    if m is not None:
+                        numbers.add(int(m.group(1)))
+                    continue
+                # A slice's start indices are scalars: only what it slices
+                # is read in order.
+                operands = source.operands[:1] if source.opcode in _SLICING \
+                    else source.operands[:2] if source.opcode == "dynamic-update-slice" \
+                    else source.operands
+                stack.extend(operands)
+        found = self._strided[form] = frozenset(numbers)
+        return found
+
     def of(self, inst: Instruction, fused: str | None = None) -> Cost:
         found = self.arithmetic(inst, fused)
-        return Cost(found.flops, found.transcendentals, self.memory(inst, fused))
+        return Cost(found.flops, found.transcendentals, self.memory(inst, fused),
+                    *self.strided(inst, fused))
 
 
 def _fused(inst: Instruction) -> str:

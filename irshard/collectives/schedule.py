@@ -9,7 +9,9 @@ device's compute stream and its collective stream:
   `overhead + max(flops / peak_flops, bytes / memory_bandwidth)`, its flops
   counted as XLA's cost analysis counts them (two per multiply-add of a
   dot, one per element of an elementwise op, transcendentals apart) and its
-  bytes the operands it reads and the result it writes;
+  bytes the operands it reads and the result it writes (large slices of
+  stacked arrays read across their rows at their own, measured rate:
+  `costs.Cost.sliced`);
 - a collective takes the link model's time (`cost.CostModel`); a
   synchronous one stops compute until it ends (exposed), an async
   `-start` runs beside the compute scheduled before its `-done`, which
@@ -65,6 +67,10 @@ class Rates:
     # Memory bandwidth by the bytes an instruction moves: (bytes, rate)
     # points, log-interpolated; `memory_bandwidth` where there are none.
     bandwidth_curve: tuple[tuple[float, float], ...] = ()
+    # Bytes per second of large slices of larger arrays read out of their
+    # layout's order (through a transpose: `costs.Cost.sliced`); as any
+    # other bytes where None.
+    sliced_strided_bandwidth: float | None = None
 
     def bandwidth(self, nbytes: float) -> float:
         curve = self.bandwidth_curve
@@ -78,10 +84,17 @@ class Rates:
                 return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
         return curve[-1][1]
 
-    def seconds(self, flops: float, transcendentals: float, nbytes: float) -> float:
+    def seconds(self, flops: float, transcendentals: float, nbytes: float,
+                sliced: float = 0.0) -> float:
         compute = flops / self.peak_flops
         compute += transcendentals / (self.transcendentals or self.peak_flops)
-        memory = nbytes / self.bandwidth(nbytes) if nbytes else 0.0
+        if not nbytes:
+            return self.overhead_s + compute
+        stream = self.bandwidth(nbytes)
+        memory = nbytes / stream
+        if sliced and self.sliced_strided_bandwidth:
+            sliced = min(sliced, nbytes)
+            memory += sliced / self.sliced_strided_bandwidth - sliced / stream
         return self.overhead_s + max(compute, memory)
 
 
@@ -245,7 +258,8 @@ class _Walk:
         else:
             cost = Cost(bytes=self.costs.memory(inst)) if op == "custom-call" \
                 else self.costs.of(inst, called.get("calls"))
-            seconds = self.rates.seconds(cost.flops, cost.transcendentals, cost.bytes)
+            seconds = self.rates.seconds(cost.flops, cost.transcendentals,
+                                         cost.bytes, cost.sliced)
             work, moved = cost.flops + cost.transcendentals, cost.bytes
             if timed is not None:
                 timed[at], timed[at + 1], timed[at + 2] = seconds, work, moved
@@ -399,6 +413,7 @@ def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
                          launch_s=profile.launch)
         return Rates(found["flops"], flat, overhead, launch_s=profile.launch,
                      bandwidth_curve=curve,
+                     sliced_strided_bandwidth=found.get("sliced_strided_bandwidth"),
                      first_collective_s=found.get("first_collective", 0.0),
                      rendezvous_skew_s=found.get("rendezvous_skew", 0.0))
     if profile.peak_flops and profile.hbm_bandwidth:

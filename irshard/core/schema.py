@@ -319,4 +319,5 @@ PROFILE = Object({"links": Object({}, rule=lambda v, w: (
                                      "first_collective": _LATENCY,
                                      "op_overhead": _LATENCY,
                                      "rendezvous_skew": _LATENCY,
+                                     "sliced_strided_bandwidth": _BANDWIDTH,
                                      "bandwidth": List(List(Number(positive=True)))})})

@@ -21,6 +21,7 @@ times a device's compute with (`measure_compute`). `-o PATH` saves the profile f
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -301,6 +302,9 @@ def render_text(result: dict[str, Any]) -> str:
         lines.append(f"  matrix products: {c['flops'] / 1e9:.3g} GFLOP/s")
         lines += [f"  streaming {human_bytes(b)}: {human_bytes(int(r))}/s"
                   for b, r in c["bandwidth"]]
+        if c.get("sliced_strided_bandwidth"):
+            lines.append(f"  slices of a stacked array read across their rows: "
+                         f"{human_bytes(int(c['sliced_strided_bandwidth']))}/s")
         lines.append(f"  each instruction: {human_time(c['op_overhead'])} more")
         lines.append(f"  launch: {human_time(c['launch'])} per execution")
         lines.append(f"  the first collective of an execution: "
@@ -348,6 +352,11 @@ DOT_SIDES = (256, 512)
 # rendezvous `measure_compute` times, and how many stretches a program has.
 SKEW_SIDES = (256, 384)
 SEGMENTS = 8
+# The shape of each slice, per device, of the fusions that read slices of a
+# stacked array in a transposed order (`measure_compute`'s
+# `sliced_strided_bandwidth`), and how many slices the two read.
+STRIDED_SHAPE = (8, 128, 256)
+STRIDED_OPERANDS = (2, 6)
 
 
 def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
@@ -358,6 +367,10 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     with a fresh result (`STREAM_BYTES` read and written: caches and fresh
     pages make the rate depend on the size), `op_overhead`, the seconds
     each instruction takes beyond its work (tiny products in a row),
+    `sliced_strided_bandwidth`, bytes per second of slices of a stacked
+    array read out of their layout's order (an elementwise fusion of them
+    written transposed, each read across its rows: the time more slices
+    add, over their bytes),
     `launch`, the seconds one execution of a program that does next to
     nothing takes, `first_collective`, what an execution's first collective
     takes beyond the others (it wakes the devices' threads), and
@@ -430,6 +443,14 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
                            f"too busy to measure: run it again")
     curve = [[b, b / t] for b, t in streamed
              if t > 0.1 * statistics.median(bases) or b == STREAM_BYTES[-1]]
+    # The same fusion with more slices of one stacked array, each read
+    # across its rows.
+    few, many = (timed(_transposed(k), (k,) + STRIDED_SHAPE)
+                 for k in STRIDED_OPERANDS)
+    more = (STRIDED_OPERANDS[1] - STRIDED_OPERANDS[0]) \
+        * 4 * math.prod(STRIDED_SHAPE)
+    # Lost in the noise: no slower than the stream.
+    strided = min(more / (many - few) if many > few else math.inf, curve[-1][1])
     # A collective after a stretch of compute waits for the devices the
     # host's scheduler ran last: what it takes beyond the compute and the
     # collective alone, per collective.
@@ -443,7 +464,8 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     # measurement.
     launch = statistics.median(bases)
     return {"devices": n, "flops": statistics.median(rates),
-            "bandwidth": curve, "op_overhead": overhead, "launch": launch,
+            "bandwidth": curve, "sliced_strided_bandwidth": strided,
+            "op_overhead": overhead, "launch": launch,
             "first_collective": first, "rendezvous_skew": statistics.median(skews)}
 
 
@@ -459,6 +481,21 @@ def _segments(v, w, what: tuple[bool, bool]):
         if collective:
             v = jax.lax.psum(v, "d") * 0.125
     return v
+
+
+def _transposed(k: int):
+    """The `k` slices of an array stacked on a leading axis summed
+    elementwise and written with their last dimension first (a weight
+    gradient's transpose of a scan's activations): one fusion that reads
+    each across its rows."""
+    import jax.numpy as jnp
+
+    def body(v):
+        total = v[0]
+        for i in range(1, k):
+            total = total * 0.5 + v[i]
+        return jnp.transpose(total, (total.ndim - 1,) + tuple(range(total.ndim - 1)))[None]
+    return body
 
 
 def _chain(k: int):
