@@ -182,11 +182,7 @@ class Costs:
         if op == "fusion":
             reads, written = self.fused_traffic(
                 _fused(inst) if fused is None else fused)
-            total = 0.0
-            for i, operand in enumerate(inst.operands):
-                read = reads.get(i)
-                total += shape_bytes(self.shape_of(operand, inst.computation)) \
-                    if read is None else read
+            total = sum(self._read(inst, i, reads) for i in range(len(inst.operands)))
             return total + (shape_bytes(inst.shape) if written is None else written)
         read = sum(shape_bytes(self.shape_of(o, inst.computation))
                    for o in inst.operands)
@@ -204,16 +200,16 @@ class Costs:
         for inst in self.view.instructions_of(computation):
             if inst.opcode != "parameter":
                 continue
-            m = re.search(r"parameter\((\d+)\)", inst.text)
+            number = _parameter_number(inst)
             users = self.view.users(inst)
-            if m is None or not users:
+            if number is None or not users:
                 continue
             if all(u.opcode in _SLICING and u.operands[:1] == [inst.name]
                    for u in users):
-                reads[int(m.group(1))] = float(sum(shape_bytes(u.shape) for u in users))
+                reads[number] = float(sum(shape_bytes(u.shape) for u in users))
             elif all(u.opcode == "dynamic-update-slice" and u.operands[:1] == [inst.name]
                      for u in users):
-                reads[int(m.group(1))] = 0.0
+                reads[number] = 0.0
         root = self.view.root(computation)
         written = None
         if root is not None:
@@ -257,14 +253,18 @@ class Costs:
         total = sliced = 0.0
         for i in numbers:
             if i < len(inst.operands):
-                read = reads.get(i)
-                if read is None:
-                    total += shape_bytes(self.shape_of(inst.operands[i], inst.computation))
-                else:
-                    total += read
-                    if read >= ALIASED_SLICE_BYTES:
-                        sliced += read
+                read = self._read(inst, i, reads)
+                total += read
+                if i in reads and read >= ALIASED_SLICE_BYTES:
+                    sliced += read
         return total, sliced
+
+    def _read(self, inst: Instruction, i: int, reads: dict[int, float]) -> float:
+        """Bytes a fusion reads of its operand `i`: what its computation
+        reads of that parameter where it does not read it whole."""
+        read = reads.get(i)
+        return float(shape_bytes(self.shape_of(inst.operands[i], inst.computation))) \
+            if read is None else read
 
     def strided_parameters(self, computation: str) -> frozenset[int]:
         """The parameters of a fused computation that flow into a transpose
@@ -292,9 +292,9 @@ class Costs:
                 if source is None or source.opcode in ("broadcast", "constant", "iota"):
                     continue
                 if source.opcode == "parameter":
-                    m = re.search(r"parameter\((\d+)\)", source.text)
-                    if m is not None:
-                        numbers.add(int(m.group(1)))
+                    number = _parameter_number(source)
+                    if number is not None:
+                        numbers.add(number)
                     continue
                 # A slice's start indices are scalars: only what it slices
                 # is read in order.
@@ -309,6 +309,11 @@ class Costs:
         found = self.arithmetic(inst, fused)
         return Cost(found.flops, found.transcendentals, self.memory(inst, fused),
                     *self.strided(inst, fused))
+
+
+def _parameter_number(inst: Instruction) -> int | None:
+    m = re.search(r"parameter\((\d+)\)", inst.text)
+    return int(m.group(1)) if m is not None else None
 
 
 def _fused(inst: Instruction) -> str:
