@@ -148,6 +148,17 @@ BAD_PROFILES = [
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "kinds": '
      '{"all-reduce": {"latency": 1, "bandwidth": 0}}}}}',
      "links.host.kinds.all-reduce.bandwidth: expected a positive number"),
+    ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "rendezvous": '
+     '{"1": 1e-6}}}}',
+     "links.host.rendezvous.1: a rendezvous is keyed by its group's size, a "
+     "whole number of at least 2"),
+    ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "rendezvous": '
+     '{"\u00b2": 1e-6}}}}', "a rendezvous is keyed by its group's size"),
+    ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "rendezvous": '
+     '{"4": -1}}}}',
+     "links.host.rendezvous.4: expected a non-negative number, got -1"),
+    ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "rendezvous": [2]}}}',
+     "links.host.rendezvous: expected an object"),
     ("[" * 100000 + "]" * 100000, "nested more than 64 deep"),
     ("{", "is not JSON"),
 ]

@@ -318,10 +318,14 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     assert compute["launch"] > 0 and compute["bandwidth"]
     host = found["links"]["host"]
     assert host["bandwidth"]["value"] > 0 and host["latency"]["value"] >= 0
+    # The rendezvous of each size of group 4 devices split into.
+    assert sorted(host["rendezvous"]) == ["2", "4"]
+    assert all(v >= 0 for v in host["rendezvous"].values())
     profile = json.loads(saved.read_text())
     # An absurdly slow host: every time grows accordingly.
     profile["links"]["host"] = {"bandwidth": {"value": 1.0, "source": "test"},
-                                "latency": {"value": 1.0, "source": "test"}}
+                                "latency": {"value": 1.0, "source": "test"},
+                                "rendezvous": host["rendezvous"]}
     # And a host that takes 3 s to start a step: the simulated step says so.
     assert profile["compute"]["devices"] == 4
     profile["compute"]["launch"] = 3.0
@@ -349,6 +353,58 @@ def test_a_fit_with_no_size_dependence_stays_finite():
     for p in points:
         assert calibrate.predict(p, latency, bandwidth) == pytest.approx(
             p.seconds, rel=0.15)
+
+
+def test_a_host_collective_waits_for_its_groups_threads():
+    """On the CPU host a collective's latency is a rendezvous of its group's
+    threads: a group of 2 of 8 devices takes the latency fitted for all 8
+    in the ratio of their measured rendezvous (the nearest size measured,
+    the smaller on a tie), whatever the size of the message."""
+    link = targets.Link("host", 1e9, 80e-6,
+                        rendezvous={2: 20e-6, 4: 40e-6, 8: 80e-6})
+    assert [link.group_scale(g) for g in (2, 3, 4, 6, 8, 16)] == \
+        [0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
+    assert targets.Link("host", 1e9, 80e-6).group_scale(2) == 1.0
+    profile = targets.profile_from_json("host", {"links": {"host": {
+        "bandwidth": 1e9, "latency": 80e-6,
+        "rendezvous": {"2": 20e-6, "4": 40e-6, "8": 80e-6}}}})
+    model = cost.CostModel(targets.parse_target("cpu"), profile,
+                           [cost.Place() for _ in range(8)])
+    for n, group_latency in ((2, 20e-6), (4, 40e-6), (8, 80e-6)):
+        wire = 4096 * (n - 1) // n
+        link_name, seconds = model.estimate(
+            "all-gather", 4096, wire, n, [list(range(n))])
+        assert link_name == "host"
+        assert seconds == pytest.approx(group_latency + wire / 1e9)
+    # A collective-permute's rendezvous is not its group's.
+    _, permute = model.estimate("collective-permute", 4096, 4096, 2, [[0, 1]])
+    assert permute == pytest.approx(80e-6 + 4096 / 1e9)
+
+
+def test_a_calibration_fits_the_latency_of_all_the_devices():
+    """Measured over axes of 2 and of 4 of 4 devices, times that follow
+    the model fit back its latency and bandwidth exactly: each point's
+    latency weighed by its group's rendezvous (a collective-permute's
+    not)."""
+    from irshard.pipeline import calibrate
+    rendezvous = {2: 30e-6, 4: 60e-6}
+    latency, bandwidth = 100e-6, 2e9
+    points = [calibrate.Measurement(
+        kind, axis, g, b, b * (g - 1) // g, 1.0,
+        latency * (rendezvous[g] / 60e-6 if kind != "collective-permute" else 1)
+        + (b * (g - 1) // g) / bandwidth)
+        for kind in ("all-gather", "collective-permute")
+        for axis, g in (("x", 2), ("y", 4)) for b in (4096, 65536, 1 << 20)]
+    weighted = calibrate.weighted(points, rendezvous)
+    assert [p.steps for p in weighted] == [0.5] * 3 + [1.0] * 9
+    for kind in ("all-gather", "collective-permute"):
+        mine = [p for p in weighted if p.kind == kind]
+        assert calibrate.fit(mine) == pytest.approx((latency, bandwidth))
+        for p in mine:
+            assert calibrate.predict(p, latency, bandwidth) == pytest.approx(p.seconds)
+    # Unweighed, the two groups' latencies cannot both be met.
+    fitted = calibrate.fit([p for p in points if p.kind == "all-gather"])
+    assert fitted != pytest.approx((latency, bandwidth))
 
 
 @pytest.mark.tpu

@@ -289,10 +289,20 @@ _LATENCY = Number()                         # seconds
 # The links of the shipped profiles (profiles.json).
 LINK_KINDS = ("dcn", "host", "ici", "infiniband", "nvlink")
 
+def _group_sizes(value: dict, where: str) -> None:
+    for group in value:
+        if not (group.isascii() and group.isdigit() and int(group) >= 2):
+            raise Mismatch(_field(where, group),
+                           "a rendezvous is keyed by its group's size, a whole "
+                           "number of at least 2")
+
+
 LINK = Object(
     {"bandwidth": _measured(_BANDWIDTH), "latency": _measured(_LATENCY)},
     {"base": _measured(_LATENCY),
-     "kinds": Map(Object({"bandwidth": _BANDWIDTH, "latency": _LATENCY}))})
+     "kinds": Map(Object({"bandwidth": _BANDWIDTH, "latency": _LATENCY})),
+     "rendezvous": Object({}, rule=lambda v, w: (_group_sizes(v, w),
+                                                 Map(_LATENCY).check(v, w)))})
 
 
 def _link_names(value: dict, where: str) -> None:

@@ -12,11 +12,13 @@ bandwidth per device and `a` its latency per step:
     all-to-all                   T = a (n-1) + S n / (4 B)  (a torus)
                                  T = a (n-1) + wire / B     (a switch)
     collective-permute           T = a + S / W
-    any, on the host (CPU)       T = a + wire / W
+    any, on the host (CPU)       T = a r(n) / r(N) + wire / W
 
 (The CPU's simulated devices are threads of one process sharing its cores:
-each collective is a rendezvous of them and then memory copies, and its
-latency is that of the rendezvous, not of ring steps.)
+each collective is a rendezvous of its group's threads and then memory
+copies, and its latency is that of the rendezvous, not of ring steps: `r`
+is the measured rendezvous of a group of that size, `N` the largest group
+measured, all the host's devices.)
 
 where `wire` is what one device sends with a ring (the report's
 `wire_bytes`) and `B` the bandwidth the ring gets: on a TPU, W for each
@@ -140,8 +142,9 @@ class CostModel:
             return link_name, link.base + latency + nbytes / per_link
         if link_name == "host":
             # The devices are threads of one process: a collective is one
-            # rendezvous of them, then copies, whatever its group's size.
-            return link_name, link.base + latency + wire / bandwidth
+            # rendezvous of its group's, then copies.
+            return link_name, link.base + latency * link.group_scale(n) \
+                + wire / bandwidth
         if kind == "all-reduce":
             seconds = 2 * latency * steps + wire / bandwidth
         elif kind in ("all-to-all", "ragged-all-to-all") and not switched:

@@ -51,10 +51,24 @@ class Link:
     # kind -> (latency, bandwidth).
     kinds: dict[str, tuple[float, float]] = field(default_factory=dict,
                                                   compare=False)
+    # A CPU host's rendezvous: group size -> seconds of one tiny collective
+    # among that many of its devices' threads, in a row with others
+    # (`irshard calibrate`); the latencies above are a group of all of them.
+    rendezvous: dict[int, float] = field(default_factory=dict, compare=False)
 
     def for_kind(self, kind: str) -> tuple[float, float]:
         """(latency, bandwidth) for a collective of `kind`."""
         return self.kinds.get(kind, (self.latency, self.bandwidth))
+
+    def group_scale(self, group: int) -> float:
+        """What a group of `group` devices takes of the latency: its
+        rendezvous over that of the largest group measured (the nearest
+        size measured, the smaller on a tie; 1 where none was)."""
+        if not self.rendezvous:
+            return 1.0
+        whole = self.rendezvous[max(self.rendezvous)]
+        nearest = min(self.rendezvous, key=lambda g: (abs(g - group), g))
+        return self.rendezvous[nearest] / whole if whole > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -233,7 +247,9 @@ def profile_from_json(name: str, data: dict[str, Any]) -> Profile:
                            float(_number(values["latency"])),
                            float(_number(values.get("base", 0.0))),
                            {k: _source(v) for k, v in values.items()
-                            if k != "kinds"}, kinds)
+                            if k not in ("kinds", "rendezvous")}, kinds,
+                           {int(g): float(v) for g, v
+                            in (values.get("rendezvous") or {}).items()})
     numbers = {k: data.get(k) for k in ("hbm_bytes", "hbm_bandwidth", "peak_flops")}
     return Profile(
         name=name,

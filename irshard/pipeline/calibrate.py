@@ -10,7 +10,9 @@ least squares to half the sizes,
     T = a + wire / W                  (wire as in irshard.hardware.cost)
 
 for each kind (the CPU's "links" are memory copies between threads, and
-each kind copies differently) and for all kinds together; the model is
+each kind copies differently) and for all kinds together, the latency
+weighed by the rendezvous of the collective's group against that of all
+the devices (`weighted`, measured by `measure_compute`); the model is
 judged on the other half: `error` is the median relative error of the
 fitted times on sizes it was not fitted on (`bands`: by message size). A
 CPU host's devices share its cores, so what it measures holds for that
@@ -24,13 +26,14 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from irshard import backend
 from irshard.collectives import analysis
 from irshard.core.errors import BackendError, UsageError
 from irshard.core.specs import MeshSpec
+from irshard.hardware.targets import Link
 from irshard.reporting.text import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 
@@ -51,7 +54,7 @@ class Measurement:
     group: int
     bytes: int            # per device, the collective's result
     wire: int             # what one device sends
-    steps: int
+    steps: float          # the latency's weight (`weighted`)
     seconds: float        # one collective
 
     def to_json(self) -> dict[str, Any]:
@@ -110,12 +113,6 @@ def expected_seconds(mesh: MeshSpec, sizes: Sequence[int], repeats: int) -> floa
     at `_TARGET_SECONDS` more than the shorter."""
     return count(mesh, sizes) * (_COMPILE_SECONDS
                                  + repeats * (2 * _TARGET_SECONDS + 0.002))
-
-
-def _steps(kind: str, n: int) -> int:
-    """A collective of the host's devices is one rendezvous of its threads
-    (see irshard.hardware.cost): its latency counts once."""
-    return 1
 
 
 def _program(kind: str, axis: str, n: int):
@@ -199,7 +196,7 @@ def measure(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
                 nbytes = result * 4
                 results.append(Measurement(
                     kind, axis.name, n, nbytes,
-                    analysis.wire_bytes(kind, nbytes, n), _steps(kind, n), seconds))
+                    analysis.wire_bytes(kind, nbytes, n), 1.0, seconds))
     return results
 
 
@@ -229,10 +226,25 @@ def predict(point: Measurement, latency: float, bandwidth: float) -> float:
     return latency * point.steps + point.wire / bandwidth
 
 
+def weighted(points: Sequence[Measurement],
+             rendezvous: dict[int, float]) -> list[Measurement]:
+    """`points` with their latency weighed as the cost model weighs it
+    (irshard.hardware.cost): a collective of the host's devices is one
+    rendezvous of its group's threads, whose time depends on the group's
+    size (`Link.group_scale`: a collective-permute's is not), so that the
+    fitted latency is that of a group of all the devices."""
+    link = Link("host", 1.0, 0.0, rendezvous=dict(rendezvous))
+    return [p if p.kind == "collective-permute"
+            else replace(p, steps=link.group_scale(p.group)) for p in points]
+
+
 def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
               repeats: int = 5) -> dict[str, Any]:
     """Measures, fits on every other size, and reports the held-out error."""
-    points = measure(mesh, sizes, repeats)
+    measured = measure(mesh, sizes, repeats)
+    compute = measure_compute(mesh, repeats)
+    rendezvous = compute.pop("rendezvous")
+    points = weighted(measured, rendezvous)
     ordered = sorted(set(sizes))
     fitted_on = {s for i, s in enumerate(ordered) if i % 2 == 0}
 
@@ -246,7 +258,8 @@ def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
     latency, bandwidth = fit(train)
     link: dict[str, Any] = {"bandwidth": {"value": bandwidth, "source": source},
                             "latency": {"value": latency, "source": source},
-                            "kinds": {}}
+                            "kinds": {},
+                            "rendezvous": {str(g): s for g, s in rendezvous.items()}}
     fitted = {}
     for kind in KINDS:
         mine = [p for p in train if p.kind == kind]
@@ -267,7 +280,7 @@ def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
         "mesh": str(mesh),
         "devices": mesh.num_devices,
         "links": {"host": link},
-        "compute": measure_compute(mesh, repeats),
+        "compute": compute,
         "error": error,
         "held_out": len(held),
         "bands": bands,
@@ -284,15 +297,18 @@ def render_text(result: dict[str, Any]) -> str:
                      str(m["wire_bytes"]), human_time(m["seconds"])]
                     for m in result["measurements"]])
     error = result["error"]
-    lines += ["", "fitted: T = latency + wire / bandwidth"]
+    lines += ["", "fitted: T = latency x rendezvous(group) / rendezvous(all) "
+                  "+ wire / bandwidth"]
     lines += table(["kind", "bandwidth", "latency"],
                    [[kind, f"{human_bytes(int(v['bandwidth']))}/s",
                      human_time(v["latency"])]
                     for kind, v in host.get("kinds", {}).items()]
                    + [["(all kinds)", f"{human_bytes(int(host['bandwidth']['value']))}/s",
                        human_time(host["latency"]["value"])]])
-    lines += [
-              f"  median relative error on {result['held_out']} held-out "
+    lines += [f"  rendezvous of {g} devices: {human_time(v)}"
+              for g, v in sorted(host.get("rendezvous", {}).items(),
+                                 key=lambda kv: int(kv[0]))]
+    lines += [f"  median relative error on {result['held_out']} held-out "
               f"measurements: " + (f"{error:.1%}" if error is not None else "n/a")]
     lines += [f"    {b['band']}: {b['error']:.1%} ({b['held_out']})"
               for b in result.get("bands", ())]
@@ -376,7 +392,8 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     takes beyond the others (it wakes the devices' threads), and
     `rendezvous_skew`, what a collective after a stretch of compute takes
     beyond the two alone (the threads the host's scheduler ran last are
-    waited for). Each is a program run whole, as a step runs, its launch
+    waited for), and `rendezvous`, the seconds of one tiny all-reduce among
+    others in a row, for each size of group the devices split into. Each is a program run whole, as a step runs, its launch
     taken off."""
     import jax
     import jax.numpy as jnp
@@ -386,14 +403,14 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     n = mesh.num_devices
     devices = backend.devices("cpu", n)
     jax_mesh = backend.make_mesh(("d",), (n,), devices)
-    sharding = NamedSharding(jax_mesh, P("d"))
     runs = max(20, 6 * repeats)
 
-    def compiled_on(body, shape, count: list | None = None):
+    def compiled_on(body, shape, count: list | None = None, mesh=jax_mesh):
+        spec = P(mesh.axis_names)
         x = jax.device_put(np.full((n * shape[0],) + shape[1:], 0.5, np.float32),
-                           sharding)
+                           NamedSharding(mesh, spec))
         compiled = jax.jit(jax.shard_map(
-            body, mesh=jax_mesh, in_specs=P("d"), out_specs=P("d"))).lower(x).compile()
+            body, mesh=mesh, in_specs=spec, out_specs=spec)).lower(x).compile()
         if count is not None:
             count.append(_instructions(compiled.as_text()))
         backend.time_runs(compiled, [x], 1)
@@ -402,11 +419,12 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     nothing, x0 = compiled_on(lambda v: v + 1.0, (4,))
     baseline = (nothing, [x0])
 
-    def timed(body, shape, times: int = runs, count: list | None = None) -> float:
+    def timed(body, shape, times: int = runs, count: list | None = None,
+              mesh=jax_mesh) -> float:
         """Seconds of `body` beyond the launch: its runs alternate with
         runs of a program that does next to nothing, so that the host's
         drifts (a shared machine's) fall on both."""
-        compiled, x = compiled_on(body, shape, count)
+        compiled, x = compiled_on(body, shape, count, mesh)
         extra = []
         for _ in range(times):
             base = backend.time_runs(*baseline, 1)[0]
@@ -416,13 +434,16 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
 
     bases = backend.time_runs(*baseline, max(100, 20 * repeats))
     # A step's first collective wakes every device's thread; those after it
-    # find them running (what the loops of `measure` time).
-    one = timed(lambda v: jax.lax.psum(v, "d"), (4,), max(100, 20 * repeats))
-    four = timed(lambda v: jax.lax.psum(jax.lax.psum(jax.lax.psum(
-        jax.lax.psum(v, "d") * 0.5, "d") * 0.5, "d") * 0.5, "d"), (4,),
-        max(100, 20 * repeats))
-    each = max(0.0, (four - one) / 3)
-    first = max(0.0, one - each)
+    # find them running (what the loops of `measure` time). A rendezvous of
+    # fewer of them (an axis of a larger mesh) takes less: one of eight in a
+    # row, for each size of group the devices split into.
+    rendezvous = {}
+    for group in (g for g in range(2, n + 1) if n % g == 0):
+        mesh_g = backend.make_mesh(("r", "g"), (n // group, group), devices)
+        one, eight = (timed(_all_reduces(k, "g"), (4,), max(100, 20 * repeats),
+                            mesh=mesh_g) for k in (1, 8))
+        rendezvous[group] = max(0.0, (eight - one) / 7)
+    first = max(0.0, one - rendezvous[n])
     # Instructions that do next to nothing: tiny products, each followed by
     # an elementwise op.
     counts: list[int] = []
@@ -466,7 +487,19 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     return {"devices": n, "flops": statistics.median(rates),
             "bandwidth": curve, "sliced_strided_bandwidth": strided,
             "op_overhead": overhead, "launch": launch,
-            "first_collective": first, "rendezvous_skew": statistics.median(skews)}
+            "first_collective": first, "rendezvous_skew": statistics.median(skews),
+            "rendezvous": rendezvous}
+
+
+def _all_reduces(k: int, axis: str):
+    """`k` all-reduces over `axis` in a row."""
+    import jax
+
+    def body(v):
+        for _ in range(k):
+            v = jax.lax.psum(v, axis) * 0.5
+        return v
+    return body
 
 
 def _segments(v, w, what: tuple[bool, bool]):
