@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the mesh whose axes the collectives run over")
     p.add_argument("--sizes", type=_byte_sizes, metavar="LIST",
                    help="result sizes per device, e.g. 4KiB,64KiB,1MiB "
-                        "(default 4KiB to 4MiB)")
+                        "(default 4KiB to 4MiB, each twice the last)")
     p.add_argument("--repeats", type=int, default=5, metavar="N",
                    help="timed runs per measurement (default 5)")
     p.add_argument("--format", choices=("text", "json"), default="text")

@@ -185,7 +185,7 @@ def test_a_long_calibration_says_how_long(monkeypatch, capsys):
     monkeypatch.setattr(calibrate, "calibrate", fake)
     assert cli.main(["calibrate", "--mesh", "x=2", "--repeats", "1000"]) == 0
     err = capsys.readouterr().err
-    assert err.startswith("irshard: calibrate: 30 measurements x 1000 runs, about ")
+    assert err.startswith("irshard: calibrate: 55 measurements x 1000 runs, about ")
     assert err.rstrip().endswith(" min")
     assert seen == {"sizes": sorted(calibrate.DEFAULT_SIZES), "repeats": 1000}
 

@@ -300,7 +300,7 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     with its held-out error, and the profile changes the report's times."""
     saved = tmp_path / "host.json"
     result = run_irshard("calibrate", "--mesh", "x=4", "--sizes",
-                         "4KiB,16KiB,64KiB,256KiB", "--repeats", "1",
+                         "4KiB,16KiB,64KiB,128KiB,256KiB", "--repeats", "1",
                          "--format", "json", "-o", str(saved))
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
@@ -338,6 +338,23 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     assert times and all(t > 1.0 for t in times)
     assert found["step"]["launch_s"] == 3.0
     assert found["step"]["step_s"] > 3.0 + sum(times)
+
+
+def test_a_calibration_judges_its_fit_between_sizes_it_fitted():
+    """The held-out sizes are every other size between the smallest and
+    the largest, which are fitted: the fit is judged by interpolation,
+    never by extrapolation past the sizes it saw."""
+    from irshard.pipeline import calibrate
+    assert calibrate.held_out_sizes([4, 1, 3, 2]) == {2}
+    assert calibrate.held_out_sizes([1, 2, 3, 4, 5]) == {2, 4}
+    assert calibrate.held_out_sizes([1, 2, 3, 4, 5, 6]) == {2, 4}
+    sizes = calibrate.DEFAULT_SIZES
+    assert sizes[0] == 4096 and sizes[-1] == 4 << 20
+    held = calibrate.held_out_sizes(sizes)
+    assert len(held) == 5 and min(held) > sizes[0] and max(held) < sizes[-1]
+    # Each band of the report has a held-out size.
+    for _, low, high in calibrate.BANDS:
+        assert any(low <= s < high for s in held)
 
 
 def test_a_fit_with_no_size_dependence_stays_finite():

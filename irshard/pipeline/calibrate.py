@@ -5,7 +5,8 @@ Each collective kind runs over each mesh axis at several sizes, inside a
 loop run for two trip counts so that launch overhead cancels out; the time
 of one collective is the difference over the difference in trips (median of
 several runs). The link's latency `a` and bandwidth `W` are then fitted by
-least squares to half the sizes,
+least squares to half the sizes (the smallest, the largest and every other
+size between: `held_out_sizes`),
 
     T = a + wire / W                  (wire as in irshard.hardware.cost)
 
@@ -13,8 +14,9 @@ for each kind (the CPU's "links" are memory copies between threads, and
 each kind copies differently) and for all kinds together, the latency
 weighed by the rendezvous of the collective's group against that of all
 the devices (`weighted`, measured by `measure_compute`); the model is
-judged on the other half: `error` is the median relative error of the
-fitted times on sizes it was not fitted on (`bands`: by message size). A
+judged on the other half, each between two sizes it was fitted on:
+`error` is the median relative error of the fitted times on sizes it was
+not fitted on (`bands`: by message size). A
 CPU host's devices share its cores, so what it measures holds for that
 number of devices (`devices`); `compute` is what the step simulation
 times a device's compute with (`measure_compute`). `-o PATH` saves the profile for
@@ -39,7 +41,7 @@ from irshard.reporting.writer import dumps_json
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
          "collective-permute")
-DEFAULT_SIZES = (1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
+DEFAULT_SIZES = tuple(1 << k for k in range(12, 23))    # 4 KiB to 4 MiB
 _TRIPS = (2, 12)
 _TARGET_SECONDS = 0.03      # the extra trips' time a measurement aims at
 # Message sizes the held-out error is given for: (label, from, below) bytes.
@@ -64,7 +66,7 @@ class Measurement:
 
 
 MAX_REPEATS = 1000
-MIN_SIZES = 4           # two to fit latency and bandwidth on, two to judge
+MIN_SIZES = 4           # three to fit latency and bandwidth on, one to judge
 _COMPILE_SECONDS = 0.15  # compiling one measurement's loop, about
 
 
@@ -84,8 +86,9 @@ def check_plan(mesh: MeshSpec, sizes: Sequence[int] | None,
         raise UsageError(
             f"--sizes: {len(chosen)} different size"
             f"{'s' if len(chosen) > 1 else ''}; give at least "
-            f"{MIN_SIZES} (half fit the latency and bandwidth, half check "
-            f"the fit), e.g. 4KiB,64KiB,1MiB,4MiB")
+            f"{MIN_SIZES} (the smallest, the largest and every other size "
+            f"between fit the latency and bandwidth, the rest check the fit), "
+            f"e.g. 4KiB,64KiB,1MiB,4MiB")
     # A reduce-scatter's carry is n times its result on each of n devices,
     # and a run holds about three copies of it.
     n = max(a.size for a in mesh.axes)
@@ -226,6 +229,14 @@ def predict(point: Measurement, latency: float, bandwidth: float) -> float:
     return latency * point.steps + point.wire / bandwidth
 
 
+def held_out_sizes(sizes: Sequence[int]) -> set[int]:
+    """The sizes a calibration judges its fit on: every other one of
+    `sizes` between the smallest and the largest, which it fits on (a
+    held-out size lies between two fitted ones, never beyond them)."""
+    ordered = sorted(set(sizes))
+    return {s for i, s in enumerate(ordered) if i % 2 and i < len(ordered) - 1}
+
+
 def weighted(points: Sequence[Measurement],
              rendezvous: dict[int, float]) -> list[Measurement]:
     """`points` with their latency weighed as the cost model weighs it
@@ -240,19 +251,20 @@ def weighted(points: Sequence[Measurement],
 
 def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
               repeats: int = 5) -> dict[str, Any]:
-    """Measures, fits on every other size, and reports the held-out error."""
+    """Measures, fits on half the sizes, and reports the error on the
+    others (`held_out_sizes`)."""
     measured = measure(mesh, sizes, repeats)
     compute = measure_compute(mesh, repeats)
     rendezvous = compute.pop("rendezvous")
     points = weighted(measured, rendezvous)
     ordered = sorted(set(sizes))
-    fitted_on = {s for i, s in enumerate(ordered) if i % 2 == 0}
+    held_out = held_out_sizes(ordered)
 
     def size_of(p: Measurement) -> int:
         return min(ordered, key=lambda s: abs(s - p.bytes))
 
-    train = [p for p in points if size_of(p) in fitted_on]
-    held = [p for p in points if size_of(p) not in fitted_on and p.seconds > 0]
+    train = [p for p in points if size_of(p) not in held_out]
+    held = [p for p in points if size_of(p) in held_out and p.seconds > 0]
     source = (f"measured by irshard calibrate --mesh {mesh} on "
               f"{time.strftime('%Y-%m-%d')}")
     latency, bandwidth = fit(train)
