@@ -405,8 +405,8 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     `rendezvous_skew`, what a collective after a stretch of compute takes
     beyond the two alone (the threads the host's scheduler ran last are
     waited for), and `rendezvous`, the seconds of one tiny all-reduce among
-    others in a row, for each size of group the devices split into. Each is a program run whole, as a step runs, its launch
-    taken off."""
+    others in a row, for each size of group the devices split into. Each
+    is a program run whole, as a step runs, its launch taken off."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -449,13 +449,14 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
     # find them running (what the loops of `measure` time). A rendezvous of
     # fewer of them (an axis of a larger mesh) takes less: one of eight in a
     # row, for each size of group the devices split into.
-    rendezvous = {}
+    alone, rendezvous = {}, {}
     for group in (g for g in range(2, n + 1) if n % g == 0):
         mesh_g = backend.make_mesh(("r", "g"), (n // group, group), devices)
-        one, eight = (timed(_all_reduces(k, "g"), (4,), max(100, 20 * repeats),
-                            mesh=mesh_g) for k in (1, 8))
-        rendezvous[group] = max(0.0, (eight - one) / 7)
-    first = max(0.0, one - rendezvous[n])
+        alone[group], eight = (
+            timed(_all_reduces(k, "g"), (4,), max(100, 20 * repeats), mesh=mesh_g)
+            for k in (1, 8))
+        rendezvous[group] = max(0.0, (eight - alone[group]) / 7)
+    first = max(0.0, alone[n] - rendezvous[n])
     # Instructions that do next to nothing: tiny products, each followed by
     # an elementwise op.
     counts: list[int] = []
