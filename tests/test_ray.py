@@ -393,6 +393,43 @@ def test_a_signal_during_start_up_stops_everything(after, tmp_path, short_tmp):
     assert not [p for p in os.listdir(short_tmp) if p.startswith("irshard-ray-")]
 
 
+ORPHANING = """
+import os, subprocess, sys, time
+from irshard.running import raysignals
+if sys.argv[1] == "adopt":
+    raysignals.adopt_orphans()
+# A child that starts a grandchild and exits: the grandchild's parent dies
+# first, as a raylet ended while it starts its agents.
+subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen("
+                "[sys.executable, '-c', 'import time; time.sleep(60)', sys.argv[1]], "
+                "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+                sys.argv[2]], check=True)
+time.sleep(0.5)
+print(sum(raysignals._alive(p) for p in raysignals._descendants()))
+raysignals.end_descendants(grace=1.0)
+print(sum(raysignals._alive(p) for p in raysignals._descendants()))
+"""
+
+
+@pytest.mark.parametrize("adopt", [True, False])
+def test_an_orphaned_grandchild_is_ended_with_the_launcher(adopt, tmp_path):
+    """A process whose parent exits before it stays below the launcher
+    (`adopt_orphans`), where ending its descendants ends it; without, it
+    passes out of the launcher's reach (which is how a signal during Ray's
+    start-up left Ray's agents running)."""
+    marker = f"irshard-orphan-{os.getpid()}-{adopt}"
+    done = subprocess.run([sys.executable, "-c", ORPHANING,
+                           "adopt" if adopt else "keep", marker],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    try:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == (["1", "0"] if adopt else ["0", "0"])
+        assert bool(_survivors(marker)) is not adopt
+    finally:
+        for line in _survivors(marker):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+
+
 @pytest.mark.skipif(os.path.exists("/dev/nvidia0"), reason="this machine has GPUs")
 def test_tasks_no_node_can_hold_are_named(tmp_path, short_tmp):
     """`--platform gpu` asks each task for its share of the mesh's GPUs; a

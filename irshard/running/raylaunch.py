@@ -32,8 +32,9 @@ from typing import Any, Sequence
 from irshard.core import interrupts
 from irshard.core.errors import UsageError, error_line
 from irshard.running import distributed
-from irshard.running.raysignals import (Late, _alarm, _held, end_descendants,
-                                        keep_dispositions, keep_handlers)
+from irshard.running.raysignals import (Late, _alarm, _held, adopt_orphans,
+                                        end_descendants, keep_dispositions,
+                                        keep_handlers)
 
 _POLL = 0.1
 # Stopping the processes and shutting a local Ray instance down take this
@@ -242,7 +243,9 @@ def _init(ray, address: str | None, num_processes: int, seconds: float,
                                    configure_logging=False)
     session = None
     if address is None:
-        # A local instance for this run only, on the loopback interface.
+        # A local instance for this run only, on the loopback interface;
+        # every process it starts stays below this one until ended.
+        adopt_orphans()
         session = _session_dir()
         options.update(_node_ip_address="127.0.0.1", _temp_dir=session,
                        num_cpus=max(num_processes, os.cpu_count() or 1),

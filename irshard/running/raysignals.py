@@ -181,20 +181,42 @@ def _descendants() -> list[int]:
     return found
 
 
-def end_descendants(grace: float = 2.0) -> None:
-    pids = _descendants()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        end = time.monotonic() + grace
-        while time.monotonic() < end and any(_alive(p) for p in pids):
-            time.sleep(0.05)
-        pids = [p for p in pids if _alive(p)]
+def adopt_orphans() -> None:
+    """This process becomes the reaper of its orphaned descendants (Linux's
+    child subreaper): a process whose parent dies before it (Ray's agents,
+    started by a raylet ended mid-start) stays below this one, where
+    `end_descendants` finds it, instead of passing to init. Elsewhere it
+    does nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1)   # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def end_descendants(grace: float = 2.0, rounds: int = 3) -> None:
+    """Ends every process below this one: SIGTERM, then SIGKILL for those
+    that outlive `grace`; then again for those that appeared meanwhile
+    (started by one being ended, or orphaned below this one: see
+    `adopt_orphans`), up to `rounds` times."""
+    for _ in range(rounds):
+        pids = [p for p in _descendants() if _alive(p)]
         if not pids:
             return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+            end = time.monotonic() + grace
+            while time.monotonic() < end and any(_alive(p) for p in pids):
+                time.sleep(0.05)
+            pids = [p for p in pids if _alive(p)]
+            if not pids:
+                break
 
 
 def _alive(pid: int) -> bool:
