@@ -48,7 +48,7 @@ def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> N
     # callbacks) starts: another's plugin (libtpu) would print its own
     # start-up failures. JAX reads the variable when it is imported; a
     # process that imported it already is told through its config.
-    wanted = "cpu" if platform == "cpu" else f"{platform},cpu"
+    wanted = "cpu" if platform == "cpu" else f"{_jax_platform(platform)},cpu"
     if "JAX_PLATFORMS" not in os.environ:
         os.environ["JAX_PLATFORMS"] = wanted
         import sys
@@ -62,6 +62,28 @@ def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> N
     # libtpu, which describes TPU slices for TPU targets, otherwise lets one
     # process at a time load it (through a lock file in /tmp).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+def _jax_platform(platform: str) -> str:
+    """The name JAX starts `platform` by: a GPU by its plugin's (cuda or
+    rocm), since JAX's alias "gpu" asks for every kind of GPU and fails
+    on those whose plugin is not installed."""
+    if platform != "gpu":
+        return platform
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("jax_plugins")
+    except (ImportError, ValueError):
+        spec = None
+    found = []
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            found += os.listdir(folder)
+        except OSError:
+            continue
+    kinds = [kind for kind in ("cuda", "rocm")
+             if any(name.startswith(f"xla_{kind}") for name in found)]
+    return ",".join(kinds) or platform
 
 
 def _jax():
