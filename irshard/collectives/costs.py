@@ -57,12 +57,40 @@ class Cost:
     bytes: float = 0.0
     strided: float = 0.0       # of `bytes`: read out of their layout's order
     sliced: float = 0.0        # of `strided`: large slices of larger arrays
+    products: float = 0.0      # of `flops`: matrix products and convolutions
+    wide: float = 0.0          # of `products`: those of 32- or 64-bit floats
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.flops + other.flops,
                     self.transcendentals + other.transcendentals,
                     self.bytes + other.bytes, self.strided + other.strided,
-                    self.sliced + other.sliced)
+                    self.sliced + other.sliced, self.products + other.products,
+                    self.wide + other.wide)
+
+
+# The element types whose products a GPU multiplies at its f32 rate
+# (`schedule.Rates.wide_flops`), not at its 16-bit one.
+WIDE = frozenset({"f32", "f64", "c64", "c128"})
+# The library calls a GPU executable makes for a matrix product (cuBLAS,
+# cuBLASLt): the product's dimension numbers are in their backend config.
+GEMM_TARGETS = frozenset({"__cublas$gemm", "__cublas$lt$matmul",
+                          "__cublas$lt$matmul$f8"})
+
+
+def gemm_dimensions(inst: Instruction) -> dict | None:
+    """A library matrix product's dimension numbers (`dot_dimension_numbers`
+    of its `gemm_backend_config`), or None where `inst` is no such call or
+    they cannot be read."""
+    if inst.opcode != "custom-call" or \
+            inst.attrs.get("custom_call_target", "").strip('"') not in GEMM_TARGETS:
+        return None
+    import json
+    try:
+        config = json.loads(inst.attrs.get("backend_config") or "{}")
+        found = config["gemm_backend_config"]["dot_dimension_numbers"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 # The smallest slice whose rows, read across, fall on the same cache sets
@@ -135,20 +163,19 @@ class Costs:
             return Cost()
         if op == "fusion":
             return self.inner(_fused(inst) if fused is None else fused)
+        if op == "custom-call":
+            return self._library_call(inst)
         out = _elements(inst.shape)
         if op == "dot":
-            lhs = self.shape_of(inst.operands[0], inst.computation) \
-                if inst.operands else ()
-            dims = lhs.dims if isinstance(lhs, ArrayShape) else ()
-            k = math.prod(dims[d] for d in _dims(inst.attrs.get("lhs_contracting_dims"))
-                          if d < len(dims))
-            return Cost(flops=2.0 * out * k)
+            return self._product(inst, out, _dims(inst.attrs.get("lhs_contracting_dims")))
         if op == "convolution" and len(inst.operands) > 1:
             lhs, rhs = (self.shape_of(o, inst.computation) for o in inst.operands[:2])
             if isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape) \
                     and isinstance(inst.shape, ArrayShape):
-                return Cost(flops=convolution_flops(
-                    lhs.dims, rhs.dims, inst.shape.dims, inst.attrs))
+                flops = convolution_flops(lhs.dims, rhs.dims, inst.shape.dims,
+                                          inst.attrs)
+                return Cost(flops=flops, products=flops,
+                            wide=flops if lhs.dtype in WIDE else 0.0)
         if op in ("reduce", "reduce-window", "all-reduce", "reduce-scatter"):
             inputs = sum(_elements(self.shape_of(o, inst.computation))
                          for o in inst.operands[:max(1, len(inst.operands) // 2)])
@@ -156,6 +183,34 @@ class Costs:
         if op in _TRANSCENDENTAL:
             return Cost(transcendentals=float(out))
         return Cost(flops=float(out))
+
+    def _product(self, inst: Instruction, out: int, contracting) -> Cost:
+        """A matrix product of `out` elements, contracting the dimensions
+        `contracting` of its first operand."""
+        lhs = self.shape_of(inst.operands[0], inst.computation) \
+            if inst.operands else ()
+        dims = lhs.dims if isinstance(lhs, ArrayShape) else ()
+        k = math.prod(dims[int(d)] for d in contracting if int(d) < len(dims))
+        flops = 2.0 * out * k
+        return Cost(flops=flops, products=flops,
+                    wide=flops if isinstance(lhs, ArrayShape) and lhs.dtype in WIDE
+                    else 0.0)
+
+    def _library_call(self, inst: Instruction) -> Cost:
+        """What a custom call computes where it is a library's matrix
+        product (`known`); nothing otherwise."""
+        numbers = gemm_dimensions(inst)
+        if numbers is None:
+            return Cost()
+        result = _result(inst.shape)
+        return self._product(inst, _elements(result) if result is not None else 0,
+                             numbers.get("lhs_contracting_dimensions") or ())
+
+    @staticmethod
+    def known(inst: Instruction) -> bool:
+        """Whether what `inst` computes can be counted: everything but a
+        custom call other than a library's matrix product."""
+        return inst.opcode != "custom-call" or gemm_dimensions(inst) is not None
 
     def inner(self, computation: str) -> Cost:
         """What a fused computation computes."""
@@ -179,6 +234,13 @@ class Costs:
             return 2.0 * shape_bytes(inst.shape)
         if op == "dynamic-update-slice" and len(inst.operands) > 1:
             return 2.0 * shape_bytes(self.shape_of(inst.operands[1], inst.computation))
+        if op == "custom-call" and gemm_dimensions(inst) is not None:
+            # The product and its operands; its scratch space (the tuple's
+            # second element) is the library's.
+            read = sum(shape_bytes(self.shape_of(o, inst.computation))
+                       for o in inst.operands)
+            result = _result(inst.shape)
+            return float(read + (shape_bytes(result) if result is not None else 0))
         if op == "fusion":
             reads, written = self.fused_traffic(
                 _fused(inst) if fused is None else fused)
@@ -308,7 +370,15 @@ class Costs:
     def of(self, inst: Instruction, fused: str | None = None) -> Cost:
         found = self.arithmetic(inst, fused)
         return Cost(found.flops, found.transcendentals, self.memory(inst, fused),
-                    *self.strided(inst, fused))
+                    *self.strided(inst, fused), products=found.products,
+                    wide=found.wide)
+
+
+def _result(shape) -> ArrayShape | None:
+    """A library call's result: its shape, or the first of its tuple."""
+    while isinstance(shape, tuple) and shape:
+        shape = shape[0]
+    return shape if isinstance(shape, ArrayShape) else None
 
 
 def _parameter_number(inst: Instruction) -> int | None:

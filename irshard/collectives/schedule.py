@@ -41,7 +41,7 @@ from typing import Any, Callable, NamedTuple
 from irshard.collectives import loops
 from irshard.collectives.analysis import collective_kind
 from irshard.collectives.costs import FREE, Cost, Costs
-from irshard.xla.hlo import HloModuleView, Instruction
+from irshard.xla.hlo import HloModuleView, Instruction, shape_leaves
 
 # Iterations of a loop drawn one by one on the timeline; the rest of its
 # trips are one summary event each.
@@ -71,22 +71,36 @@ class Rates:
     # layout's order (through a transpose: `costs.Cost.sliced`); as any
     # other bytes where None.
     sliced_strided_bandwidth: float | None = None
+    # FLOPs per second of matrix products by their size (`Cost.products`
+    # of one instruction): (flops, rate) points, log-interpolated;
+    # `peak_flops` where there are none. A GPU reaches its peak only with
+    # large products.
+    flops_curve: tuple[tuple[float, float], ...] = ()
+    # The same for products of 32- or 64-bit floats (`Cost.wide`), where
+    # they differ (a GPU's f32 products: TF32): a rate, and by size.
+    wide_flops: float | None = None
+    wide_curve: tuple[tuple[float, float], ...] = ()
+    # Once per execution for each array it returns (the runtime makes each
+    # result buffer), counted into `launch_s`'s part of the step.
+    output_s: float = 0.0
+    # Each trip of a while loop beyond its instructions (the runtime reads
+    # the condition back: a GPU's host waits for it).
+    loop_trip_s: float = 0.0
 
     def bandwidth(self, nbytes: float) -> float:
-        curve = self.bandwidth_curve
-        if not curve:
-            return self.memory_bandwidth
-        if nbytes <= curve[0][0]:
-            return curve[0][1]
-        for (b0, r0), (b1, r1) in zip(curve, curve[1:]):
-            if nbytes <= b1:
-                t = math.log(nbytes / b0) / math.log(b1 / b0)
-                return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
-        return curve[-1][1]
+        return along(self.bandwidth_curve, nbytes, self.memory_bandwidth)
 
     def seconds(self, flops: float, transcendentals: float, nbytes: float,
-                sliced: float = 0.0) -> float:
-        compute = flops / self.peak_flops
+                sliced: float = 0.0, wide: float = 0.0,
+                products: float = 0.0) -> float:
+        products = max(products, wide)
+        narrow = products - wide
+        compute = (flops - products) / self.peak_flops
+        if narrow:
+            compute += narrow / along(self.flops_curve, narrow, self.peak_flops)
+        if wide:
+            compute += wide / along(self.wide_curve, wide,
+                                    self.wide_flops or self.peak_flops)
         compute += transcendentals / (self.transcendentals or self.peak_flops)
         if not nbytes:
             return self.overhead_s + compute
@@ -96,6 +110,20 @@ class Rates:
             sliced = min(sliced, nbytes)
             memory += sliced / self.sliced_strided_bandwidth - sliced / stream
         return self.overhead_s + max(compute, memory)
+
+
+def along(curve: tuple[tuple[float, float], ...], x: float, default: float) -> float:
+    """The rate at `x` on `curve`'s (x, rate) points, log-interpolated and
+    held at its ends; `default` where it has none."""
+    if not curve:
+        return default
+    if x <= curve[0][0]:
+        return curve[0][1]
+    for (b0, r0), (b1, r1) in zip(curve, curve[1:]):
+        if x <= b1:
+            t = math.log(x / b0) / math.log(b1 / b0)
+            return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
+    return curve[-1][1]
 
 
 class Event(NamedTuple):
@@ -249,21 +277,23 @@ class _Walk:
                     if collective_kind(inner) is not None:
                         self.collective(inner, iteration)
                         kind = _OTHER
-        if op == "custom-call":
+        unknown = op == "custom-call" and not self.costs.known(inst)
+        if unknown:
             # Its arithmetic is unknown: timed by its memory traffic alone,
             # a lower bound the step reports apart.
             self.untimed.add((op, inst.computation, inst.name))
         if timed is not None and timed[at] == timed[at]:
             seconds, work, moved = timed[at], timed[at + 1], timed[at + 2]
         else:
-            cost = Cost(bytes=self.costs.memory(inst)) if op == "custom-call" \
+            cost = Cost(bytes=self.costs.memory(inst)) if unknown \
                 else self.costs.of(inst, called.get("calls"))
             seconds = self.rates.seconds(cost.flops, cost.transcendentals,
-                                         cost.bytes, cost.sliced)
+                                         cost.bytes, cost.sliced, cost.wide,
+                                         cost.products)
             work, moved = cost.flops + cost.transcendentals, cost.bytes
             if timed is not None:
                 timed[at], timed[at + 1], timed[at + 2] = seconds, work, moved
-        if op == "custom-call":
+        if unknown:
             self.step.untimed_s += seconds
             kind = _OTHER
         self.compute(inst, iteration, seconds, work, moved)
@@ -334,6 +364,7 @@ class _Walk:
                 drawn = max(1, room // max(1, size))
         for i in range(drawn):
             self.computation(cond, iteration + (i,), depth + 1)
+            self.trip()
             self.computation(body, iteration + (i,), depth + 1)
         rest = trips - drawn
         if rest <= 0:
@@ -344,6 +375,7 @@ class _Walk:
         before = self.totals()
         drawing, self.draw = self.draw, False
         self.computation(cond, iteration + (drawn,), depth + 1)
+        self.trip()
         self.computation(body, iteration + (drawn,), depth + 1)
         self.draw = drawing
         after = self.totals()
@@ -355,6 +387,11 @@ class _Walk:
                                           self.now - start,
                                           iteration + (drawn,), rest))
         self.computation(cond, iteration + (trips,), depth + 1)
+
+    def trip(self) -> None:
+        """What one trip of a loop takes beyond its instructions."""
+        self.now += self.rates.loop_trip_s
+        self.step.compute_s += self.rates.loop_trip_s
 
     _TOTALS = ("compute_s", "exposed_comm_s", "overlapped_comm_s", "flops",
                "bytes_accessed", "untimed_s")
@@ -414,12 +451,22 @@ def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
         return Rates(found["flops"], flat, overhead, launch_s=profile.launch,
                      bandwidth_curve=curve,
                      sliced_strided_bandwidth=found.get("sliced_strided_bandwidth"),
+                     flops_curve=_points(found.get("flops_by_size")),
+                     wide_flops=found.get("flops_f32"),
+                     wide_curve=_points(found.get("flops_f32_by_size")),
+                     output_s=found.get("output", 0.0),
+                     loop_trip_s=found.get("loop_trip", 0.0),
                      first_collective_s=found.get("first_collective", 0.0),
                      rendezvous_skew_s=found.get("rendezvous_skew", 0.0))
     if profile.peak_flops and profile.hbm_bandwidth:
         return Rates(profile.peak_flops, profile.hbm_bandwidth,
                      launch_s=profile.launch)
     return None
+
+
+def _points(found) -> tuple[tuple[float, float], ...]:
+    """A profile's `[x, rate]` points, in order of x."""
+    return tuple((float(x), float(r)) for x, r in sorted(found or ()))
 
 
 def _wrapped(view: HloModuleView, inst: Instruction) -> Instruction | None:
@@ -447,7 +494,11 @@ def simulate(view: HloModuleView, rates: Rates,
     gives each collective instruction's seconds per run and the report's
     name for it, `source_of` a drawn compute instruction's user line."""
     walk = _Walk(view, rates, collective_s, source_of)
-    walk.now = walk.comm_free = walk.step.launch_s = rates.launch_s
+    launch = rates.launch_s
+    if rates.output_s:
+        root = view.root(view.entry)
+        launch += rates.output_s * (len(shape_leaves(root.shape)) if root else 1)
+    walk.now = walk.comm_free = walk.step.launch_s = launch
     walk.computation(view.entry, ())
     # What is still in flight at the end is waited for.
     for start in list(walk.pending):
