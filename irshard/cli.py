@@ -428,6 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 4KiB to 4MiB, each twice the last)")
     p.add_argument("--repeats", type=int, default=5, metavar="N",
                    help="timed runs per measurement (default 5)")
+    p.add_argument("--platform", choices=PLATFORMS, default="cpu",
+                   help="the devices measured: simulated CPU devices "
+                        "(default) or the GPUs present; a mesh of one "
+                        "device measures its compute alone")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="save the fitted profile for --profile PATH")

@@ -247,7 +247,7 @@ def cmd_calibrate(args) -> int:
     check_output_path(args.output)
     from irshard.pipeline import calibrate
     result = calibrate.calibrate_host(mesh, args.sizes, args.repeats,
-                                     note=_note_calibrate)
+                                     note=_note_calibrate, platform=args.platform)
     if args.output:
         from irshard.core import files
         files.write(args.output, calibrate.profile_json(result))

@@ -148,7 +148,8 @@ OTHER_CASES = [
     (["calibrate", "--mesh", "x=2", "--sizes", "4KiB,8KiB,16KiB,1000GiB"],
      "--sizes: 1000.0 GiB per device does not fit this host's memory over 2 "
      "devices; give sizes up to"),
-    (["calibrate", "--mesh", "x=1"], "calibration needs an axis of at least 2"),
+    (["calibrate", "--mesh", "x=1", "--platform", "gpu"],
+     "platform 'gpu' is not available here; use --platform cpu"),
 ]
 
 
@@ -177,8 +178,8 @@ def test_a_long_calibration_says_how_long(monkeypatch, capsys):
     from irshard.pipeline import calibrate
     seen = {}
 
-    def fake(mesh, sizes, repeats):
-        seen.update(sizes=sizes, repeats=repeats)
+    def fake(mesh, sizes, repeats, platform):
+        seen.update(sizes=sizes, repeats=repeats, platform=platform)
         return {"mesh": str(mesh), "links": {"host": {
             "bandwidth": {"value": 1e9}, "latency": {"value": 1e-6}}},
             "error": 0.1, "held_out": 0, "measurements": []}
@@ -187,7 +188,8 @@ def test_a_long_calibration_says_how_long(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("irshard: calibrate: 55 measurements x 1000 runs, about ")
     assert err.rstrip().endswith(" min")
-    assert seen == {"sizes": sorted(calibrate.DEFAULT_SIZES), "repeats": 1000}
+    assert seen == {"sizes": sorted(calibrate.DEFAULT_SIZES), "repeats": 1000,
+                    "platform": "cpu"}
 
 
 NOT_UTF8 = b"mat\xffmul"

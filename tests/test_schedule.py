@@ -3,6 +3,7 @@ collective stream, async collectives overlapping the compute between their
 start and done, loops counted by their trips; and its trace."""
 
 import json
+import os
 
 import pytest
 
@@ -441,3 +442,91 @@ def test_large_slices_read_across_rows_take_the_strided_rate():
     plain = schedule.simulate(view, schedule.Rates(1e30, 1e9),
                               lambda inst: (0.0, None))
     assert plain.compute_s == pytest.approx(4 * mib / 1e9)
+
+
+GPU_DATA = os.path.join(os.path.dirname(__file__), "data", "gpu")
+
+
+def _gpu_module(name):
+    with open(os.path.join(GPU_DATA, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_a_gpu_library_product_is_timed_as_a_product():
+    """A GPU executable's cuBLAS call (H200, an 8192-wide bf16 product):
+    2 x 8192^3 FLOPs, its operands and result moved but not its scratch
+    space, timed at the 16-bit rate and not reported untimed."""
+    text = _gpu_module("h200_matmul_bf16.hlo")
+    view = HloModuleView.from_text(text)
+    call = next(i for i in view.instructions_of(view.entry)
+                if i.opcode == "custom-call")
+    found = costs.Costs(view).of(call)
+    assert found.flops == found.products == 2.0 * 8192 ** 3
+    assert found.wide == 0.0
+    assert found.bytes == 3 * 8192 * 8192 * 2
+    rates = schedule.Rates(peak_flops=1e15, memory_bandwidth=1e12,
+                           overhead_s=1e-6, wide_flops=5e14)
+    step = schedule.simulate(view, rates, lambda inst: (0.0, None))
+    assert step.untimed == {} and step.untimed_s == 0.0
+    assert step.step_s == pytest.approx(1e-6 + 2.0 * 8192 ** 3 / 1e15)
+    # Not a product: a custom call stays untimed, its traffic a lower bound.
+    other = text.replace("__cublas$lt$matmul", "__my$kernel")
+    step = schedule.simulate(HloModuleView.from_text(other), rates,
+                             lambda inst: (0.0, None))
+    assert step.untimed == {"custom-call": 1}
+    assert step.untimed_s == pytest.approx(
+        1e-6 + (3 * 8192 * 8192 * 2 + 32 * 2 ** 20) / 1e12)
+
+
+def test_every_product_of_a_gpu_gradient_is_counted():
+    """The MLP's gradient compiled for an H200 (Triton GEMM fusions, two of
+    them split over K): the products add up to the six of the gradient,
+    each 2 x 32 x 64 x 256 FLOPs of f32, whichever view reads it."""
+    from irshard.xla import hloscan
+    text = _gpu_module("h200_mlp_grad.hlo")
+    for view in (HloModuleView.from_text(text),
+                 hloscan.ScannedModule.from_text(text)):
+        counted = costs.Costs(view)
+        found = [counted.of(i) for i in view.instructions_of(view.entry)]
+        assert sum(c.products for c in found) == 6 * 2.0 * 32 * 64 * 256
+        assert sum(c.wide for c in found) == 6 * 2.0 * 32 * 64 * 256
+
+
+def test_products_are_timed_at_their_sizes_rate():
+    """Rates by the size of a product, log-interpolated between measured
+    points and held at the ends; f32 products at their own; other flops at
+    the peak."""
+    rates = schedule.Rates(
+        peak_flops=1e15, memory_bandwidth=1e30,
+        flops_curve=((1e6, 1e12), (1e8, 1e14)), wide_flops=4e14,
+        wide_curve=((1e6, 5e11), (1e8, 5e13)))
+    assert rates.seconds(1e6, 0, 0, products=1e6) == pytest.approx(1e6 / 1e12)
+    # Halfway in log between the points: the rate's geometric mean.
+    assert rates.seconds(1e7, 0, 0, products=1e7) == pytest.approx(1e7 / 1e13)
+    assert rates.seconds(1e10, 0, 0, products=1e10) == pytest.approx(1e10 / 1e14)
+    assert rates.seconds(1e7, 0, 0, products=1e7, wide=1e7) == \
+        pytest.approx(1e7 / (5e11 * 10))
+    # An elementwise op's flops are not a product's.
+    assert rates.seconds(1e7, 0, 0) == pytest.approx(1e7 / 1e15)
+    assert rates.seconds(3e7, 0, 0, products=2e7, wide=1e7) == pytest.approx(
+        1e7 / 1e15 + 1e7 / 1e13 + 1e7 / 5e12)
+
+
+def test_results_and_loop_trips_cost_what_the_profile_says():
+    """Each array an execution returns adds `output_s` to its launch, each
+    trip of a loop `loop_trip_s` to its compute."""
+    text = HLO.replace("GATHER", SYNC[0]).replace("DONE", SYNC[1]) \
+        .replace("TRIPS", "5").replace(
+            "ROOT %o = f32[16] add(%g, %g)",
+            "%o = f32[16] add(%g, %g)\n  ROOT %r = (f32[16], f32[16], f32[8]) "
+            "tuple(%o, %g, %e)").replace(
+            "-> f32[16] {", "-> (f32[16], f32[16], f32[8]) {")
+    view = HloModuleView.from_text(text)
+    plain = schedule.simulate(view, ONE_EACH, lambda inst: (0.0, None))
+    rates = schedule.Rates(peak_flops=1e30, memory_bandwidth=1e30,
+                           overhead_s=1.0, launch_s=0.5, output_s=10.0,
+                           loop_trip_s=100.0)
+    step = schedule.simulate(view, rates, lambda inst: (0.0, None))
+    assert step.launch_s == 0.5 + 3 * 10.0
+    assert step.compute_s == plain.compute_s + 5 * 100.0
+    assert step.step_s == plain.step_s + 0.5 + 30.0 + 500.0

@@ -47,6 +47,9 @@ def test_every_profile_number_has_a_source():
         for entry in measured:
             for key, value in entry.get("compute", {}).items():
                 assert value["source"], (name, "compute", key)
+                if key == "flops_dtype":      # what `flops` was measured in
+                    assert value["value"] in ("bfloat16", "float16"), name
+                    continue
                 numbers = [r for _, r in value["value"]] \
                     if isinstance(value["value"], list) else [value["value"]]
                 assert numbers and all(v >= 0 for v in numbers), (name, key)
@@ -156,7 +159,10 @@ def test_the_simulated_step_in_reports_and_budgets():
     assert step["step_s"] == pytest.approx(step["launch_s"] + step["compute_s"]
                                            + step["exposed_comm_s"])
     assert step["compute_s"] > 0 and step["exposed_comm_s"] > 0
-    assert step["launch_s"] == targets.profile("cpu-host").for_devices(4).launch
+    # The runtime's start of the execution and of its four results.
+    host = targets.profile("cpu-host").for_devices(4)
+    assert step["launch_s"] == pytest.approx(
+        host.launch + 4 * host.compute.get("output", 0.0))
     [line] = [x for x in report.to_text().splitlines() if x.startswith("step: ")]
     assert line.startswith(f"step: {human_time(step['step_s'])} simulated = launch")
     report.check_budget(f"step<={step['step_s'] * 1.01 * 1e3:.6f}ms")
@@ -340,6 +346,37 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     assert found["step"]["step_s"] > 3.0 + sum(times)
 
 
+def test_a_calibration_of_one_device_measures_its_compute(tmp_path):
+    """A mesh of one device has no collective to time: its compute alone
+    is measured, and, saved, it times the simulated step, each result
+    buffer of an execution included."""
+    saved = tmp_path / "one.json"
+    result = run_irshard("calibrate", "--mesh", "x=1", "--repeats", "1",
+                         "--format", "json", "-o", str(saved))
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["links"] == {} and found["measurements"] == []
+    assert found["error"] is None and found["held_out"] == 0
+    compute = found["compute"]
+    assert compute["devices"] == 1 and compute["flops"] > 0
+    assert compute["output"] >= 0 and compute["loop_trip"] >= 0
+    assert "rendezvous_skew" not in compute and "first_collective" not in compute
+    text = run_irshard("calibrate", "--mesh", "x=1", "--repeats", "1")
+    assert "no collectives: the mesh has no axis of 2 or more devices" in text.stdout
+    assert "each result:" in text.stdout and "each trip of a loop:" in text.stdout
+    # Results that take a second each: an MLP's gradient returns four.
+    profile = json.loads(saved.read_text())
+    profile["compute"].update(launch=0.5, output=1.0, loop_trip=0.0)
+    saved.write_text(json.dumps(profile))
+    done = run_irshard("compile", os.path.join(EXAMPLES, "mlp.py"), "--grad",
+                       "--mesh", "dp=1,tp=1", "--profile", str(saved),
+                       "--format", "json")
+    assert done.returncode == 0, done.stderr
+    step = json.loads(done.stdout)["step"]
+    assert step["launch_s"] == 0.5 + 4 * 1.0
+    assert step["step_s"] > step["launch_s"]
+
+
 def test_a_calibration_judges_its_fit_between_sizes_it_fitted():
     """The held-out sizes are every other size between the smallest and
     the largest, which are fitted: the fit is judged by interpolation,
@@ -439,3 +476,18 @@ def test_a_tpu_steps_communication_is_the_reports():
     step = found["step"]
     assert step["exposed_comm_s"] + step["overlapped_comm_s"] == pytest.approx(
         found["totals"]["time_s"], rel=1e-6)
+
+
+def test_a_gpu_platform_starts_the_plugin_installed(tmp_path, monkeypatch):
+    """JAX's "gpu" asks for every kind of GPU and fails on the kinds whose
+    plugin is missing: irshard names the kinds whose plugin is there."""
+    import importlib
+    devices = importlib.import_module("irshard.backend.devices")
+    (tmp_path / "jax_plugins" / "xla_cuda13").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert "cuda" in devices._jax_platform("gpu").split(",")
+    (tmp_path / "jax_plugins" / "xla_rocm7").mkdir()
+    assert {"cuda", "rocm"} <= set(devices._jax_platform("gpu").split(","))
+    assert devices._jax_platform("tpu") == "tpu"
+    assert devices._jax_platform("cpu") == "cpu"

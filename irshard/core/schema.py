@@ -324,10 +324,14 @@ def _kind_names(value: dict, where: str) -> None:
 PROFILE = Object({"links": Object({}, rule=lambda v, w: (
     _link_names(v, w), Map(LINK).check(v, w), _kind_names(v, w)))},
                  {"error": Null(_TIME), "devices": Number(positive=True),
-                  "compute": Object({"devices": Number(positive=True),
-                                     "flops": _BANDWIDTH, "launch": _LATENCY,
-                                     "first_collective": _LATENCY,
-                                     "op_overhead": _LATENCY,
-                                     "rendezvous_skew": _LATENCY,
-                                     "sliced_strided_bandwidth": _BANDWIDTH,
-                                     "bandwidth": List(List(Number(positive=True)))})})
+                  "compute": Object(
+                      {"devices": Number(positive=True), "flops": _BANDWIDTH,
+                       "launch": _LATENCY, "op_overhead": _LATENCY,
+                       "bandwidth": List(List(Number(positive=True)))},
+                      {"flops_f32": _BANDWIDTH, "flops_dtype": String(),
+                       "flops_by_size": List(List(Number(positive=True))),
+                       "flops_f32_by_size": List(List(Number(positive=True))),
+                       "output": _LATENCY, "loop_trip": _LATENCY,
+                       "first_collective": _LATENCY,
+                       "rendezvous_skew": _LATENCY,
+                       "sliced_strided_bandwidth": _BANDWIDTH})})

@@ -25,7 +25,6 @@ times a device's compute with (`measure_compute`). `-o PATH` saves the profile f
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -33,9 +32,10 @@ from typing import Any, Callable, Sequence
 
 from irshard import backend
 from irshard.collectives import analysis
-from irshard.core.errors import BackendError, UsageError
+from irshard.core.errors import UsageError
 from irshard.core.specs import MeshSpec
 from irshard.hardware.targets import Link
+from irshard.pipeline.computerates import measure_compute
 from irshard.reporting.text import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 
@@ -75,9 +75,6 @@ def check_plan(mesh: MeshSpec, sizes: Sequence[int] | None,
     """The distinct sizes to measure, after checking that `mesh`, `sizes`
     and `repeats` make a calibration that fits this host and ends."""
     import os
-    if not any(a.size > 1 for a in mesh.axes):
-        raise UsageError(f"--mesh {mesh}: calibration needs an axis of at "
-                         f"least 2 devices")
     if not 1 <= repeats <= MAX_REPEATS:
         raise UsageError(f"--repeats {repeats}: give a number of runs from 1 "
                          f"to {MAX_REPEATS}")
@@ -166,14 +163,14 @@ def _per_collective(compiled, x, repeats: int) -> float:
 
 
 def measure(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
-            repeats: int = 5) -> list[Measurement]:
+            repeats: int = 5, platform: str = "cpu") -> list[Measurement]:
     """Times every kind over every axis of `mesh` at `sizes` (bytes per
-    device of the collective's result)."""
+    device of the collective's result) on `platform`'s devices."""
     import jax
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    devices = backend.devices("cpu", mesh.num_devices)
+    devices = backend.devices(platform, mesh.num_devices)
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices)
     results = []
     for axis in mesh.axes:
@@ -249,14 +246,25 @@ def weighted(points: Sequence[Measurement],
             else replace(p, steps=link.group_scale(p.group)) for p in points]
 
 
+# The link a platform's devices exchange collectives over, within one host.
+LINKS = {"cpu": "host", "gpu": "nvlink", "tpu": "ici"}
+
+
 def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
-              repeats: int = 5) -> dict[str, Any]:
+              repeats: int = 5, platform: str = "cpu") -> dict[str, Any]:
     """Measures, fits on half the sizes, and reports the error on the
-    others (`held_out_sizes`)."""
-    measured = measure(mesh, sizes, repeats)
-    compute = measure_compute(mesh, repeats)
+    others (`held_out_sizes`). A mesh with no axis of two or more devices
+    has no collective to time: its devices' compute alone is measured."""
+    measured = measure(mesh, sizes, repeats, platform)
+    compute = measure_compute(mesh, repeats, platform)
     rendezvous = compute.pop("rendezvous")
     points = weighted(measured, rendezvous)
+    result: dict[str, Any] = {
+        "mesh": str(mesh), "platform": platform, "devices": mesh.num_devices,
+        "links": {}, "compute": compute, "error": None, "held_out": 0,
+        "bands": [], "measurements": [p.to_json() for p in points]}
+    if not points:
+        return result
     ordered = sorted(set(sizes))
     held_out = held_out_sizes(ordered)
 
@@ -270,8 +278,9 @@ def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
     latency, bandwidth = fit(train)
     link: dict[str, Any] = {"bandwidth": {"value": bandwidth, "source": source},
                             "latency": {"value": latency, "source": source},
-                            "kinds": {},
-                            "rendezvous": {str(g): s for g, s in rendezvous.items()}}
+                            "kinds": {}}
+    if rendezvous:
+        link["rendezvous"] = {str(g): s for g, s in rendezvous.items()}
     fitted = {}
     for kind in KINDS:
         mine = [p for p in train if p.kind == kind]
@@ -281,53 +290,37 @@ def calibrate(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
                                    "bandwidth": fitted[kind][1]}
     errors = [abs(predict(p, *fitted.get(p.kind, (latency, bandwidth)))
                   - p.seconds) / p.seconds for p in held]
-    error = statistics.median(errors) if errors else None
     bands = []
     for label, low, high in BANDS:
         mine = [e for e, p in zip(errors, held) if low <= p.bytes < high]
         if mine:
             bands.append({"band": label, "held_out": len(mine),
                           "error": statistics.median(mine)})
-    return {
-        "mesh": str(mesh),
-        "devices": mesh.num_devices,
-        "links": {"host": link},
-        "compute": compute,
-        "error": error,
-        "held_out": len(held),
-        "bands": bands,
-        "measurements": [p.to_json() for p in points],
-    }
+    result.update(links={LINKS.get(platform, platform): link},
+                  error=statistics.median(errors) if errors else None,
+                  held_out=len(held), bands=bands)
+    return result
 
 
 def render_text(result: dict[str, Any]) -> str:
-    host = result["links"]["host"]
-    lines = [f"calibration on mesh {result['mesh']}", "",
-             "measurements (one collective, launch overhead removed)"]
-    lines += table(["kind", "axis", "group", "bytes", "wire", "time"],
-                   [[m["kind"], m["axis"], str(m["group"]), str(m["bytes"]),
-                     str(m["wire_bytes"]), human_time(m["seconds"])]
-                    for m in result["measurements"]])
-    error = result["error"]
-    lines += ["", "fitted: T = latency x rendezvous(group) / rendezvous(all) "
-                  "+ wire / bandwidth"]
-    lines += table(["kind", "bandwidth", "latency"],
-                   [[kind, f"{human_bytes(int(v['bandwidth']))}/s",
-                     human_time(v["latency"])]
-                    for kind, v in host.get("kinds", {}).items()]
-                   + [["(all kinds)", f"{human_bytes(int(host['bandwidth']['value']))}/s",
-                       human_time(host["latency"]["value"])]])
-    lines += [f"  rendezvous of {g} devices: {human_time(v)}"
-              for g, v in sorted(host.get("rendezvous", {}).items(),
-                                 key=lambda kv: int(kv[0]))]
-    lines += [f"  median relative error on {result['held_out']} held-out "
-              f"measurements: " + (f"{error:.1%}" if error is not None else "n/a")]
-    lines += [f"    {b['band']}: {b['error']:.1%} ({b['held_out']})"
-              for b in result.get("bands", ())]
+    lines = [f"calibration on mesh {result['mesh']}"
+             + (f" ({result['platform']})" if result.get("platform", "cpu") != "cpu"
+                else ""), ""]
+    if not result["measurements"]:
+        lines.append("no collectives: the mesh has no axis of 2 or more devices")
+    for name, link in result["links"].items():
+        lines += _render_link(result, name, link)
     c = result.get("compute")
     if c:
-        lines += ["", f"compute of one device while all {c['devices']} run"]
-        lines.append(f"  matrix products: {c['flops'] / 1e9:.3g} GFLOP/s")
+        lines += ["", f"compute of one device while all {c['devices']} run"
+                  if c["devices"] > 1 else "compute of one device"]
+        for key, dtype in (("flops", c.get("flops_dtype")), ("flops_f32", "f32")):
+            if not c.get(key):
+                continue
+            named = f" ({dtype})" if dtype else ""
+            lines.append(f"  matrix products{named}: {c[key] / 1e9:.3g} GFLOP/s")
+            lines += [f"    of {_flop(flops)} each: {rate / 1e9:.3g} GFLOP/s"
+                      for flops, rate in c.get(key + "_by_size", ())]
         lines += [f"  streaming {human_bytes(b)}: {human_bytes(int(r))}/s"
                   for b, r in c["bandwidth"]]
         if c.get("sliced_strided_bandwidth"):
@@ -335,27 +328,67 @@ def render_text(result: dict[str, Any]) -> str:
                          f"{human_bytes(int(c['sliced_strided_bandwidth']))}/s")
         lines.append(f"  each instruction: {human_time(c['op_overhead'])} more")
         lines.append(f"  launch: {human_time(c['launch'])} per execution")
-        lines.append(f"  the first collective of an execution: "
-                     f"{human_time(c['first_collective'])} more")
-        lines.append(f"  a collective after compute: up to "
-                     f"{human_time(c['rendezvous_skew'])} more (the devices' "
-                     f"threads meet)")
+        if "output" in c:
+            lines.append(f"  each result: {human_time(c['output'])} more")
+        if "loop_trip" in c:
+            lines.append(f"  each trip of a loop: {human_time(c['loop_trip'])} more")
+        if "first_collective" in c:
+            lines.append(f"  the first collective of an execution: "
+                         f"{human_time(c['first_collective'])} more")
+        if "rendezvous_skew" in c:
+            lines.append(f"  a collective after compute: up to "
+                         f"{human_time(c['rendezvous_skew'])} more (the devices' "
+                         f"threads meet)")
     return "\n".join(lines) + "\n"
 
 
+def _flop(count: float) -> str:
+    """`count` FLOPs in a unit that keeps it short: 33.6 MFLOP."""
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count:.3g} FLOP"
+
+
+def _render_link(result: dict[str, Any], name: str, link: dict[str, Any]) -> list[str]:
+    lines = ["measurements (one collective, launch overhead removed)"]
+    lines += table(["kind", "axis", "group", "bytes", "wire", "time"],
+                   [[m["kind"], m["axis"], str(m["group"]), str(m["bytes"]),
+                     str(m["wire_bytes"]), human_time(m["seconds"])]
+                    for m in result["measurements"]])
+    error = result["error"]
+    weighed = "x rendezvous(group) / rendezvous(all) " if link.get("rendezvous") else ""
+    lines += ["", f"fitted ({name}): T = latency {weighed}+ wire / bandwidth"]
+    lines += table(["kind", "bandwidth", "latency"],
+                   [[kind, f"{human_bytes(int(v['bandwidth']))}/s",
+                     human_time(v["latency"])]
+                    for kind, v in link.get("kinds", {}).items()]
+                   + [["(all kinds)", f"{human_bytes(int(link['bandwidth']['value']))}/s",
+                       human_time(link["latency"]["value"])]])
+    lines += [f"  rendezvous of {g} devices: {human_time(v)}"
+              for g, v in sorted(link.get("rendezvous", {}).items(),
+                                 key=lambda kv: int(kv[0]))]
+    lines += [f"  median relative error on {result['held_out']} held-out "
+              f"measurements: " + (f"{error:.1%}" if error is not None else "n/a")]
+    lines += [f"    {b['band']}: {b['error']:.1%} ({b['held_out']})"
+              for b in result.get("bands", ())]
+    return lines
+
+
 def calibrate_host(mesh: MeshSpec, sizes: Sequence[int] | None, repeats: int,
-                   note: Callable[[str], None] = lambda text: None
-                   ) -> dict[str, Any]:
+                   note: Callable[[str], None] = lambda text: None,
+                   platform: str = "cpu") -> dict[str, Any]:
     """`irshard calibrate`: the plan checked, its duration told to `note`
-    when over a minute, this host's CPU devices set up for `mesh`, then
+    when over a minute, this host's devices of `platform` set up for
+    `mesh` (simulated CPU devices, or the accelerators present), then
     `calibrate`."""
     planned = check_plan(mesh, sizes, repeats)
     seconds = expected_seconds(mesh, planned, repeats)
     if seconds > 60:
         note(f"{count(mesh, planned)} measurements x {repeats} runs, about "
              f"{seconds / 60:.0f} min")
-    backend.configure(mesh.num_devices, "cpu")
-    return calibrate(mesh, planned, repeats)
+    backend.configure(mesh.num_devices, platform)
+    return calibrate(mesh, planned, repeats, platform)
 
 
 def profile_json(result: dict[str, Any]) -> str:
@@ -370,197 +403,3 @@ def render(result: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return dumps_json(result) + "\n"
     return render_text(result)
-
-
-# Bytes one device reads and writes in the streaming measurements, and the
-# sides of the matrix products, for `measure_compute`.
-STREAM_BYTES = (1 << 20, 1 << 22, 1 << 24)
-DOT_SIDES = (256, 512)
-# The products of the stretches of compute between collectives whose
-# rendezvous `measure_compute` times, and how many stretches a program has.
-SKEW_SIDES = (256, 384)
-SEGMENTS = 8
-# The shape of each slice, per device, of the fusions that read slices of a
-# stacked array in a transposed order (`measure_compute`'s
-# `sliced_strided_bandwidth`), and how many slices the two read.
-STRIDED_SHAPE = (8, 128, 256)
-STRIDED_OPERANDS = (2, 6)
-
-
-def measure_compute(mesh: MeshSpec, repeats: int = 5) -> dict[str, Any]:
-    """The compute of one of `mesh`'s devices while all of them run, as the
-    step simulation times it (a CPU host's devices share its cores and its
-    memory): `flops` per second of matrix products (`DOT_SIDES`),
-    `bandwidth` as `[bytes, bytes per second]` points of an elementwise op
-    with a fresh result (`STREAM_BYTES` read and written: caches and fresh
-    pages make the rate depend on the size), `op_overhead`, the seconds
-    each instruction takes beyond its work (tiny products in a row),
-    `sliced_strided_bandwidth`, bytes per second of slices of a stacked
-    array read out of their layout's order (an elementwise fusion of them
-    written transposed, each read across its rows: the time more slices
-    add, over their bytes),
-    `launch`, the seconds one execution of a program that does next to
-    nothing takes, `first_collective`, what an execution's first collective
-    takes beyond the others (it wakes the devices' threads), and
-    `rendezvous_skew`, what a collective after a stretch of compute takes
-    beyond the two alone (the threads the host's scheduler ran last are
-    waited for), and `rendezvous`, the seconds of one tiny all-reduce among
-    others in a row, for each size of group the devices split into. Each
-    is a program run whole, as a step runs, its launch taken off."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    n = mesh.num_devices
-    devices = backend.devices("cpu", n)
-    jax_mesh = backend.make_mesh(("d",), (n,), devices)
-    runs = max(20, 6 * repeats)
-
-    def compiled_on(body, shape, count: list | None = None, mesh=jax_mesh):
-        spec = P(mesh.axis_names)
-        x = jax.device_put(np.full((n * shape[0],) + shape[1:], 0.5, np.float32),
-                           NamedSharding(mesh, spec))
-        compiled = jax.jit(jax.shard_map(
-            body, mesh=mesh, in_specs=spec, out_specs=spec)).lower(x).compile()
-        if count is not None:
-            count.append(_instructions(compiled.as_text()))
-        backend.time_runs(compiled, [x], 1)
-        return compiled, x
-
-    nothing, x0 = compiled_on(lambda v: v + 1.0, (4,))
-    baseline = (nothing, [x0])
-
-    def timed(body, shape, times: int = runs, count: list | None = None,
-              mesh=jax_mesh) -> float:
-        """Seconds of `body` beyond the launch: its runs alternate with
-        runs of a program that does next to nothing, so that the host's
-        drifts (a shared machine's) fall on both."""
-        compiled, x = compiled_on(body, shape, count, mesh)
-        extra = []
-        for _ in range(times):
-            base = backend.time_runs(*baseline, 1)[0]
-            bases.append(base)
-            extra.append(backend.time_runs(compiled, [x], 1)[0] - base)
-        return statistics.median(extra)
-
-    bases = backend.time_runs(*baseline, max(100, 20 * repeats))
-    # A step's first collective wakes every device's thread; those after it
-    # find them running (what the loops of `measure` time). A rendezvous of
-    # fewer of them (an axis of a larger mesh) takes less: one of eight in a
-    # row, for each size of group the devices split into.
-    alone, rendezvous = {}, {}
-    for group in (g for g in range(2, n + 1) if n % g == 0):
-        mesh_g = backend.make_mesh(("r", "g"), (n // group, group), devices)
-        alone[group], eight = (
-            timed(_all_reduces(k, "g"), (4,), max(100, 20 * repeats), mesh=mesh_g)
-            for k in (1, 8))
-        rendezvous[group] = max(0.0, (eight - alone[group]) / 7)
-    first = max(0.0, alone[n] - rendezvous[n])
-    # Instructions that do next to nothing: tiny products, each followed by
-    # an elementwise op.
-    counts: list[int] = []
-    chained = [timed(_chain(k), (8, 8), max(100, 20 * repeats), counts)
-               for k in (0, 64)]
-    overhead = max(0.0, (chained[1] - chained[0]) / max(1, counts[1] - counts[0]))
-    rates = []
-    for side in DOT_SIDES:
-        w = jnp.asarray(np.full((side, side), 1.0 / side, np.float32))
-        seconds = timed(lambda v, w=w: v @ w, (side, side))
-        rates.append(2.0 * side ** 3 / max(seconds, 1e-9))
-    streamed = [(nbytes, timed(lambda v: v * 0.5 + 1.0, (nbytes // 8,)))
-                for nbytes in STREAM_BYTES]
-    # A point lost in the launch's noise says nothing; the largest is kept.
-    if streamed[-1][1] <= 0:
-        raise BackendError(f"calibrate: streaming {human_bytes(STREAM_BYTES[-1])} "
-                           f"took no more time than doing nothing; the host was "
-                           f"too busy to measure: run it again")
-    curve = [[b, b / t] for b, t in streamed
-             if t > 0.1 * statistics.median(bases) or b == STREAM_BYTES[-1]]
-    # The same fusion with more slices of one stacked array, each read
-    # across its rows.
-    few, many = (timed(_transposed(k), (k,) + STRIDED_SHAPE)
-                 for k in STRIDED_OPERANDS)
-    more = (STRIDED_OPERANDS[1] - STRIDED_OPERANDS[0]) \
-        * 4 * math.prod(STRIDED_SHAPE)
-    # Lost in the noise: no slower than the stream.
-    strided = min(more / (many - few) if many > few else math.inf, curve[-1][1])
-    # A collective after a stretch of compute waits for the devices the
-    # host's scheduler ran last: what it takes beyond the compute and the
-    # collective alone, per collective.
-    skews = []
-    for side in SKEW_SIDES:
-        w = jnp.asarray(np.eye(side, dtype=np.float32) * 0.999)
-        alone = [timed(lambda v, w=w, c=c: _segments(v, w, c), (side, side), runs // 2)
-                 for c in ((True, False), (False, True), (True, True))]
-        skews.append(max(0.0, (alone[2] - alone[0] - alone[1]) / SEGMENTS))
-    # Every run of the program that does next to nothing, over the whole
-    # measurement.
-    launch = statistics.median(bases)
-    return {"devices": n, "flops": statistics.median(rates),
-            "bandwidth": curve, "sliced_strided_bandwidth": strided,
-            "op_overhead": overhead, "launch": launch,
-            "first_collective": first, "rendezvous_skew": statistics.median(skews),
-            "rendezvous": rendezvous}
-
-
-def _all_reduces(k: int, axis: str):
-    """`k` all-reduces over `axis` in a row."""
-    import jax
-
-    def body(v):
-        for _ in range(k):
-            v = jax.lax.psum(v, axis) * 0.5
-        return v
-    return body
-
-
-def _segments(v, w, what: tuple[bool, bool]):
-    """`SEGMENTS` stretches of a product and a tanh, each followed by an
-    all-reduce: `what` says which of the two are there."""
-    import jax
-    import jax.numpy as jnp
-    compute, collective = what
-    for _ in range(SEGMENTS):
-        if compute:
-            v = jnp.tanh(v @ w)
-        if collective:
-            v = jax.lax.psum(v, "d") * 0.125
-    return v
-
-
-def _transposed(k: int):
-    """The `k` slices of an array stacked on a leading axis summed
-    elementwise and written with their last dimension first (a weight
-    gradient's transpose of a scan's activations): one fusion that reads
-    each across its rows."""
-    import jax.numpy as jnp
-
-    def body(v):
-        total = v[0]
-        for i in range(1, k):
-            total = total * 0.5 + v[i]
-        return jnp.transpose(total, (total.ndim - 1,) + tuple(range(total.ndim - 1)))[None]
-    return body
-
-
-def _chain(k: int):
-    import jax.numpy as jnp
-    import numpy as np
-    weights = [np.eye(8, dtype=np.float32) * (1 + i / 1024) for i in range(k)]
-
-    def body(v):
-        for w in weights:
-            v = jnp.tanh(v @ w)
-        return v
-    return body
-
-
-def _instructions(hlo: str) -> int:
-    """The instructions of a program the step simulation times."""
-    from irshard.collectives import schedule
-    from irshard.xla.hlo import HloModuleView
-    counted = schedule.simulate(HloModuleView.from_text(hlo),
-                                schedule.Rates(1e30, 1e30, 1.0),
-                                lambda inst: (0.0, None))
-    return sum(1 for e in counted.events if e.track == "compute")

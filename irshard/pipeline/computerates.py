@@ -1,0 +1,308 @@
+"""What a device computes, as the step simulation times it: measured by
+running programs on the devices of a mesh (`irshard calibrate`'s compute,
+`measure_compute`), each sized for its platform (`PLANS`) and each run
+whole, as a step runs, its launch taken off."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from irshard import backend
+from irshard.core.errors import BackendError
+from irshard.core.specs import MeshSpec
+from irshard.reporting.text import human_bytes
+
+
+@dataclass(frozen=True)
+class ComputePlan:
+    """What `measure_compute` runs on a platform's devices: matrix products
+    of `dot_sides` in each of `dot_dtypes` (the first gives `flops`, a
+    second `flops_f32`), and an elementwise op reading and writing each of
+    `stream_bytes`; `strided`: whether slices of a stacked array read
+    across their rows are timed (a CPU's cache sets)."""
+
+    dot_sides: tuple[int, ...]
+    dot_dtypes: tuple[str, ...]
+    stream_bytes: tuple[int, ...]
+    strided: bool
+    # Whether the products' rate is kept by size (`flops_by_size`): a GPU
+    # fills its cores only with large products.
+    by_size: bool = False
+
+
+# A CPU device's work is small; a GPU's products and streams must fill it
+# (an 8192-wide bf16 product is about a millisecond on a Hopper GPU, a
+# 1 GiB stream a quarter of one).
+PLANS = {
+    "cpu": ComputePlan((256, 512), ("float32",), (1 << 20, 1 << 22, 1 << 24), True),
+    "gpu": ComputePlan((256, 512, 1024, 2048, 4096, 8192), ("bfloat16", "float32"),
+                       (1 << 20, 1 << 24, 1 << 28, 1 << 30), False, by_size=True),
+}
+# The FLOPs a program of products in a row does at least, so that a small
+# product's time is not lost in the launch's (at most `MAX_CHAIN` of them).
+CHAIN_FLOPS = 1e11
+MAX_CHAIN = 64
+# The results of the program that times each result buffer, and the trips
+# of the two loops that time a trip.
+OUTPUTS = 33
+TRIPS = (10, 110)
+STREAM_BYTES = PLANS["cpu"].stream_bytes
+DOT_SIDES = PLANS["cpu"].dot_sides
+# The products of the stretches of compute between collectives whose
+# rendezvous `measure_compute` times, and how many stretches a program has.
+SKEW_SIDES = (256, 384)
+SEGMENTS = 8
+# The shape of each slice, per device, of the fusions that read slices of a
+# stacked array in a transposed order (`measure_compute`'s
+# `sliced_strided_bandwidth`), and how many slices the two read.
+STRIDED_SHAPE = (8, 128, 256)
+STRIDED_OPERANDS = (2, 6)
+
+
+def measure_compute(mesh: MeshSpec, repeats: int = 5,
+                    platform: str = "cpu") -> dict[str, Any]:
+    """The compute of one of `mesh`'s devices while all of them run, as the
+    step simulation times it (a CPU host's devices share its cores and its
+    memory; the sizes are the platform's `PLANS`): `flops` per second of
+    matrix products (`flops_f32` those of f32 where the first dtype is
+    another, with `flops_dtype` naming it), `bandwidth` as
+    `[bytes, bytes per second]` points of an elementwise op with a fresh
+    result (caches and fresh pages make the rate depend on the size),
+    `op_overhead`, the seconds each instruction takes beyond its work (tiny
+    products in a row), `launch`, the seconds one execution of a program
+    that does next to nothing takes.
+
+    On a CPU host also `sliced_strided_bandwidth`, bytes per second of
+    slices of a stacked array read out of their layout's order (an
+    elementwise fusion of them written transposed, each read across its
+    rows: the time more slices add, over their bytes), and, with two or
+    more devices, `first_collective`, what an execution's first collective
+    takes beyond the others (it wakes the devices' threads),
+    `rendezvous_skew`, what a collective after a stretch of compute takes
+    beyond the two alone (the threads the host's scheduler ran last are
+    waited for), and `rendezvous`, the seconds of one tiny all-reduce among
+    others in a row, for each size of group the devices split into. Each
+    is a program run whole, as a step runs, its launch taken off."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    plan = PLANS.get(platform, PLANS["gpu"])
+    host = platform == "cpu"
+    n = mesh.num_devices
+    devices = backend.devices(platform, n)
+    jax_mesh = backend.make_mesh(("d",), (n,), devices)
+    runs = max(20, 6 * repeats)
+
+    def compiled_on(body, shape, count: list | None = None, mesh=jax_mesh,
+                    dtype="float32", fill=0.5):
+        spec = P(mesh.axis_names)
+        x = jax.device_put(np.full((n * shape[0],) + shape[1:], fill,
+                                   jnp.dtype(dtype)),
+                           NamedSharding(mesh, spec))
+        compiled = jax.jit(jax.shard_map(
+            body, mesh=mesh, in_specs=spec, out_specs=spec)).lower(x).compile()
+        if count is not None:
+            count.append(_executed(compiled.as_text()))
+        backend.time_runs(compiled, [x], 1)
+        return compiled, x
+
+    nothing, x0 = compiled_on(lambda v: v + 1.0, (4,))
+    baseline = (nothing, [x0])
+
+    def timed(body, shape, times: int = runs, count: list | None = None,
+              mesh=jax_mesh, dtype="float32", fill=0.5) -> float:
+        """Seconds of `body` beyond the launch: its runs alternate with
+        runs of a program that does next to nothing, so that the host's
+        drifts (a shared machine's) fall on both."""
+        compiled, x = compiled_on(body, shape, count, mesh, dtype, fill)
+        extra = []
+        for _ in range(times):
+            base = backend.time_runs(*baseline, 1)[0]
+            bases.append(base)
+            extra.append(backend.time_runs(compiled, [x], 1)[0] - base)
+        return statistics.median(extra)
+
+    bases = backend.time_runs(*baseline, max(100, 20 * repeats))
+    found: dict[str, Any] = {"devices": n}
+    rendezvous: dict[int, float] = {}
+    if host and n > 1:
+        # A step's first collective wakes every device's thread; those
+        # after it find them running (what the loops of `measure` time). A
+        # rendezvous of fewer of them (an axis of a larger mesh) takes
+        # less: one of eight in a row, for each size of group the devices
+        # split into.
+        alone = {}
+        for group in (g for g in range(2, n + 1) if n % g == 0):
+            mesh_g = backend.make_mesh(("r", "g"), (n // group, group), devices)
+            alone[group], eight = (
+                timed(_all_reduces(k, "g"), (4,), max(100, 20 * repeats), mesh=mesh_g)
+                for k in (1, 8))
+            rendezvous[group] = max(0.0, (eight - alone[group]) / 7)
+        found["first_collective"] = max(0.0, alone[n] - rendezvous[n])
+    # Instructions that do next to nothing: tiny products, each followed by
+    # an elementwise op.
+    counts: list[int] = []
+    chained = [timed(_chain(k), (8, 8), max(100, 20 * repeats), counts)
+               for k in (0, 64)]
+    overhead = max(0.0, (chained[1] - chained[0]) / max(1, counts[1] - counts[0]))
+    # Each result buffer of an execution, and each trip of a loop: what
+    # they take beyond the instructions the simulation counts.
+    made: list[float] = []
+    outputs = [timed(_results(k), (4,), max(100, 20 * repeats), made)
+               for k in (1, OUTPUTS)]
+    found["output"] = max(0.0, (outputs[1] - outputs[0] - (made[1] - made[0])
+                                * overhead) / (OUTPUTS - 1))
+    made = []
+    looped = [timed(_loop(trips), (4,), max(100, 20 * repeats), made)
+              for trips in TRIPS]
+    found["loop_trip"] = max(0.0, (looped[1] - looped[0] - (made[1] - made[0])
+                                   * overhead) / (TRIPS[1] - TRIPS[0]))
+    for i, dtype in enumerate(plan.dot_dtypes):
+        points = []
+        for side in plan.dot_sides:
+            flops = 2.0 * side ** 3
+            # Products in a row of a matrix whose square is itself (every
+            # element 1/side, exact in every float type).
+            k = int(min(MAX_CHAIN, max(1, CHAIN_FLOPS // flops)))
+            seconds = timed(_products(k), (side, side), dtype=dtype,
+                            fill=1.0 / side) / k
+            points.append([flops, flops / max(seconds, 1e-9)])
+        rate = points[-1][1] if plan.by_size else \
+            statistics.median(r for _, r in points)
+        key = "flops" if i == 0 else "flops_f32"
+        found[key] = rate
+        if plan.by_size:
+            found[key + "_by_size"] = points
+        if i == 0 and dtype != "float32":
+            found["flops_dtype"] = jnp.dtype(dtype).name
+    streamed = [(nbytes, timed(lambda v: v * 0.5 + 1.0, (nbytes // 8,)))
+                for nbytes in plan.stream_bytes]
+    # A point lost in the launch's noise says nothing; the largest is kept.
+    if streamed[-1][1] <= 0:
+        raise BackendError(f"calibrate: streaming {human_bytes(plan.stream_bytes[-1])} "
+                           f"took no more time than doing nothing; the host was "
+                           f"too busy to measure: run it again")
+    curve = [[b, b / t] for b, t in streamed
+             if t > 0.1 * statistics.median(bases) or b == plan.stream_bytes[-1]]
+    found["bandwidth"] = curve
+    if plan.strided:
+        # The same fusion with more slices of one stacked array, each read
+        # across its rows.
+        few, many = (timed(_transposed(k), (k,) + STRIDED_SHAPE)
+                     for k in STRIDED_OPERANDS)
+        more = (STRIDED_OPERANDS[1] - STRIDED_OPERANDS[0]) \
+            * 4 * math.prod(STRIDED_SHAPE)
+        # Lost in the noise: no slower than the stream.
+        found["sliced_strided_bandwidth"] = min(
+            more / (many - few) if many > few else math.inf, curve[-1][1])
+    found["op_overhead"] = overhead
+    if host and n > 1:
+        # A collective after a stretch of compute waits for the devices the
+        # host's scheduler ran last: what it takes beyond the compute and
+        # the collective alone, per collective.
+        skews = []
+        for side in SKEW_SIDES:
+            w = jnp.asarray(np.eye(side, dtype=np.float32) * 0.999)
+            parts = [timed(lambda v, w=w, c=c: _segments(v, w, c), (side, side),
+                           runs // 2)
+                     for c in ((True, False), (False, True), (True, True))]
+            skews.append(max(0.0, (parts[2] - parts[0] - parts[1]) / SEGMENTS))
+        found["rendezvous_skew"] = statistics.median(skews)
+    # Every run of the program that does next to nothing, over the whole
+    # measurement.
+    found["launch"] = statistics.median(bases)
+    found["rendezvous"] = rendezvous
+    return found
+
+
+def _all_reduces(k: int, axis: str):
+    """`k` all-reduces over `axis` in a row."""
+    import jax
+
+    def body(v):
+        for _ in range(k):
+            v = jax.lax.psum(v, axis) * 0.5
+        return v
+    return body
+
+
+def _segments(v, w, what: tuple[bool, bool]):
+    """`SEGMENTS` stretches of a product and a tanh, each followed by an
+    all-reduce: `what` says which of the two are there."""
+    import jax
+    import jax.numpy as jnp
+    compute, collective = what
+    for _ in range(SEGMENTS):
+        if compute:
+            v = jnp.tanh(v @ w)
+        if collective:
+            v = jax.lax.psum(v, "d") * 0.125
+    return v
+
+
+def _transposed(k: int):
+    """The `k` slices of an array stacked on a leading axis summed
+    elementwise and written with their last dimension first (a weight
+    gradient's transpose of a scan's activations): one fusion that reads
+    each across its rows."""
+    import jax.numpy as jnp
+
+    def body(v):
+        total = v[0]
+        for i in range(1, k):
+            total = total * 0.5 + v[i]
+        return jnp.transpose(total, (total.ndim - 1,) + tuple(range(total.ndim - 1)))[None]
+    return body
+
+
+def _chain(k: int):
+    import jax.numpy as jnp
+    import numpy as np
+    weights = [np.eye(8, dtype=np.float32) * (1 + i / 1024) for i in range(k)]
+
+    def body(v):
+        for w in weights:
+            v = jnp.tanh(v @ w)
+        return v
+    return body
+
+
+def _executed(hlo: str) -> float:
+    """How many instructions the step simulation times in one execution of
+    a program, every run of a loop's counted."""
+    from irshard.collectives import schedule
+    from irshard.xla.hlo import HloModuleView
+    counted = schedule.simulate(HloModuleView.from_text(hlo),
+                                schedule.Rates(1e30, 1e30, 1.0),
+                                lambda inst: (0.0, None))
+    return round(counted.compute_s)
+
+
+def _results(k: int):
+    """`k` results, each its own buffer."""
+    def body(v):
+        return [v + float(i) for i in range(k)]
+    return body
+
+
+def _loop(trips: int):
+    """A loop of `trips` trips around one elementwise op."""
+    import jax
+
+    def body(v):
+        return jax.lax.fori_loop(0, trips, lambda i, w: w * 0.999 + 0.001, v)
+    return body
+
+
+def _products(k: int):
+    """`k` products of a matrix with itself in a row."""
+    def body(v):
+        for _ in range(k):
+            v = v @ v
+        return v
+    return body
