@@ -1,4 +1,5 @@
-"""Predicted against measured step time, on the simulated CPU mesh.
+"""Predicted against measured step time, on the simulated CPU mesh or on
+one GPU.
 
 For each program, `irshard compile --format trace` simulates one step in the
 executable's schedule (`otherData.step.step_s`), and `irshard run --repeat N`
@@ -7,6 +8,11 @@ over `--processes` runs). Prints both and the relative error, then the
 median error:
 
     python benchmarks/timemodel.py [--repeat 20] [--processes 3] [--only NAME ...]
+
+`--platform gpu` runs `GPU_PROGRAMS` on one GPU instead (the programs of
+`benchmarks/gpu.py`, then the CPU mesh's on a mesh of one device), with the
+target named by the GPU present (`--target` names another, `--profile` a
+saved calibration).
 """
 
 import argparse
@@ -37,6 +43,36 @@ PROGRAMS = {
     "scanned transformer": ("benchmarks/transformer.py", "--mesh", "dp=2,tp=4",
                             "--grad"),
 }
+
+
+GPU = ("benchmarks/gpu.py", "--mesh", "x=1", "--fn")
+GPU_PROGRAMS = {
+    "matmul bf16 8192": (*GPU, "matmul_bf16"),
+    "matmul f32 4096": (*GPU, "matmul_f32"),
+    "stream 256 MiB": (*GPU, "stream"),
+    "mlp grad bf16": (*GPU, "mlp", "--grad"),
+    "transformer bf16": (*GPU, "transformer", "--grad"),
+    "heat set": ("examples/heat1d.py", "--fn", "simulate_set", "--mesh", "x=1"),
+    "heat roll": ("examples/heat1d.py", "--fn", "simulate_roll", "--mesh", "x=1"),
+    "matmul": ("examples/matmul.py", "--mesh", "x=1,y=1"),
+    "mlp grad": ("examples/mlp.py", "--mesh", "dp=1,tp=1", "--grad"),
+    "gpt": (*GPT, "--mesh", "fsdp=1"),
+    "scanned transformer": ("benchmarks/transformer.py", "--mesh", "dp=1,tp=1",
+                            "--grad"),
+}
+
+
+def gpu_target() -> str:
+    """The target of the GPU present: gpu-h100:1x1 for an H100, ..."""
+    done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                          capture_output=True, text=True)
+    name = done.stdout.lower()
+    chip = next((c for c in ("h100", "h200", "b200") if c in name), None)
+    if done.returncode != 0 or chip is None:
+        raise SystemExit(f"timemodel: no H100, H200 or B200 found "
+                         f"({done.stdout.strip() or done.stderr.strip()}); "
+                         f"give --target")
+    return f"gpu-{chip}:1x1"
 
 
 def irshard(*args: str) -> subprocess.CompletedProcess:
@@ -71,13 +107,24 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--platform", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--target", help="with --platform gpu (default: the "
+                        "GPU present's, e.g. gpu-h200:1x1)")
+    parser.add_argument("--profile", help="a profile saved by irshard calibrate -o")
     args = parser.parse_args()
+    programs, extra = PROGRAMS, ()
+    if args.platform == "gpu":
+        programs = GPU_PROGRAMS
+        extra = ("--platform", "gpu", "--target", args.target or gpu_target())
+    if args.profile:
+        extra += ("--profile", args.profile)
     errors = []
     print(f"{'program':22} {'predicted':>11} {'measured':>11} {'error':>7}  "
           f"compute / exposed / overlapped communication (predicted)")
-    for name, program in PROGRAMS.items():
+    for name, program in programs.items():
         if args.only and name not in args.only:
             continue
+        program = program + extra
         try:
             step = predicted(program)
             real = measured(program, args.repeat, args.processes)

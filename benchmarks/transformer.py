@@ -19,17 +19,19 @@ def _layer_norm(x):
     return (x - mean) * jax.lax.rsqrt(var + 1e-5)
 
 
-def _block(x, weights):
+def _block(x, weights, n_heads=HEADS):
+    """One layer (attention, then the MLP) of `n_heads` heads; its model
+    width is `x`'s last dimension."""
     wq, wk, wv, wo, w1, w2 = weights
-    batch, seq, _ = x.shape
+    batch, seq, width = x.shape
     h = _layer_norm(x)
-    heads = lambda t: t.reshape(batch, seq, HEADS, D // HEADS)
+    heads = lambda t: t.reshape(batch, seq, n_heads, width // n_heads)
     q, k, v = heads(h @ wq), heads(h @ wk), heads(h @ wv)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(D // HEADS)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(width // n_heads)
     mask = jnp.tril(jnp.ones((seq, seq), bool))
     scores = jnp.where(mask, scores, -1e9)
     attention = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores), v)
-    x = x + attention.reshape(batch, seq, D) @ wo
+    x = x + attention.reshape(batch, seq, width) @ wo
     h = _layer_norm(x)
     x = x + jax.nn.gelu(h @ w1) @ w2
     return x, None
