@@ -11,19 +11,23 @@ device's compute stream and its collective stream:
   dot, one per element of an elementwise op, transcendentals apart) and its
   bytes the operands it reads and the result it writes (large slices of
   stacked arrays read across their rows at their own, measured rate:
-  `costs.Cost.sliced`);
+  `costs.Cost.sliced`); matrix products, a GPU's library calls for them
+  included, at a measured rate by their size and their type where the
+  profile has one (`Rates.flops_curve`);
 - a collective takes the link model's time (`cost.CostModel`); a
   synchronous one stops compute until it ends (exposed), an async
   `-start` runs beside the compute scheduled before its `-done`, which
   waits only for what is left of it;
 - a `while` runs its condition and body as many times as it loops (its
-  trip count; once where that is unknown, and the step says so); calls,
+  trip count; once where that is unknown, and the step says so), each
+  trip taking what the runtime takes to go round; calls,
   conditionals (their costliest branch) and async computations are
   followed.
 
-The step starts with the runtime's launch of the execution (measured on a
-CPU host: its dispatch to the devices' threads). What has no cost to read
-(a custom call) is timed by its memory traffic
+The step starts with the runtime's launch of the execution and of each
+array it returns (measured: a CPU host's dispatch to the devices' threads,
+a GPU's launch). What has no cost to read (a custom call other than a
+library's product) is timed by its memory traffic
 alone, and the step says how many such instructions it holds and that
 lower bound of their time. The events of the walk, loops
 drawn up to `DRAWN_TRIPS` iterations and summarized past them, make the
