@@ -84,12 +84,8 @@ def gemm_dimensions(inst: Instruction) -> dict | None:
     if inst.opcode != "custom-call" or \
             inst.attrs.get("custom_call_target", "").strip('"') not in GEMM_TARGETS:
         return None
-    import json
-    try:
-        config = json.loads(inst.attrs.get("backend_config") or "{}")
-        found = config["gemm_backend_config"]["dot_dimension_numbers"]
-    except (ValueError, KeyError, TypeError):
-        return None
+    config = inst.backend_config.get("gemm_backend_config")
+    found = config.get("dot_dimension_numbers") if isinstance(config, dict) else None
     return found if isinstance(found, dict) else None
 
 

@@ -442,8 +442,7 @@ def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
     found = profile.compute
     if found.get("flops") and found.get("bandwidth"):
         bandwidth = found["bandwidth"]
-        curve = tuple((float(b), float(r)) for b, r in sorted(bandwidth)) \
-            if isinstance(bandwidth, list) else ()
+        curve = _points(bandwidth) if isinstance(bandwidth, list) else ()
         flat = curve[-1][1] if curve else float(bandwidth)
         overhead = found.get("op_overhead", 0.0)
         if cpu and not found.get("devices"):

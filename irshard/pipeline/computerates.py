@@ -150,18 +150,19 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5,
     chained = [timed(_chain(k), (8, 8), max(100, 20 * repeats), counts)
                for k in (0, 64)]
     overhead = max(0.0, (chained[1] - chained[0]) / max(1, counts[1] - counts[0]))
-    # Each result buffer of an execution, and each trip of a loop: what
-    # they take beyond the instructions the simulation counts.
-    made: list[float] = []
-    outputs = [timed(_results(k), (4,), max(100, 20 * repeats), made)
-               for k in (1, OUTPUTS)]
-    found["output"] = max(0.0, (outputs[1] - outputs[0] - (made[1] - made[0])
-                                * overhead) / (OUTPUTS - 1))
-    made = []
-    looped = [timed(_loop(trips), (4,), max(100, 20 * repeats), made)
-              for trips in TRIPS]
-    found["loop_trip"] = max(0.0, (looped[1] - looped[0] - (made[1] - made[0])
-                                   * overhead) / (TRIPS[1] - TRIPS[0]))
+    def beyond(program, counts: tuple[int, int]) -> float:
+        """What one more of a unit takes beyond the instructions the
+        simulation counts: `program(k)` has `k` of them, for each of
+        `counts`."""
+        made: list[int] = []
+        few, many = (timed(program(k), (4,), max(100, 20 * repeats), made)
+                     for k in counts)
+        return max(0.0, (many - few - (made[1] - made[0]) * overhead)
+                   / (counts[1] - counts[0]))
+
+    # Each result buffer of an execution, and each trip of a loop.
+    found["output"] = beyond(_results, (1, OUTPUTS))
+    found["loop_trip"] = beyond(_loop, TRIPS)
     for i, dtype in enumerate(plan.dot_dtypes):
         points = []
         for side in plan.dot_sides:
