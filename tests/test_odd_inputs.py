@@ -215,7 +215,8 @@ def test_a_path_that_is_not_utf8(tmp_path, capsys):
             os.fsencode(str(tmp_path)) + b"/mat\\xffmul.py:matmul")
     # The page's source view finds the file behind the shown name.
     from irshard.pipeline import htmlreport
-    assert "def matmul" in "\n".join(htmlreport.read_sources(report)["mat\\xffmul.py"])
+    assert "def matmul" in "\n".join(htmlreport.read_sources(
+        report, readable=htmlreport.loaded_files())["mat\\xffmul.py"])
     # A module at such a path, and HLO.
     mlir = os.fsdecode(raw + b".mlir")
     assert cli.main(["compile", source, "--mesh", "x=2,y=2", "--emit", "stablehlo",
@@ -254,7 +255,8 @@ def test_a_latin1_source_and_python_s_line_numbers(tmp_path, capsys):
     report = _compiled_json(path, capsys)
     (line,) = {c["source"]["line"] for c in report["collectives"]}
     assert line == 5
-    lines = htmlreport.read_sources(report)["lat.py"]
+    lines = htmlreport.read_sources(
+        report, readable=htmlreport.loaded_files())["lat.py"]
     assert lines[1] == "# caf\xe9" and lines[line - 1] == "    return a @ a.T"
     assert cli.main(["compile", str(path), "--mesh", "x=2", "--shard", "a=x,_",
                      "--format", "html", "-o", str(tmp_path / "lat.html")]) == 0
@@ -263,7 +265,8 @@ def test_a_latin1_source_and_python_s_line_numbers(tmp_path, capsys):
     utf8.write_text(SOURCE.replace("latin-1", "utf-8"), encoding="utf-8")
     report = _compiled_json(utf8, capsys)
     (line,) = {c["source"]["line"] for c in report["collectives"]}
-    lines = htmlreport.read_sources(report)["sep.py"]
+    lines = htmlreport.read_sources(
+        report, readable=htmlreport.loaded_files())["sep.py"]
     assert line == 5 and lines[line - 1] == "    return a @ a.T" and len(lines) == 5
     assert htmlreport.source_lines("a\r\nb\rc\x0cd\u2028e\n") == \
         ["a", "b", "c\x0cd\u2028e"]

@@ -3,11 +3,12 @@
 The page is `report.html` (inline CSS and JavaScript, no external resource;
 its Content-Security-Policy forbids any) with the report's data embedded as
 JSON: the schema-1 report, the user's source files that its collectives and
-findings point at, an excerpt of the read stage's IR around every collective,
-and where every input and output lives (device -> block, and the mesh's
-device grid). The script draws the summary, the sortable and filterable
-collective table, the source view, the layout viewer, memory and findings
-from that data; nothing is fetched. The same report gives the same bytes.
+findings point at (only those its own compile ran, never a file named by a
+report, an HLO file or a dump read back), an excerpt of the read stage's IR
+around every collective, and where every input and output lives (device ->
+block, and the mesh's device grid). The script draws the summary, the
+sortable and filterable collective table, the source view, the layout
+viewer, memory and findings from that data; nothing is fetched. The same report gives the same bytes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import json
 import math
 import os
 import re
-from typing import Any, Iterable, Sequence
+import sys
+from typing import Any, Collection, Iterable, Sequence
 
 from irshard.core import files
 from irshard.pipeline import show
@@ -107,17 +109,22 @@ def _resolve(name: str, roots: Sequence[str]) -> str | None:
     return None
 
 
-def read_sources(report: dict[str, Any], user_dir: str | None = None
-                 ) -> dict[str, list[str]]:
+def read_sources(report: dict[str, Any], user_dir: str | None = None,
+                 readable: Collection[str] = ()) -> dict[str, list[str]]:
     """The user's files the report names, as lines: `{name: lines}` under
-    the names the report uses. Files that cannot be found or read, or are
-    too large, are left out (the page says so)."""
+    the names the report uses. Only files among `readable` (real paths: the
+    files the compile itself ran, `program_files`) are read: a name in a
+    report, an HLO file or a dump is the input's word and could name any
+    file on this machine. Files that cannot be found or read, or are too
+    large, are left out (the page lists their lines)."""
+    if not readable:
+        return {}
     roots = [r for r in (user_dir, os.path.dirname(report.get("source") or ""),
                          os.getcwd()) if r is not None]
     result: dict[str, list[str]] = {}
     for name in _sources_named(report):
         path = _resolve(name, roots) or _resolve(files.real_path(name), roots)
-        if path is None:
+        if path is None or os.path.realpath(path) not in readable:
             continue
         try:
             if os.path.getsize(path) > MAX_SOURCE_BYTES:
@@ -126,6 +133,27 @@ def read_sources(report: dict[str, Any], user_dir: str | None = None
         except OSError:
             continue
     return result
+
+
+def program_files(compiled: Any) -> frozenset[str]:
+    """The real paths of the Python files a compile ran: its program and
+    the modules loaded with it. None for a module read from a .mlir file
+    (its locations are the file's word), or without a compile."""
+    from irshard.pipeline import irfile
+    info = getattr(compiled, "info", None)
+    if info is None or irfile.is_mlir(info.source):
+        return frozenset()
+    return loaded_files()
+
+
+def loaded_files() -> frozenset[str]:
+    """The real paths of the Python files this process has imported."""
+    found = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py"):
+            found.add(os.path.realpath(path))
+    return frozenset(found)
 
 
 def _decoded(path: str) -> str:
@@ -259,7 +287,7 @@ def report_data(report, compiled: Any = None, run: Any = None,
     devices = report.mesh.num_devices if report.mesh is not None else 1
     return {"report": body, "stage": report.stage_name, "ir": ir,
             "timeline": trace.timeline(report, devices),
-            "sources": read_sources(body, user_dir),
+            "sources": read_sources(body, user_dir, program_files(compiled)),
             "layout": layout_of(compiled, run) if compiled is not None else None}
 
 
@@ -274,17 +302,14 @@ def render_report(report, compiled: Any = None, run: Any = None,
 
 
 def render_diff(diff) -> str:
-    """`irshard diff --format html`: both reports side by side."""
+    """`irshard diff --format html`: both reports side by side. No source
+    is embedded: the files the reports name are the reports' word."""
     a, b = diff.a, diff.b
-    sources: dict[str, list[str]] = {}
-    for side in (a, b):
-        for name, lines in read_sources(side.report).items():
-            sources.setdefault(name, lines)
     data = {"diff": diff.to_json(),
             "changes": [c.to_json() for c in diff.changes],
             "a": {"label": a.label, "report": a.report},
             "b": {"label": b.label, "report": b.report},
-            "sources": sources,
+            "sources": {},
             "renamed": diff.renamed}
     return page("diff", data, f"irshard diff: {a.label} vs {b.label}")
 
