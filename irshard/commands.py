@@ -370,7 +370,8 @@ def cmd_search(args) -> int:
     jobs = compiling.default_jobs() if args.jobs == "auto" else args.jobs
     cache = compiling.Cache(
         None if args.no_cache else (args.cache_dir or compiling.default_cache_dir()),
-        compiling.versions_salt(source.path) + json.dumps(command))
+        compiling.versions_salt(source.path, args.profile) + json.dumps(command),
+        option="--cache-dir" if args.cache_dir and not args.no_cache else None)
     processes = compiling.Processes(command, jobs) if jobs > 1 else None
     result = search.search_program(
         program, placement, devices=count, axes=axes, command=command,

@@ -61,3 +61,139 @@ def test_a_page_embeds_only_the_sources_its_compile_ran(tmp_path, capsys):
                      "--format", "html", "-o", page]) == 0, capsys.readouterr().err
     lines = _page_data(page)["sources"]["heat1d.py"]
     assert any(line.startswith("def simulate_set") for line in lines)
+
+
+# ---------------------------------------------------------------------------
+# The search cache
+
+
+def _report(step=0.01):
+    return {"schema": 1, "collectives": [], "inputs": [],
+            "totals": {"count": 0, "bytes_per_run": 0, "wire_bytes_per_run": 0},
+            "step": {"step_s": step, "compute_s": step, "exposed_comm_s": 0.0},
+            "memory": {"argument_bytes": 64, "output_bytes": 0, "temp_bytes": 0,
+                       "alias_bytes": 0}}
+
+
+def test_the_search_cache_never_writes_through_a_planted_link(tmp_path, monkeypatch):
+    from irshard.strategy import compiling
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    cache_dir = tmp_path / "cache"
+    cache = compiling.Cache(str(cache_dir), "salt")
+    path, _ = cache._where(["--mesh", "x=2"])
+    cache_dir.mkdir()
+    # The name a writer takes for its temporary file, planted beforehand.
+    monkeypatch.setattr(compiling.secrets, "token_hex", lambda n: "f" * (2 * n))
+    planted = f"{path}.{os.getpid()}.{'f' * 16}.tmp"
+    os.symlink(victim, planted)
+    cache.put(["--mesh", "x=2"], _report())
+    assert victim.read_text() == "keep me\n" and os.path.islink(planted)
+    assert cache.get(["--mesh", "x=2"]) is None      # not kept, not half-written
+    # A link at the entry's own name is replaced, its target let be.
+    monkeypatch.undo()
+    os.symlink(victim, path)
+    cache.put(["--mesh", "x=2"], _report())
+    assert victim.read_text() == "keep me\n" and not os.path.islink(path)
+    assert cache.get(["--mesh", "x=2"]) == _report()
+    assert sorted(os.listdir(cache_dir)) == sorted(
+        [os.path.basename(path), os.path.basename(planted)])
+
+
+def test_the_search_cache_key_holds_the_profile_s_contents(tmp_path):
+    from irshard.strategy import compiling
+    program, profile = tmp_path / "p.py", tmp_path / "profile.json"
+    program.write_text("def f(a: 'f32[8]'):\n    return a\n")
+    profile.write_text('{"links": {}}')
+    first = compiling.versions_salt(str(program), str(profile))
+    assert compiling.versions_salt(str(program), str(profile)) == first
+    profile.write_text('{"links": {} }')
+    assert compiling.versions_salt(str(program), str(profile)) != first
+    assert compiling.versions_salt(str(program)) != first
+
+
+def test_a_failure_is_not_cached(tmp_path):
+    from tests.test_search import engine
+    from irshard.strategy import compiling
+    cache = compiling.Cache(str(tmp_path), "salt")
+    first, second = [], []
+    engine(lambda c: "XLA failed: something broke", cache=cache, calls=first)
+    assert first and os.listdir(tmp_path) == []
+    engine(lambda c: "XLA failed: something broke", cache=cache, calls=second)
+    assert second == first
+
+
+TAMPERED = [
+    json.dumps({"report": _report(-1.0)}),
+    "[]", "null", '{"report": {}}', '{"key": "k", "report": {}}',
+    "[" * 100000 + "]" * 100000,
+    '{"a":' * 70 + "1" + "}" * 70,
+    '{"error": "was cached once"}',
+    '{"report": {"collectives": [], "totals": {"count": 0}, '
+    '"step": {"step_s": NaN}}}',
+    "\xff\xfe not text",
+]
+
+
+def test_a_tampered_or_odd_cache_entry_is_recompiled(tmp_path):
+    import threading
+    from irshard.strategy import compiling
+    cache = compiling.Cache(str(tmp_path), "salt")
+    argv = ["--mesh", "x=2"]
+    cache.put(argv, _report())
+    assert cache.get(argv) == _report()
+    path, key = cache._where(argv)
+    whole = json.load(open(path))
+    assert whole["key"] == key
+    for text in TAMPERED:
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+        assert cache.get(argv) is None, text[:40]
+    # A valid entry of another key (copied over) is not believed either.
+    whole["key"] = "0" * 64
+    with open(path, "w") as f:
+        json.dump(whole, f)
+    assert cache.get(argv) is None
+    # A hand-edited entry with step -1 does not win: the search compiles.
+    from tests.test_search import engine
+    calls = []
+    result = engine(lambda c: _report(0.5), cache=cache, calls=calls)
+    key_of = compiling.Cache(str(tmp_path), "salt")._where
+    first = result.outcomes[0].candidate.flags()
+    with open(key_of(first)[0], "w") as f:
+        json.dump({"key": key_of(first)[1], "report": _report(-1.0)}, f)
+    again = []
+    result = engine(lambda c: _report(0.5), cache=cache, calls=again)
+    # (then the new winner's explanation, which the first search did not need)
+    assert again[0] == calls[0] and calls[0] not in again[1:]
+    assert result.winner.numbers["step_s"] == 0.5
+    assert all(o.numbers["step_s"] == 0.5 for o in result.outcomes)
+    # A FIFO, a directory or a link where an entry would be: missing, at once.
+    os.unlink(path)
+    os.mkfifo(path)
+    found = []
+    reader = threading.Thread(target=lambda: found.append(cache.get(argv)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert found == [None]
+    os.unlink(path)
+    os.mkdir(path)
+    assert cache.get(argv) is None
+    cache.put(argv, _report())          # cannot replace a directory: not kept
+    assert os.path.isdir(path)
+
+
+def test_an_unusable_cache_dir_is_an_error(tmp_path, capsys):
+    program = tmp_path / "p.py"
+    program.write_text("def f(a: 'f32[8]'):\n    return a * 2\n")
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    for cache_dir, message in ((a_file, "is not a directory"),
+                               (a_file / "sub", "cannot be made")):
+        assert cli.main(["search", str(program), "--devices", "2",
+                         "--cache-dir", str(cache_dir)]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.splitlines()
+        assert captured.out == "" and len(lines) == 1, captured.err
+        assert lines[0].startswith(f"irshard: error: --cache-dir '{cache_dir}' {message}")
+    assert a_file.read_text() == ""

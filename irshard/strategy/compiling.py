@@ -8,56 +8,154 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
+import stat
 import sys
 import tempfile
 import time
 from typing import Any, Callable, Sequence
 
-from irshard.core.errors import ERROR_PREFIX
+from irshard.core import schema
+from irshard.core.errors import ERROR_PREFIX, InputError, UsageError
 from irshard.strategy.candidates import Candidate
 
+# An entry larger than this is not read: a large program's report is a
+# few MB.
+MAX_ENTRY_BYTES = 256 << 20
 
+# What the search reads of a cached report (its ranking, and the moves
+# from an explained one), besides what every report has.
+_STEP = schema.Object({}, {k: schema.Number() for k in (
+    "step_s", "launch_s", "compute_s", "exposed_comm_s", "overlapped_comm_s")})
+_MEMORY = schema.Object({}, {
+    **schema.MEMORY.optional, "fits": schema.Null(schema.Boolean()),
+    "capacity_bytes": schema.Null(schema.Number(integer=True))})
+_SHARDING = schema.Null(schema.Either(schema.List(schema.String()), schema.String()))
+_TENSOR = schema.Object({"name": schema.String(),
+                         "shape": schema.List(schema.Number(integer=True))},
+                        {"sharding": _SHARDING})
+ENTRY = schema.Object({"key": schema.String(), "report": schema.Object(
+    {**schema.REPORT.required, "inputs": schema.List(_TENSOR)},
+    {**schema.REPORT.optional, "step": schema.Null(_STEP),
+     "memory": schema.Null(_MEMORY),
+     "outputs": schema.List(schema.Object({}, {"name": schema.Null(schema.String()),
+                                               "sharding": _SHARDING}))})})
 
 
 class Cache:
     """Compiled candidates' reports, one JSON file each, keyed by what
     decides the compile: the command's arguments, the program file's
-    bytes, and the versions of irshard, JAX and libtpu."""
+    bytes, the profile's, and the versions of irshard, JAX and libtpu.
 
-    def __init__(self, directory: str | None, salt: str):
+    Only reports are kept (a failure is compiled again). The directory may
+    be shared: an entry is written under a fresh name (never through a
+    planted link) and renamed into place, and read back only from a regular
+    file, and only when it is a whole report of the same key; anything
+    else is missing. `option` (`--cache-dir`) names a directory the user
+    gave: one that cannot be used is an error, where the default one is
+    let be."""
+
+    def __init__(self, directory: str | None, salt: str,
+                 option: str | None = None):
         self.directory = directory
         self.salt = salt
+        if directory is not None and option is not None:
+            problem = _unusable(directory)
+            if problem:
+                raise UsageError(f"{option} '{directory}' {problem}; give a "
+                                 f"writable directory, or --no-cache")
 
-    def _path(self, argv: Sequence[str]) -> str | None:
-        if self.directory is None:
-            return None
+    def _where(self, argv: Sequence[str]) -> tuple[str | None, str]:
         digest = hashlib.sha256(json.dumps([self.salt, list(argv)]).encode())
-        return os.path.join(self.directory, digest.hexdigest()[:32] + ".json")
+        key = digest.hexdigest()
+        if self.directory is None:
+            return None, key
+        return os.path.join(self.directory, key[:32] + ".json"), key
 
-    def get(self, argv: Sequence[str]) -> Any:
-        path = self._path(argv)
-        if path is None or not os.path.exists(path):
+    def get(self, argv: Sequence[str]) -> dict[str, Any] | None:
+        """The report cached for `argv`, or None."""
+        path, key = self._where(argv)
+        if path is None:
+            return None
+        entry = _read_entry(path)
+        if entry is None:
             return None
         try:
-            with open(path, encoding="utf-8") as f:
-                entry = json.load(f)
-        except (OSError, ValueError):
+            schema.check(entry, ENTRY, "search cache entry")
+        except InputError:
             return None
-        return entry.get("report") if "report" in entry else entry.get("error")
+        return entry["report"] if entry["key"] == key else None
 
-    def put(self, argv: Sequence[str], result: Any) -> None:
-        path = self._path(argv)
-        if path is None:
+    def put(self, argv: Sequence[str], report: Any) -> None:
+        """Keeps `report` (a compile's report; anything else is not kept)."""
+        path, key = self._where(argv)
+        if path is None or not isinstance(report, dict):
             return
-        entry = {"report": result} if isinstance(result, dict) else {"error": str(result)}
+        tmp = None
         try:
             os.makedirs(self.directory, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(entry, f)
+            name = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+            # O_EXCL: a file or link already there (planted) is an error,
+            # never written through, nor removed.
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_NOFOLLOW", 0)
+                         | getattr(os, "O_CLOEXEC", 0), 0o666)
+            tmp = name
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"key": key, "report": report}, f)
             os.replace(tmp, path)
-        except OSError:
+            tmp = None
+        except (OSError, ValueError):
             pass
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+
+def _unusable(directory: str) -> str | None:
+    """Why `directory` cannot hold the cache (it is made if missing), or
+    None."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError:
+        return "is not a directory"
+    except OSError as e:
+        return f"cannot be made: {e.strerror or e}"
+    if not os.path.isdir(directory):
+        return "is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+def _read_entry(path: str) -> Any:
+    """The JSON value of a cache entry, or None: a missing, unreadable,
+    over-large or not regular file (a FIFO is opened without waiting for a
+    writer), or one that is not JSON nested at most `schema.MAX_DEPTH`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK
+                     | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
+                return None
+            data = f.read(MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_ENTRY_BYTES:
+        return None
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return value if schema._depth(value, schema.MAX_DEPTH) <= schema.MAX_DEPTH \
+        else None
 
 
 def default_cache_dir() -> str:
@@ -66,9 +164,10 @@ def default_cache_dir() -> str:
     return os.path.join(base, "irshard", "search")
 
 
-def versions_salt(path: str | None) -> str:
+def versions_salt(path: str | None, profile: str | None = None) -> str:
     """What makes a cached compile stale: the program's file, the Python
-    files beside it, and the versions of irshard, JAX and libtpu."""
+    files beside it, the `--profile` file, and the versions of irshard, JAX
+    and libtpu."""
     from importlib import metadata
     from irshard import __version__
     parts = [__version__]
@@ -88,6 +187,12 @@ def versions_salt(path: str | None) -> str:
                     parts.append(hashlib.sha256(f.read()).hexdigest())
             except OSError:
                 continue
+    if profile is not None:
+        try:
+            with open(profile, "rb") as f:
+                parts.append("profile=" + hashlib.sha256(f.read()).hexdigest())
+        except OSError:
+            parts.append("profile=-")
     return ";".join(parts)
 
 

@@ -150,7 +150,7 @@ class Search:
 
     def _finish(self, candidate: Candidate, explain: bool, result: Any,
                 seconds: float, cached: bool = False) -> None:
-        if not cached and (isinstance(result, dict) or result):
+        if not cached and isinstance(result, dict):   # a failure is tried again
             self.cache.put(self._cache_key(candidate, explain), result)
         if explain:
             if isinstance(result, dict):
