@@ -127,27 +127,27 @@ def test_a_report_nested_too_deep(tmp_path, capsys):
 BAD_PROFILES = [
     ('"hello"', "expected an object, got \"hello\""),
     ('{"links": {"host": {"latency": 1e-6}}}',
-     "links.host: has no 'bandwidth' (a positive number)"),
+     "links.host: has no 'bandwidth' (a number from 1 to 1e+16 (bytes/s))"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": 0}}}',
-     "links.host.bandwidth: expected a positive number, got 0"),
+     "links.host.bandwidth: expected a number from 1 to 1e+16 (bytes/s), got 0"),
     ('{"links": {"host": {"latency": -1e-6, "bandwidth": 1e9}}}',
-     "links.host.latency: expected a non-negative number, got -1e-06"),
+     "links.host.latency: expected a number from 0 to 10 (seconds), got -1e-06"),
     ('{"links": {"host": {"latency": NaN, "bandwidth": 1e9}}}',
-     "links.host.latency: expected a non-negative number, got NaN"),
+     "links.host.latency: expected a number from 0 to 10 (seconds), got NaN"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": Infinity}}}',
-     "links.host.bandwidth: expected a positive number, got Infinity"),
+     "links.host.bandwidth: expected a number from 1 to 1e+16 (bytes/s), got Infinity"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": "fast"}}}',
-     "links.host.bandwidth: expected a positive number, got \"fast\""),
+     "links.host.bandwidth: expected a number from 1 to 1e+16 (bytes/s), got \"fast\""),
     ('{"links": {"host": {"latency": {"value": -1}, "bandwidth": 1e9}}}',
-     "links.host.latency.value: expected a non-negative number, got -1"),
+     "links.host.latency.value: expected a number from 0 to 10 (seconds), got -1"),
     ('{"links": {"warp": {"latency": 1e-6, "bandwidth": 1e9}}}',
      "links.warp: unknown link kind; links are dcn, host, ici, infiniband, nvlink"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "kinds": '
-     '{"all-sum": {"latency": 1, "bandwidth": 2}}}}}',
+     '{"all-sum": {"latency": 1, "bandwidth": 2e9}}}}}',
      "links.host.kinds: unknown collective kind 'all-sum'"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "kinds": '
      '{"all-reduce": {"latency": 1, "bandwidth": 0}}}}}',
-     "links.host.kinds.all-reduce.bandwidth: expected a positive number"),
+     "links.host.kinds.all-reduce.bandwidth: expected a number from 1 to 1e+16 (bytes/s)"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "rendezvous": '
      '{"1": 1e-6}}}}',
      "links.host.rendezvous.1: a rendezvous is keyed by its group's size, a "
@@ -156,7 +156,7 @@ BAD_PROFILES = [
      '{"\u00b2": 1e-6}}}}', "a rendezvous is keyed by its group's size"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "rendezvous": '
      '{"4": -1}}}}',
-     "links.host.rendezvous.4: expected a non-negative number, got -1"),
+     "links.host.rendezvous.4: expected a number from 0 to 10 (seconds), got -1"),
     ('{"links": {"host": {"latency": 1e-6, "bandwidth": 1e9, "rendezvous": [2]}}}',
      "links.host.rendezvous: expected an object"),
     ("[" * 100000 + "]" * 100000, "nested more than 64 deep"),
@@ -185,7 +185,7 @@ def test_a_bad_profile_fails_before_anything_compiles(tmp_path, capsys, monkeypa
     from tests.conftest import EXAMPLES
     assert cli.main(["compile", f"{EXAMPLES}/matmul.py", "--mesh", "x=2,y=2",
                      "--profile", str(path)]) == 2
-    assert "links.host.bandwidth: expected a positive number, got 0" in \
+    assert "links.host.bandwidth: expected a number from 1 to 1e+16 (bytes/s), got 0" in \
         capsys.readouterr().err
 
 

@@ -197,3 +197,71 @@ def test_an_unusable_cache_dir_is_an_error(tmp_path, capsys):
         assert captured.out == "" and len(lines) == 1, captured.err
         assert lines[0].startswith(f"irshard: error: --cache-dir '{cache_dir}' {message}")
     assert a_file.read_text() == ""
+
+
+# ---------------------------------------------------------------------------
+# Profiles and durations
+
+
+def _profile(**compute):
+    return {"links": {"host": {"latency": 1e-6, "bandwidth": 1e9}},
+            "compute": {"devices": 4, "flops": 1e10, "launch": 1e-5,
+                        "op_overhead": 1e-6, "bandwidth": [[1048576, 1e10]],
+                        **compute}}
+
+
+PROFILE_CASES = [
+    (dict(launch=1e308), "compute.launch: expected a number from 0 to 10 (seconds), "
+     "got 1e+308"),
+    (dict(flops=1e-308), "compute.flops: expected a number from 1 to 1e+19 (flop/s), "
+     "got 1e-308"),
+    (dict(bandwidth=[[1048576]]), "compute.bandwidth[0]: expected a pair"),
+    (dict(bandwidth=[[1048576, 1e10, 3]]), "compute.bandwidth[0]: expected a pair"),
+    (dict(flops_by_size=[[1e6, 1e-308]]), "compute.flops_by_size[0][1]: expected "
+     "a number from 1 to 1e+19"),
+    ({"links": {"host": {"latency": 1e308, "bandwidth": 1e9}}},
+     "links.host.latency: expected a number from 0 to 10 (seconds), got 1e+308"),
+]
+
+
+def test_extreme_profile_values_are_refused_by_name(tmp_path, capsys):
+    import math
+    matmul = os.path.join(EXAMPLES, "matmul.py")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_profile()))
+    assert cli.main(["compile", matmul, "--mesh", "x=2,y=2", "--profile", str(path),
+                     "--format", "json"]) == 0, capsys.readouterr().err
+    step = json.loads(capsys.readouterr().out)["step"]
+    assert all(math.isfinite(v) for v in step.values() if isinstance(v, float))
+    for change, message in PROFILE_CASES:
+        profile = _profile()
+        if "links" in change:
+            profile.update(change)
+        else:
+            profile["compute"].update(change)
+        path.write_text(json.dumps(profile))
+        out = tmp_path / "r.html"
+        assert cli.main(["compile", matmul, "--mesh", "x=2,y=2", "--profile",
+                         str(path), "--format", "html", "-o", str(out)]) == 2, change
+        captured = capsys.readouterr()
+        lines = captured.err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"irshard: error: --profile {path}: "), captured.err
+        assert message in lines[0], lines[0]
+        assert not out.exists()
+
+
+def test_a_budget_time_beyond_a_week_is_refused(capsys):
+    from irshard.strategy import search
+    assert search.parse_duration("168h") == 7 * 24 * 3600
+    for text in ("1" * 400, "604801", "9" * 30 + "h"):
+        assert cli.main(["search", os.path.join(EXAMPLES, "matmul.py"),
+                         "--devices", "2", "--no-cache", "--budget-time", text]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.splitlines()
+        assert len(lines) == 1 and "give a positive duration up to a week" in lines[0]
+        assert len(lines[0]) < 200 and captured.out == ""
+    # Given as a number (irshard.search's budget_time): a week at most.
+    from tests.test_search import engine, fake_report
+    result = engine(lambda c: fake_report(0.01, 10), budget=float("inf"))
+    assert json.loads(result.render_json())["budget_s"] == search.MAX_BUDGET_S

@@ -46,23 +46,45 @@ class Schema:
 
 class Number(Schema):
     """A finite number (an int where `integer`) at least `low`, above 0 where
-    `positive`."""
+    `positive`, at most `high` where given (`unit` names what it counts)."""
 
     def __init__(self, integer: bool = False, low: float | None = 0,
-                 positive: bool = False):
+                 positive: bool = False, high: float | None = None,
+                 unit: str = ""):
         self.integer, self.low, self.positive = integer, low, positive
+        self.high = high
         sign = "positive" if positive else \
             "non-negative" if low == 0 else None
         noun = "integer" if integer else "number"
         self.what = f"a {sign} {noun}" if sign else f"a finite {noun}"
+        if high is not None:
+            self.what = (f"a {noun} above 0 and at most {high:g}"
+                         if positive and not low else
+                         f"a {noun} from {low or 0:g} to {high:g}") + \
+                (f" ({unit})" if unit else "")
 
     def check(self, value, where):
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or (self.integer and not isinstance(value, int)) \
                 or not math.isfinite(value) \
                 or (self.low is not None and value < self.low) \
-                or (self.positive and value <= 0):
+                or (self.positive and value <= 0) \
+                or (self.high is not None and value > self.high):
             self.fail(value, where)
+
+
+class Pair(Schema):
+    """A list of exactly two values: `first`, then `second`."""
+
+    def __init__(self, first: Schema, second: Schema):
+        self.first, self.second = first, second
+        self.what = f"a pair [{first.what}, {second.what}]"
+
+    def check(self, value, where):
+        if not isinstance(value, list) or len(value) != 2:
+            self.fail(value, where)
+        self.first.check(value[0], f"{where}[0]")
+        self.second.check(value[1], f"{where}[1]")
 
 
 class String(Schema):
@@ -284,8 +306,13 @@ class _Measured(Schema):
 _measured = _Measured
 
 
-_BANDWIDTH = Number(positive=True)          # bytes/s
-_LATENCY = Number()                         # seconds
+# A saved profile's numbers, in ranges no hardware leaves, so that every
+# time made from them is finite: a latency of 1e308 s, or a rate of 1e-308,
+# would make a step of Infinity.
+_BANDWIDTH = Number(low=1.0, high=1e16, unit="bytes/s")
+_FLOPS = Number(low=1.0, high=1e19, unit="flop/s")
+_LATENCY = Number(high=10.0, unit="seconds")
+_SIZE = Number(positive=True, high=2.0 ** 62)
 # The links of the shipped profiles (profiles.json).
 LINK_KINDS = ("dcn", "host", "ici", "infiniband", "nvlink")
 
@@ -321,16 +348,18 @@ def _kind_names(value: dict, where: str) -> None:
                            + ", ".join(COLLECTIVE_KINDS))
 
 
+_DEVICES = Number(positive=True, high=1e6)
 PROFILE = Object({"links": Object({}, rule=lambda v, w: (
     _link_names(v, w), Map(LINK).check(v, w), _kind_names(v, w)))},
-                 {"error": Null(_TIME), "devices": Number(positive=True),
+                 {"error": Null(Number(high=1e3)), "devices": _DEVICES,
                   "compute": Object(
-                      {"devices": Number(positive=True), "flops": _BANDWIDTH,
+                      {"devices": _DEVICES, "flops": _FLOPS,
                        "launch": _LATENCY, "op_overhead": _LATENCY,
-                       "bandwidth": List(List(Number(positive=True)))},
-                      {"flops_f32": _BANDWIDTH, "flops_dtype": String(),
-                       "flops_by_size": List(List(Number(positive=True))),
-                       "flops_f32_by_size": List(List(Number(positive=True))),
+                       # [bytes, bytes/s] and [flops, flop/s] points
+                       "bandwidth": List(Pair(_SIZE, _BANDWIDTH))},
+                      {"flops_f32": _FLOPS, "flops_dtype": String(),
+                       "flops_by_size": List(Pair(_SIZE, _FLOPS)),
+                       "flops_f32_by_size": List(Pair(_SIZE, _FLOPS)),
                        "output": _LATENCY, "loop_trip": _LATENCY,
                        "first_collective": _LATENCY,
                        "rendezvous_skew": _LATENCY,

@@ -412,6 +412,11 @@ def _t(seconds: float | None) -> str:
     return human_time(seconds) if seconds is not None else "-"
 
 
+# The longest budget a search takes (a longer one is a week: JSON has no
+# Infinity).
+MAX_BUDGET_S = 7 * 24 * 3600.0
+
+
 def run_search(structure: rulesets.Structure, *, command: Sequence[str], target: str,
                devices: int, axes: Sequence[str], capacity: int | None,
                element_bytes: Callable[[str], int],
@@ -420,6 +425,7 @@ def run_search(structure: rulesets.Structure, *, command: Sequence[str], target:
                show_progress: bool, move_rounds: int = 2,
                moves_per_round: int = 4) -> SearchResult:
     """Compiles the candidates, then local moves around the best."""
+    budget_s = min(budget_s, MAX_BUDGET_S)
     started = time.monotonic()
     kept, pruned = candidates(structure, devices, axes, capacity, element_bytes)
     progress = Progress(len(kept), show_progress)
@@ -460,13 +466,18 @@ def run_search(structure: rulesets.Structure, *, command: Sequence[str], target:
 
 
 def parse_duration(text: str) -> float:
-    """`--budget-time`: seconds, or with a unit: 90s, 10m, 1h."""
+    """`--budget-time`: seconds, or with a unit: 90s, 10m, 1h; at most
+    `MAX_BUDGET_S`."""
     import re
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text or "")
-    if m is None or float(m.group(1)) <= 0:
-        raise UsageError(f"--budget-time '{text}': give a positive duration "
-                         f"such as 600, 90s, 10m or 1h")
-    return float(m.group(1)) * {"s": 1, None: 1, "m": 60, "h": 3600}[m.group(2)]
+    seconds = float(m.group(1)) * {"s": 1, None: 1, "m": 60, "h": 3600}[m.group(2)] \
+        if m is not None else 0.0
+    if not 0 < seconds <= MAX_BUDGET_S:
+        shown = text if len(text or "") <= 40 else text[:37] + "..."
+        raise UsageError(f"--budget-time '{shown}': give a positive duration "
+                         f"up to a week ({MAX_BUDGET_S:.0f} s), such as 600, "
+                         f"90s, 10m or 1h")
+    return seconds
 
 
 def leaves_of(program) -> list[rulesets.Leaf]:
