@@ -15,7 +15,9 @@ test's `irshard` section. A marked test that gives no report, or a budget
 that does not parse, fails it too.
 
 `--irshard-report DIR` writes the JSON and HTML report of every budgeted
-test to `DIR/<test id>.json` and `.html`, with its budgets' outcomes.
+test to `DIR/<test id>.json` and `.html`, with its budgets' outcomes: the
+id made a file name (`report_name`), readable and told apart by a hash of
+the id itself.
 The `irshard_reports` fixture holds the reports a test has been given.
 
 Loaded into every pytest run where irshard is installed: nothing here
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import os
 import re
@@ -50,6 +53,47 @@ def pytest_configure(config) -> None:
         f"the reports irshard.compile/run give it, to irshard budgets such as "
         f"'all-gather@fsdp<=14' or 'bytes<=8MiB'")
     config.stash[_WRITTEN] = []
+    folder = config.getoption("irshard_report", None)
+    if folder is not None:
+        problem = _unusable(folder)
+        if problem:
+            raise pytest.UsageError(f"--irshard-report {folder!r} {problem}; "
+                                    f"give a writable directory")
+
+
+def _unusable(folder: str) -> str | None:
+    """Why the reports cannot be written to `folder` (made if missing), or
+    None."""
+    if not folder:
+        return "is empty"
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except FileExistsError:
+        return "is not a directory"
+    except OSError as e:
+        return f"cannot be made: {e.strerror or e}"
+    if not os.path.isdir(folder):
+        return "is not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+# A report's file name: at most this many bytes of the test's id, then a
+# hash of the whole id (and `-N.html`), well within a file name's 255.
+_NAME_BYTES = 120
+
+
+def report_name(nodeid: str) -> str:
+    """The file name (without extension) of a test's report: its id with
+    what a file name cannot hold made `-`, cut to a length every file
+    system takes, then a hash of the id, so that ids that read alike
+    (`[a/b]`, `[a-b]`, `[a b]`) never share a file."""
+    stem = re.sub(r"[^\w.-]+", "-", nodeid).strip("-.")
+    stem = stem.encode("utf-8", "surrogatepass")[:_NAME_BYTES].decode(
+        "utf-8", "ignore").rstrip("-.")
+    digest = hashlib.sha256(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{stem}-{digest}" if stem else digest
 
 
 def _budgets(item) -> list[str]:
@@ -167,7 +211,7 @@ def _write(item, held: list) -> None:
     from irshard.core import files
     from irshard.reporting.writer import render_json
     os.makedirs(folder, exist_ok=True)
-    stem = re.sub(r"[^\w.-]+", "-", item.nodeid).strip("-")
+    stem = report_name(item.nodeid)
     for i, (report, outcomes) in enumerate(held):
         if outcomes is not None:
             report = budget.recorded(report, outcomes)

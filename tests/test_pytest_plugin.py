@@ -8,6 +8,8 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from irshard.pytest_plugin import report_name
+
 # A model's test file: one layer whose weight is gathered (line 14) and
 # whose output is summed over the batch (line 15).
 MODEL_TESTS = '''
@@ -140,21 +142,25 @@ def test_collective_budget_marker(pytester):
     # --irshard-report: every budgeted test's report, with its outcomes.
     reports = pytester.path / "reports"
     names = sorted(os.listdir(reports))
-    assert "test_model.py-test_returned_over.json" in names
-    assert "test_model.py-test_returned_over.html" in names
-    assert "test_model.py-test_compiled_and_not_returned-2.json" in names
-    assert "test_model.py-TestMarkersAddUp-test_class_and_function_budgets.json" in names
+    over_name = report_name("test_model.py::test_returned_over")
+    both_name = report_name("test_model.py::TestMarkersAddUp::"
+                            "test_class_and_function_budgets")
+    assert over_name.startswith("test_model.py-test_returned_over-")
+    assert f"{over_name}.json" in names and f"{over_name}.html" in names
+    assert report_name("test_model.py::test_compiled_and_not_returned") + "-2.json" \
+        in names
+    assert f"{both_name}.json" in names
     assert not any("unmarked" in n or "fixture" in n or "no_report" in n for n in names)
-    over = json.loads((reports / "test_model.py-test_returned_over.json").read_text())
+    over = json.loads((reports / f"{over_name}.json").read_text())
     assert [(b["budget"], b["value"], b["passed"]) for b in over["budgets"]] == [
         ("all-gather<=0", 1, False), ("bytes<=16", 8320, False),
         ("all-reduce<=8", 1, True)]
-    both = json.loads((reports / "test_model.py-TestMarkersAddUp-"
-                       "test_class_and_function_budgets.json").read_text())
+    both = json.loads((reports / f"{both_name}.json").read_text())
     assert [b["budget"] for b in both["budgets"]] == ["all-reduce<=0", "bytes<=1MiB"]
-    bad = json.loads((reports / "test_model.py-test_bad_budget.json").read_text())
+    bad = json.loads((reports / (report_name("test_model.py::test_bad_budget")
+                                 + ".json")).read_text())
     assert "budgets" not in bad and bad["totals"]["count"] == 2
-    page = (reports / "test_model.py-test_returned_over.html").read_text()
+    page = (reports / f"{over_name}.html").read_text()
     assert page.startswith("<!doctype html>") and '"all-gather\\u003c=0"' in page
     result.stdout.fnmatch_lines(["irshard: * reports written to reports"])
 
@@ -168,3 +174,67 @@ def test_plugin_imports_no_jax_where_no_test_is_marked(pytester):
     ''')
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_report_names_are_short_and_never_shared():
+    ids = ["t.py::test_p[a/b]", "t.py::test_p[a-b]", "t.py::test_p[a b]",
+           "t.py::test_p[a\u00e9b]", "t/p.py::test_p", "t-p.py::test_p",
+           "t.py::test_p[" + "x" * 300 + "]", "t.py::test_p[" + "\u00e9" * 300 + "]",
+           "t.py::test_p[../../etc]", "t.py::test_p[.]"]
+    names = [report_name(i) for i in ids]
+    assert len(set(names)) == len(ids)
+    assert names == [report_name(i) for i in ids]          # the same every run
+    for name in names:
+        assert len((name + "-12.html").encode()) <= 160
+        assert "/" not in name and not name.startswith((".", "-"))
+    assert names[0].startswith("t.py-test_p-a-b-")
+
+
+SMALL_TESTS = '''
+import jax
+import jax.numpy as jnp
+import pytest
+
+import irshard
+
+irshard.configure(devices=2)
+
+X = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+
+def f(x):
+    return (x @ x.T).sum(axis=0)
+
+@pytest.mark.collective_budget("collectives<=8")
+@pytest.mark.parametrize("case", ["a/b", "a-b", "a b", pytest.param(1, id="x" * 300)])
+def test_layer(case):
+    return irshard.compile(f, X, mesh="x=2", rules=[("x", "x,_")])
+'''
+
+
+def test_report_names_of_odd_test_ids(pytester):
+    """Ids that read alike each keep their own report; a 300-character id
+    does not fail its test."""
+    pytester.makepyfile(test_small=SMALL_TESTS)
+    result = pytester.runpytest_subprocess("--irshard-report", "out", "-p",
+                                           "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    names = sorted(os.listdir(pytester.path / "out"))
+    assert len(names) == 8 and len({n.rsplit(".", 1)[0] for n in names}) == 4
+    for case in ["a/b", "a-b", "a b", "x" * 300]:
+        name = report_name(f"test_small.py::test_layer[{case}]")
+        assert f"{name}.json" in names and f"{name}.html" in names
+
+
+def test_an_unusable_report_dir_is_a_usage_error(pytester):
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    (pytester.path / "a_file").write_text("")
+    for folder, problem in [("a_file", "is not a directory"),
+                            ("a_file/sub", "cannot be made: Not a directory")]:
+        result = pytester.runpytest_subprocess("--irshard-report", folder, "-p",
+                                               "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        err = result.stderr.str()
+        assert f"ERROR: --irshard-report '{folder}' {problem}; give a writable " \
+               f"directory" in err
+        assert "Traceback" not in err + result.stdout.str()
+    assert (pytester.path / "a_file").read_text() == ""
