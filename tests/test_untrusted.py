@@ -265,3 +265,55 @@ def test_a_budget_time_beyond_a_week_is_refused(capsys):
     from tests.test_search import engine, fake_report
     result = engine(lambda c: fake_report(0.01, 10), budget=float("inf"))
     assert json.loads(result.render_json())["budget_s"] == search.MAX_BUDGET_S
+
+
+# ---------------------------------------------------------------------------
+# Names from a program
+
+
+def test_escape_sequences_in_pytree_keys_are_shown_not_sent(tmp_path):
+    import jax
+    import jax.numpy as jnp
+    import irshard
+    key = "w\x1b]0;owned\x07\x1b[2J\u202e"
+
+    def f(p):
+        return (p[key] @ p["x"]).sum(axis=0)
+    params = {key: jax.ShapeDtypeStruct((8, 8), jnp.float32),
+              "x": jax.ShapeDtypeStruct((8, 8), jnp.float32)}
+    report = irshard.compile(f, params, mesh="x=2", rules=[("p/x", "x,_")])
+    text = report.to_text()
+    assert not any(ch in text for ch in "\x1b\x07\u202e")
+    assert "w\\x1b]0;owned\\x07\\x1b[2J\\u202e" in text
+    # The table stays aligned: every row of inputs as wide as its header's.
+    lines = text.splitlines()
+    start = lines.index("inputs") + 1
+    rows = lines[start:lines.index("", start)]
+    assert len(rows) == 3
+    sharding = rows[0].index("sharding")
+    assert all(row[sharding - 2:sharding] == "  " for row in rows[1:])
+
+
+def test_markdown_keeps_a_backtick_in_a_name_inside_its_code_span():
+    import jax
+    import jax.numpy as jnp
+    import irshard
+    from irshard.reporting import notebook
+
+    def f(x):
+        return x @ x.T
+    f.__name__ = f.__qualname__ = "evil`**bold**`"
+    report = irshard.compile(f, jax.ShapeDtypeStruct((8, 8), jnp.float32),
+                             mesh="x=2", rules=[("x", "x,_")])
+    first = report._repr_markdown_().splitlines()[0]
+    assert "``" in first and "**bold**" in first
+    assert notebook._code("a`b") == "``a`b``"
+    assert notebook._code("`x") == "`` `x ``"
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:
+        return
+    html = MarkdownIt().render(first)
+    assert "<strong>bold</strong>" not in html
+    code = re.search(r"<code>(.*?)</code>", html).group(1)
+    assert "evil`**bold**`" in code

@@ -97,6 +97,20 @@ def _md(text: Any) -> str:
     return out
 
 
+def _code(text: Any) -> str:
+    """Text as a Markdown code span, whatever backticks it holds: fenced by
+    one more backtick than its longest run, padded where it starts or ends
+    with one (CommonMark strips one space each side)."""
+    out = str(text).replace("\r", " ").replace("\n", " ")
+    longest, run = 0, 0
+    for ch in out:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if out[:1] in ("`", " ") or out[-1:] in ("`", " ") else ""
+    return f"{fence}{pad}{out}{pad}{fence}"
+
+
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(_md(h) for h in header) + " |",
              "|" + "---|" * len(header)]
@@ -186,7 +200,7 @@ def report_html(report, page: str) -> str:
 
 def report_markdown(report) -> str:
     what, rest = _headline(report)
-    lines = [f"**irshard** `{what}` " + _md(rest), ""]
+    lines = [f"**irshard** {_code(what)} " + _md(rest), ""]
     facts = _report_facts(report)
     lines += _md_table([name for name, _ in facts], [[value for _, value in facts]])
     rows, more = _heaviest(report)

@@ -4,6 +4,7 @@ the collectives by source line, memory and the verdict, notes.
 
 from __future__ import annotations
 
+import re
 from typing import Iterator, Sequence
 
 from irshard.core.specs import format_shape
@@ -39,10 +40,29 @@ def change_text(a: float, b: float, fmt) -> str:
     return text
 
 
+# What a terminal would act on rather than show: control characters (an
+# escape sequence could clear the screen or retitle the window), line and
+# paragraph separators, and the marks that reorder text.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f"
+                          "\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with what a terminal would act on written as Python writes it
+    in a string (`\\x1b`, `\\u202e`): a name from a program (a pytree key,
+    a file name) is shown, never run."""
+    def escaped(m: re.Match) -> str:
+        code = ord(m.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return _UNPRINTABLE.sub(escaped, text)
+
+
 def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
     """Left-aligned columns; numeric columns (all digits) right-aligned."""
     if not rows:
         return []
+    header = [printable(str(c)) for c in header]
+    rows = [[printable(str(c)) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [header] + rows)
               for i in range(len(header))]
     numeric = [all(str(r[i]).replace(",", "").isdigit() for r in rows)
@@ -177,7 +197,7 @@ def _by_source_lines(collectives: Sequence[Collective],
 
 def render_text_lines(report: CollectiveReport, tensors: bool = True,
                       fold: bool = False) -> list[str]:
-    return list(text_lines(report, tensors, fold))
+    return [printable(line) for line in text_lines(report, tensors, fold)]
 
 
 def headline(report: CollectiveReport) -> list[str]:
@@ -343,4 +363,4 @@ def render_text(report: CollectiveReport, fold: bool = False) -> str:
 def render_text_pieces(report: CollectiveReport, fold: bool = False) -> Iterator[str]:
     """`render_text` line by line, made as they are written."""
     for line in text_lines(report, fold=fold):
-        yield line + "\n"
+        yield printable(line) + "\n"
