@@ -317,3 +317,18 @@ def test_markdown_keeps_a_backtick_in_a_name_inside_its_code_span():
     assert "<strong>bold</strong>" not in html
     code = re.search(r"<code>(.*?)</code>", html).group(1)
     assert "evil`**bold**`" in code
+
+
+def test_calibrate_sizes_that_measure_alike_are_refused(capsys):
+    from irshard.pipeline import calibrate
+    assert cli.main(["calibrate", "--mesh", "x=2", "--sizes", "3,5,7,11"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and captured.out == ""
+    assert lines[0].startswith("irshard: error: --sizes: 3 B, 5 B, 7 B, 11 B are "
+                               "measured as 1 different size over axis x (8 B")
+    from irshard.core.specs import parse_mesh
+    assert calibrate.check_plan(parse_mesh("x=8,y=2"), None, 1) == \
+        sorted(calibrate.DEFAULT_SIZES)
+    assert calibrate.measured_bytes(4096, 8) == 4096
+    assert calibrate.measured_bytes(3, 2) == calibrate.measured_bytes(11, 2) == 8

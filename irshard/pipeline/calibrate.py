@@ -86,6 +86,21 @@ def check_plan(mesh: MeshSpec, sizes: Sequence[int] | None,
             f"{MIN_SIZES} (the smallest, the largest and every other size "
             f"between fit the latency and bandwidth, the rest check the fit), "
             f"e.g. 4KiB,64KiB,1MiB,4MiB")
+    # A result is whole f32 elements, a multiple of the axis's size: sizes
+    # closer than that measure the same collective twice.
+    for axis in mesh.axes:
+        if axis.size < 2:
+            continue
+        measured = sorted({measured_bytes(size, axis.size) for size in chosen})
+        if len(measured) < MIN_SIZES:
+            raise UsageError(
+                f"--sizes: {', '.join(human_bytes(s) for s in chosen)} are "
+                f"measured as {len(measured)} different size"
+                f"{'s' if len(measured) > 1 else ''} over axis {axis.name} "
+                f"({', '.join(human_bytes(s) for s in measured)}: a result is "
+                f"whole f32 elements, a multiple of {axis.size}); give at least "
+                f"{MIN_SIZES} sizes {human_bytes(4 * axis.size)} or more apart, "
+                f"e.g. 4KiB,64KiB,1MiB,4MiB")
     # A reduce-scatter's carry is n times its result on each of n devices,
     # and a run holds about three copies of it.
     n = max(a.size for a in mesh.axes)
@@ -100,6 +115,12 @@ def check_plan(mesh: MeshSpec, sizes: Sequence[int] | None,
             f"host's memory over {n} devices; give sizes up to "
             f"{human_bytes(largest)}")
     return chosen
+
+
+def measured_bytes(size: int, n: int) -> int:
+    """The bytes per device of the result measured for `size` over an axis
+    of `n` devices: whole f32 elements, a multiple of `n`."""
+    return max(n, size // 4 // n * n) * 4
 
 
 def count(mesh: MeshSpec, sizes: Sequence[int]) -> int:
@@ -181,7 +202,7 @@ def measure(mesh: MeshSpec, sizes: Sequence[int] = DEFAULT_SIZES,
             fn = _program(kind, axis.name, n)
             for size in sizes:
                 # The carry each device holds (f32 elements, a multiple of n).
-                result = max(n, size // 4 // n * n)
+                result = measured_bytes(size, n) // 4
                 carry = result * n if kind == "reduce-scatter" else result
                 sharded = jax.shard_map(
                     fn, mesh=jax_mesh, in_specs=(P(axis.name), P()),
