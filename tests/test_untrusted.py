@@ -332,3 +332,13 @@ def test_calibrate_sizes_that_measure_alike_are_refused(capsys):
         sorted(calibrate.DEFAULT_SIZES)
     assert calibrate.measured_bytes(4096, 8) == 4096
     assert calibrate.measured_bytes(3, 2) == calibrate.measured_bytes(11, 2) == 8
+
+
+def test_an_empty_save_path_is_an_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", os.path.join(EXAMPLES, "matmul.py"), "--mesh", "x=2,y=2",
+                     "--save", ""]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "irshard: error: --save '': expected a path ending " \
+        "in .npz\n"
+    assert os.listdir(tmp_path) == []

@@ -73,8 +73,9 @@ class RunOptions:
             seen.add(name)
             if not path.endswith(".npy"):
                 raise InputError(f"--input {name}={path}: expected a .npy file")
-        if self.save and not self.save.endswith(".npz"):
-            raise UsageError(f"--save {self.save}: expected a path ending in .npz")
+        if self.save is not None and not self.save.endswith(".npz"):
+            raise UsageError(f"--save {self.save or repr('')}: expected a path "
+                             f"ending in .npz")
         if self.reference and not self.check:
             raise UsageError("--reference names the function --check compares "
                              "with; give --check too")
