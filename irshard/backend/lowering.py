@@ -432,3 +432,134 @@ def parse_pipeline(pipeline: str, context) -> Any:
     from jaxlib.mlir import passmanager
     with context:
         return passmanager.PassManager.parse(pipeline)
+
+
+# ---------------------------------------------------------------------------
+# A function the user jitted themselves (jax.jit, nnx.jit, eqx.filter_jit)
+
+
+def jitted_target(fn: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+    """Where `fn` is a jitted callable — `jax.jit`'s, or a wrapper with the
+    same `lower` method (`nnx.jit`, `eqx.filter_jit`), or a
+    `functools.partial` of one — the object to lower and the arguments the
+    partial binds; None for a plain function."""
+    import functools
+    bound: tuple[Any, ...] = ()
+    keywords: dict[str, Any] = {}
+    while isinstance(fn, functools.partial):
+        bound = tuple(fn.args) + bound
+        keywords = dict(fn.keywords) | keywords
+        fn = fn.func
+    lower = getattr(fn, "lower", None)
+    if not callable(lower) or isinstance(fn, type):
+        return None
+    return fn, bound, keywords
+
+
+@dataclass(frozen=True)
+class LoweredLeaf:
+    """One flat input or output of a jitted object's lowering."""
+
+    path: str                 # the key path in the lowering's own pytree
+    shape: tuple[int, ...]
+    dtype: str                # NumPy dtype name; a key's: its key data's
+    key: str | None = None    # a typed PRNG key's dtype name
+    donated: bool = False
+    kept: bool = True         # an input jax.jit kept (unused ones are dropped)
+
+
+@dataclass(frozen=True)
+class JittedLowering:
+    """JAX's lowering of a jitted object with the user's arguments: the
+    module (its arguments the kept inputs, in order), every flat input and
+    output, and what the compile needs."""
+
+    module: Any
+    inputs: tuple[LoweredLeaf, ...]
+    outputs: tuple[LoweredLeaf, ...]
+    callbacks: tuple[tuple[Any, ...], Any]
+    out_tree: Any
+    # The framework whose wrapper it was ('flax', 'equinox'; 'jax' for
+    # jax.jit): flax's outputs hold the arguments' updated state first.
+    framework: str
+    lowered: Any              # the jax.stages.Lowered
+    devices: tuple[Any, ...] | None   # the devices its shardings name
+
+
+def _jax_lowered(value):
+    """The `jax.stages.Lowered` inside a framework's own `Lowered`."""
+    jax = _jax()
+    seen = 0
+    while not isinstance(value, jax.stages.Lowered) and seen < 8:
+        inner = getattr(value, "lowered", None)
+        if inner is None:
+            inner = getattr(value, "_inner_obj", None)
+        if inner is None or inner is value:
+            break
+        value, seen = inner, seen + 1
+    if isinstance(value, jax.stages.Traced):
+        value = value.lower()
+    if not isinstance(value, jax.stages.Lowered):
+        raise TypeError(f"its lower() returned a {type(value).__name__}, "
+                        f"not JAX's Lowered")
+    return value
+
+
+def _leaf_of(path, info, donated: bool = False, kept: bool = True) -> LoweredLeaf:
+    jax = _jax()
+    shape, dtype = tuple(info.shape), info.dtype
+    key = None
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(shape, dtype))
+        key, shape, dtype = str(dtype), tuple(data.shape), data.dtype
+    import numpy as np
+    return LoweredLeaf(tree.path_of("", path), shape, str(np.dtype(dtype)), key,
+                       donated, kept)
+
+
+def lowered_of(lowered, framework: str = "jax") -> JittedLowering:
+    """A `jax.stages.Lowered` (or a framework's, or a `Traced`) as irshard
+    reads it."""
+    jax = _jax()
+    _exclude_own_frames()
+    lowered = _jax_lowered(lowered)
+    compile_args = getattr(getattr(lowered, "_lowering", None),
+                           "compile_args", None) or {}
+    kept = compile_args.get("kept_var_idx")
+    flat = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
+    kept = set(range(len(flat))) if kept is None else set(kept)
+    inputs = tuple(_leaf_of(path, info, bool(getattr(info, "donated", False)),
+                            i in kept)
+                   for i, (path, info) in enumerate(flat))
+    outputs = tuple(_leaf_of(path, info) for path, info in
+                    jax.tree_util.tree_flatten_with_path(lowered.out_info)[0])
+    devices = compile_args.get("device_assignment")
+    return JittedLowering(
+        module=lowered.compiler_ir("stablehlo"), inputs=inputs, outputs=outputs,
+        callbacks=_host_callbacks(lowered),
+        out_tree=jax.tree_util.tree_structure(lowered.out_info),
+        framework=framework, lowered=lowered,
+        devices=tuple(devices) if devices else None)
+
+
+def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
+                 context: Callable[[], Any] | None = None) -> JittedLowering:
+    """JAX's lowering of the jitted object `fn` (see `jitted_target`) with
+    `args` and `kwargs`, as `fn.lower(*args, **kwargs)` gives it: its own
+    in/out shardings, donation, static arguments and the outputs its
+    wrapper adds. `mesh` is the context mesh while it traces, inside
+    `context()` where given (a `jax.set_mesh`, logical axis rules)."""
+    import contextlib
+    jax = _jax()
+    _exclude_own_frames()
+    target, bound, keywords = jitted_target(fn)
+    with contextlib.ExitStack() as stack:
+        if mesh is not None:
+            stack.enter_context(jax.set_mesh(mesh))
+        if context is not None:
+            stack.enter_context(context())
+        lowered = target.lower(*bound, *args, **(keywords | dict(kwargs)))
+        # The wrapper's own `Lowered` says whose it is (flax's, equinox's).
+        framework = (type(lowered).__module__ or "jax").split(".")[0]
+        framework = {"jaxlib": "jax"}.get(framework, framework)
+        return lowered_of(lowered, framework)

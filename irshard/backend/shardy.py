@@ -8,7 +8,7 @@ locations. Callers hold the module's context.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy
@@ -159,6 +159,20 @@ def attr_dicts(fn: func.FuncOp, key: str, count: int) -> list[dict[str, ir.Attri
 def set_attr_dicts(fn: func.FuncOp, key: str,
                    dicts: list[dict[str, ir.Attribute]]) -> None:
     fn.attributes[key] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
+
+
+def mark_buffer_donors(module: ir.Module, indices: Sequence[int]) -> None:
+    """Marks arguments `indices` of @main as buffers XLA may reuse for any
+    output (`jax.buffer_donor`, as `jax.jit` marks a donated argument it
+    does not alias to one output itself)."""
+    with module.context:
+        main = entry_function(module)
+        count = len(main.type.inputs)
+        dicts = attr_dicts(main, "arg_attrs", count)
+        for i in indices:
+            if "tf.aliasing_output" not in dicts[i]:
+                dicts[i]["jax.buffer_donor"] = ir.BoolAttr.get(True)
+        set_attr_dicts(main, "arg_attrs", dicts)
 
 
 # Registered passes `--list-passes` looks for; only those this jaxlib has
