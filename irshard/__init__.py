@@ -10,6 +10,7 @@ From Python:
     report.check_budget("all-gather<=2", "bytes@dp<=64MiB")
     irshard.run(step, params, batch, mesh="dp=2,tp=4", check=True)
     irshard.compare(report, other)               # as `irshard diff`
+    irshard.report(jax.jit(step).lower(params, batch))   # a lowering you have
     irshard.search(step, params, batch, target="tpu-v5e:4x4")   # as `irshard search`
 
 In a notebook a report (or a diff) shows its summary and its HTML page.
@@ -29,6 +30,7 @@ STAGES = ("stablehlo", "propagated", "partitioned", "optimized")
 REPORT_STAGES = ("partitioned", "optimized")
 
 _API = {"compile": "irshard.api", "run": "irshard.api", "compare": "irshard.api",
+        "report": "irshard.api", "Report": "irshard.api",
         "configure": "irshard.api", "search": "irshard.api", "load": "irshard.frontend",
         "Source": "irshard.frontend"}
 

@@ -19,6 +19,7 @@ where the command line prints its error line.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from irshard.core.errors import CheckFailed, UsageError
@@ -150,6 +151,34 @@ def _pairs(name: str, value: Any, example: str) -> list[tuple[str, Any]]:
     return [tuple(p) for p in value]
 
 
+def _name_list(name: str, value: Any) -> tuple[str, ...]:
+    """A name or a sequence of names, as `jax.jit`'s `static_argnames`."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise _wrong(name, value, "an argument name or a sequence of them, "
+                                  "e.g. 'state' or ('params', 'state')")
+    return tuple(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _JitArguments:
+    """What `compile` and `run` take as `jax.jit` does, checked."""
+
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+
+    @classmethod
+    def checked(cls, static_argnums, static_argnames, donate_argnums,
+                donate_argnames) -> "_JitArguments":
+        return cls(_number_list("static_argnums", static_argnums),
+                   _name_list("static_argnames", static_argnames),
+                   _number_list("donate_argnums", donate_argnums),
+                   _name_list("donate_argnames", donate_argnames))
+
+
 def _check_common(rules, static_argnums, grad, out_shardings, target, profile,
                   constraints, platform, axis_types) -> tuple:
     rules = _pairs("rules", rules, "[('params/**/w', 'x,_')]")
@@ -158,10 +187,6 @@ def _check_common(rules, static_argnums, grad, out_shardings, target, profile,
     if not (grad is None or isinstance(grad, (bool, str))
             or (isinstance(grad, Sequence) and all(isinstance(g, str) for g in grad))):
         raise _wrong("grad", grad, "True, an argument name, or a list of names")
-    if out_shardings is not None and (not isinstance(out_shardings, Mapping) or
-                                      not all(_is_int(k) for k in out_shardings)):
-        raise _wrong("out_shardings", out_shardings,
-                     "a mapping of output index to spec, e.g. {0: '_,tp'}")
     for name, value in (("target", target), ("profile", profile)):
         if value is not None and not isinstance(value, str):
             raise _wrong(name, value, "a string (as --" + name + ")")
@@ -245,10 +270,24 @@ def _mesh(mesh: Any, axis_types: str | Sequence[str] | None
     return spec, list(devices.flat)
 
 
+def _context(context: Any) -> Callable[[], Any] | None:
+    """`context=`: a function returning a context manager, or one."""
+    if context is None:
+        return None
+    if hasattr(context, "__enter__") and hasattr(context, "__exit__"):
+        return lambda: context
+    if callable(context):
+        return context
+    raise _wrong("context", context, "a context manager, or a function "
+                                     "returning one (e.g. lambda: "
+                                     "jax.set_mesh(mesh))")
+
+
 def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               rules, shardings, static_argnums, grad, out_shardings,
               platform: str, reference=None, target=None, profile=None,
-              runnable=False, constraints=(), axis_types=None):
+              runnable=False, constraints=(), axis_types=None,
+              jit: _JitArguments = _JitArguments(), context=None):
     from irshard import frontend
     from irshard.loading import program
     from irshard.pipeline import stages
@@ -266,9 +305,13 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
         devices = place.devices(mesh_spec)
     prog = program.program_of(fn, args, mesh=mesh_spec, rules=list(rules or ()),
                               shardings=shardings,
-                              static_argnums=tuple(static_argnums),
+                              static_argnums=tuple(static_argnums)
+                              + jit.static_argnums,
+                              static_argnames=jit.static_argnames,
+                              donate_argnums=jit.donate_argnums,
+                              donate_argnames=jit.donate_argnames,
                               grad=grad, out_shardings=out_shardings,
-                              reference=reference)
+                              reference=reference, context=_context(context))
     lowered = stages.trace(prog, place.placement, devices)
     frontend.constrain(lowered, frontend.parse_constraints(
         f"{match}={spec}" for match, spec in constraints))
@@ -276,16 +319,28 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
     return prog, lowered, compiled
 
 
+def _in_shardings(shardings: Any, in_shardings: Any) -> Any:
+    if shardings is not None and in_shardings is not None:
+        raise UsageError("shardings and in_shardings are the same argument; "
+                         "give one")
+    return in_shardings if in_shardings is not None else shardings
+
+
 def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
             static_argnums: int | Sequence[int] = (),
             grad: bool | str | Sequence[str] | None = None,
-            out_shardings: Mapping[int, str] | None = None,
+            out_shardings: Any = None,
             target: str | None = None, profile: str | None = None,
             explain: bool = False, stage: str = "optimized",
             constraints: Sequence[tuple[str, str]] = (),
             platform: str = "cpu",
-            axis_types: str | Sequence[str] | None = None):
+            axis_types: str | Sequence[str] | None = None,
+            in_shardings: Any = None,
+            static_argnames: str | Sequence[str] = (),
+            donate_argnums: int | Sequence[int] = (),
+            donate_argnames: str | Sequence[str] = (),
+            context: Any = None):
     """Partitions `fn(*args)` on `mesh` and returns its collective report.
 
     `rules` are `(pattern, spec)` pairs over leaf paths, the first match
@@ -301,7 +356,18 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     `stage(name)` prints any stage's IR. `axis_types` makes a spec's mesh
     axes explicit (`"explicit"`, per axis `"dp=explicit"` or
     `("explicit", "auto")`): the function is traced with its inputs'
-    shardings in their types; a `jax.sharding.Mesh` brings its own."""
+    shardings in their types; a `jax.sharding.Mesh` brings its own.
+
+    `fn` may be a function the user jitted (`jax.jit`, `nnx.jit`,
+    `eqx.filter_jit`, a `functools.partial` of one): it is lowered as JAX
+    lowers that object, with its own shardings, donation, static
+    arguments and the outputs its wrapper adds; `rules` and `shardings`
+    put input shardings on top. As `jax.jit` takes them: `in_shardings`
+    (the same as `shardings`), `out_shardings` (a pytree prefix of the
+    outputs, or `{index: spec}`), `static_argnums`/`static_argnames`,
+    `donate_argnums`/`donate_argnames`. `context` (a context manager, or
+    a function returning one) is entered around tracing: `jax.set_mesh`
+    and logical axis rules, as MaxText's step needs them."""
     from irshard.collectives import explain as explaining
     from irshard.pipeline import stages
     if not isinstance(explain, bool):
@@ -309,16 +375,70 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    _, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
+    jit = _JitArguments.checked((), static_argnames, donate_argnums,
+                                donate_argnames)
+    _, lowered, compiled = _pipeline(fn, args, mesh, rules,
+                                     _in_shardings(shardings, in_shardings),
                                      static_argnums, grad, out_shardings, platform,
                                      target=target, profile=profile,
                                      constraints=constraints,
-                                     axis_types=axis_types)
+                                     axis_types=axis_types, jit=jit,
+                                     context=context)
     read = compiled.partitioned() if stage == "partitioned" else compiled
     report = read.report()
     if explain:
         report = explaining.explained(report, lowered, read)
     return _given(Report.of(report, stages=stages.Pipeline(lowered, compiled)))
+
+
+def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
+           profile: str | None = None, platform: str = "cpu",
+           explain: bool = False):
+    """The report of a lowering the user already has: a
+    `jax.stages.Lowered` or `Traced` (`jax.jit(f).lower(...)`, MaxText's
+    `train_compile.py` has one), or a framework's (`nnx.jit(f).lower`,
+    `eqx.filter_jit(f).lower`). Nothing is traced again: its shardings,
+    donation and outputs are as lowered, compiled once for its devices.
+    `mesh` (a spec or `jax.sharding.Mesh`) is needed only where the
+    lowering names no mesh of its own."""
+    from irshard import backend
+    from irshard.backend import shardy
+    from irshard.collectives import explain as explaining
+    from irshard.hardware import targets
+    from irshard.pipeline import stages
+    _check_platform(platform)
+    if hasattr(lowered, "runtime_executable") and not hasattr(lowered, "compile"):
+        raise UsageError("report: a Compiled has no StableHLO left to report "
+                         "from; give its Lowered (jax.jit(f).lower(...))")
+    try:
+        found = backend.lowered_of(lowered)
+    except (TypeError, AttributeError):
+        raise UsageError(f"report: expected a jax.stages.Lowered or Traced "
+                         f"(or a framework's), not {type(lowered).__name__}"
+                         ) from None
+    if mesh is not None:
+        spec, devices = _mesh(mesh, None)
+    else:
+        own = sorted(shardy.meshes(found.module).items())
+        own = [m for _, m in own if m.num_devices > 1] or [m for _, m in own]
+        spec = own[0] if own else parse_mesh(f"x={len(found.devices or ()) or 1}")
+        devices = None
+    place = targets.place(target, platform, profile)
+    if devices is None:
+        devices = list(found.devices) if found.devices and \
+            len(found.devices) == spec.num_devices else None
+    if devices is None:
+        if place.target.kind != "tpu":
+            configure(spec.num_devices, place.platform)
+        from irshard import frontend
+        devices = frontend.Hosting(place).devices(spec)
+    name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
+    lowered_stage = stages.from_lowering(lowered, spec, place, devices, name)
+    compiled = lowered_stage.compile(partitioned=True)
+    result = compiled.report()
+    if explain:
+        result = explaining.explained(result, lowered_stage, compiled)
+    return _given(Report.of(result, stages=stages.Pipeline(lowered_stage, compiled)))
 
 
 def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
@@ -375,12 +495,17 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
         static_argnums: int | Sequence[int] = (),
         grad: bool | str | Sequence[str] | None = None,
-        out_shardings: Mapping[int, str] | None = None,
+        out_shardings: Any = None,
         check: bool = False, rtol: float | None = None, atol: float | None = None,
         reference: Callable[..., Any] | None = None, seed: int = 0,
         ranges: Mapping[str, tuple[float, float]] | None = None,
         repeat: int | None = None, platform: str = "cpu",
-        axis_types: str | Sequence[str] | None = None):
+        axis_types: str | Sequence[str] | None = None,
+        in_shardings: Any = None,
+        static_argnames: str | Sequence[str] = (),
+        donate_argnums: int | Sequence[int] = (),
+        donate_argnames: str | Sequence[str] = (),
+        context: Any = None):
     """Compiles as `compile` does and runs the program on the mesh: on the
     values given for concrete arguments, seeded random values for abstract
     ones (`ranges` by path pattern). The report's `run` holds checksums,
@@ -390,10 +515,14 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     from irshard.running import execution as running
     from irshard.pipeline import stages
     _check_run(seed, rtol, atol, repeat, ranges, check)
-    prog, lowered, compiled = _pipeline(fn, args, mesh, rules, shardings,
+    jit = _JitArguments.checked((), static_argnames, donate_argnums,
+                                donate_argnames)
+    prog, lowered, compiled = _pipeline(fn, args, mesh, rules,
+                                        _in_shardings(shardings, in_shardings),
                                         static_argnums, grad, out_shardings,
                                         platform, reference, runnable=True,
-                                        axis_types=axis_types)
+                                        axis_types=axis_types, jit=jit,
+                                        context=context)
     given = {leaf.path: leaf.value for leaf in prog.inputs if leaf.value is not None}
     options = running.RunOptions(
         seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,

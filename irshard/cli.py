@@ -59,6 +59,11 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                    help="a function in FILE that returns the positional "
                         "arguments (pytrees of arrays or ShapeDtypeStructs, "
                         "e.g. from jax.eval_shape); their shardings are used")
+    p.add_argument("--context", metavar="NAME", dest="context_fn",
+                   help="a function in FILE that returns a context manager "
+                        "entered around tracing and lowering (e.g. "
+                        "jax.set_mesh(mesh) with logical axis rules, as "
+                        "MaxText's step needs)")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=TYPE",
                    help="an argument's type, e.g. d=f32[1024] or d=f32[1024@x] "
                         "(default: the argument's string annotation)")

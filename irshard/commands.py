@@ -38,6 +38,7 @@ def _source(args):
     return frontend.Source(
         path=args.file, mesh=args.mesh, axis_types=args.axis_types,
         fn=args.fn, args_fn=args.args_fn,
+        context_fn=getattr(args, "context_fn", None),
         arg_types=tuple(args.arg), shards=tuple(args.shard),
         overrides=tuple(args.override_shard),
         out_shards=tuple(args.out_shard), constraints=tuple(args.constrain),

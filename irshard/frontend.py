@@ -27,6 +27,7 @@ class Source:
     axis_types: str | None = None         # --axis-types: auto, explicit, per axis
     fn: str | None = None                 # --fn
     args_fn: str | None = None            # --args: a function returning them
+    context_fn: str | None = None         # --context: a context manager's maker
     arg_types: tuple[str, ...] = ()       # --arg NAME=TYPE
     shards: tuple[str, ...] = ()          # --shard PATTERN=SPEC
     overrides: tuple[str, ...] = ()       # --override-shard PATTERN=SPEC
@@ -50,6 +51,7 @@ class Source:
         for option, value in (("--fn", self.fn), ("--mesh", self.mesh),
                               ("--axis-types", self.axis_types),
                               ("--args", self.args_fn),
+                              ("--context", self.context_fn),
                               ("--static", ",".join(self.static) or None),
                               ("--target", self.target),
                               ("--profile", self.profile)):
@@ -121,6 +123,7 @@ class Source:
         """Options that only mean something for a Python function."""
         for option, given in (("--fn", self.fn), ("--arg", self.arg_types),
                               ("--args", self.args_fn), ("--grad", self.grad),
+                              ("--context", self.context_fn),
                               ("--static", self.static),
                               ("--donate", self.donate),
                               ("--reference", self.reference)):
@@ -231,7 +234,8 @@ def load(source: Source, cluster=None, timeout: float | None = None):
             shards=source.shards, overrides=source.overrides,
             out_shards=source.out_shards, grad=source.grad,
             reference=source.reference, args_fn=source.args_fn,
-            static=source.static, donate=source.donate)
+            static=source.static, donate=source.donate,
+            context_fn=source.context_fn)
         devices = place.devices(mesh)
         distributed.report_stage("tracing")
         # A mesh the program built itself with the same axes lays out the

@@ -279,7 +279,7 @@ API_CASES = [
     (dict(grad=5), "grad=5: expected True, an argument name, or a list of names"),
     (dict(target=5), "target=5: expected a string (as --target)"),
     (dict(profile=["p.json"]), "profile=['p.json']: expected a string"),
-    (dict(out_shardings=[1]), "out_shardings=[1]: expected a mapping of output index"),
+    (dict(out_shardings=[1]), "out_shardings: not a pytree prefix of the outputs"),
     (dict(constraints="dot_general=x"), "constraints='dot_general=x': expected a list"),
     (dict(platform="xpu"), "platform='xpu': expected 'cpu' or 'gpu' or 'tpu'"),
     (dict(axis_types=3), "axis_types=3: expected a string"),

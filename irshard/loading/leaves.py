@@ -37,6 +37,10 @@ class Leaf:
     # leaf, and the ref's final value is an output the leaf is donated to,
     # as `jax.jit` compiles a ref argument.
     ref: bool = False
+    # Its sharding was given by a rule or a `shardings` prefix (not the
+    # leaf's own, not the replicated default): a jitted object's lowering
+    # has it put on top of its own.
+    given: bool = False
 
     @property
     def name(self) -> str:
@@ -76,6 +80,9 @@ class Program:
     inputs: tuple[Leaf, ...]
     parameters: tuple[Parameter, ...] = ()
     out_shardings: tuple[tuple[int, ShardingSpec], ...] = ()
+    # `out_shardings` as `jax.jit` takes them: a pytree prefix of the
+    # outputs whose leaves are specs, resolved once the outputs are known.
+    out_prefix: Any = field(default=None, compare=False, repr=False)
     # Indices of the leaves to differentiate with respect to (--grad), or
     # None for the function itself.
     grad: tuple[int, ...] | None = None
@@ -86,6 +93,15 @@ class Program:
     namespace: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     # Indices of the leaves donated (--donate, the function's donate_argnums).
     donated: tuple[int, ...] = ()
+    # A function the user jitted (`jax.jit`, `nnx.jit`, `eqx.filter_jit`):
+    # traced as JAX lowers that object, called with `call` (positional
+    # values and keywords, as the user gave them); `context` returns a
+    # context manager entered around its tracing.
+    jitted: Any = field(default=None, compare=False, repr=False)
+    call: tuple[tuple[Any, ...], dict[str, Any]] = field(
+        default=((), {}), compare=False, repr=False)
+    context: Callable[[], Any] | None = field(default=None, compare=False,
+                                              repr=False)
 
     @property
     def static(self) -> tuple[tuple[str, Any], ...]:
@@ -321,7 +337,9 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
         rank = leaf.type.rank - (1 if leaf.key else 0)
         rule = tree.first_match(rules, leaf.path)
         sharding, subject = leaf.sharding, f"input '{leaf.path}'"
+        given = leaf.given
         if rule is not None:
+            given = True
             subject = (f"input '{leaf.path}' (rule {rule.option or option} "
                        f"{rule.text})")
             sharding = spec_of(rule.value, rank, mesh, subject)
@@ -330,9 +348,53 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
             if found is not None and found[1] is not None:
                 sharding = spec_of(found[1], rank, mesh,
                                    f"shardings['{found[0]}']")
+                given = True
                 subject = f"input '{leaf.path}' (shardings['{found[0]}'])"
         if leaf.key and sharding.rank == rank:
             sharding = ShardingSpec(sharding.dims + ShardingSpec.replicated(1).dims)
         check_sharding(sharding, leaf.type.shape, mesh, subject)
-        result.append(dataclasses.replace(leaf, sharding=sharding))
+        result.append(dataclasses.replace(leaf, sharding=sharding, given=given))
     return result
+
+
+def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[Parameter],
+                   lowered: Sequence[Any]) -> list[Leaf | None]:
+    """For each flat input of a jitted object's lowering (`lowered`, each
+    with `shape`, `dtype` and `key`), the user's leaf it is, or None for
+    one that is no leaf of the arguments (a closure's array).
+
+    A wrapper flattens each argument as JAX does, in order, but may put
+    whole arguments in another order (`eqx.filter_jit` puts the donated
+    ones first) and add leaves of its own between them. So each
+    argument's leaves are found as one run in the lowering, the arguments
+    in their own order if they fit so, else in the first other order that
+    does. Where no order fits (a wrapper that shares or drops leaves), no
+    leaf is matched and the inputs keep the lowering's own names."""
+    import itertools
+    groups = [list(leaves[p.start:p.start + p.count]) for p in parameters
+              if not p.static and p.count]
+    wanted = [(tuple(x.shape), x.dtype, x.key) for x in lowered]
+
+    def signature(leaf: Leaf):
+        return (leaf.type.shape, leaf.type.dtype.numpy, leaf.key)
+
+    def place(order) -> list[Leaf | None] | None:
+        found: list[Leaf | None] = [None] * len(wanted)
+        start = 0
+        for group in order:
+            sig = [signature(x) for x in group]
+            for at in range(start, len(wanted) - len(sig) + 1):
+                if wanted[at:at + len(sig)] == sig:
+                    found[at:at + len(sig)] = group
+                    start = at + len(sig)
+                    break
+            else:
+                return None
+        return found
+
+    orders = itertools.permutations(groups) if len(groups) <= 6 else [groups]
+    for order in orders:
+        found = place(order)
+        if found is not None:
+            return found
+    return [None] * len(wanted)

@@ -33,7 +33,7 @@ from irshard.core.specs import (MeshSpec, ShardingSpec, parse_sharding, parse_si
                                 repeated, split_assignment)
 from irshard.loading import loader
 from irshard.loading.leaves import (Leaf, Parameter, Program, annotated_leaf,
-                                    apply_shardings, leaves_of, parse_overrides,
+                                    apply_shardings, spec_of, leaves_of, parse_overrides,
                                     parse_rules)
 from irshard.loading.loader import describe_user_exception
 
@@ -117,25 +117,26 @@ def argument_names(items: Sequence[str], signature: Sequence[str],
 
 def donated_leaves(items: Sequence[str], leaves: Sequence[Leaf],
                    parameters: Sequence[Parameter], signature: Sequence[str],
-                   fn_name: str) -> tuple[int, ...]:
+                   fn_name: str, option: str = "--donate") -> tuple[int, ...]:
     """The leaves `--donate` items pick: an argument's number or name (all
-    its leaves) or a path pattern (`state/opt/**`)."""
+    its leaves; an argument with no array leaf, such as an empty tuple,
+    donates nothing, as `jax.jit` does) or a path pattern (`state/opt/**`)."""
     chosen: set[int] = set()
     static = {p.name for p in parameters if p.static}
     paths = [leaf.path for leaf in leaves]
     for item in items:
-        named = argument_names([item], signature, fn_name, "--donate") \
+        named = argument_names([item], signature, fn_name, option) \
             if item.isdigit() else (item,)
         pattern = named[0]
         if pattern in static:
-            raise InputError(f"--donate {item}: '{pattern}' is a static "
+            raise InputError(f"{option} {item}: '{pattern}' is a static "
                              f"argument of '{fn_name}'; only traced arrays "
                              f"are donated")
         found = [i for i, path in enumerate(paths)
                  if tree.matches(pattern, path)
                  or tree.matches(pattern + "/**", path)]
-        if not found:
-            raise InputError(f"--donate {item}: '{pattern}' matches no input; "
+        if not found and pattern not in signature:
+            raise InputError(f"{option} {item}: '{pattern}' matches no input; "
                              f"the inputs are {tree.listing(paths)}")
         chosen.update(found)
     return tuple(sorted(chosen))
@@ -177,6 +178,36 @@ def grad_leaves(grad: bool | Sequence[str] | None, leaves: Sequence[Leaf],
         raise SpecError(f"--grad: '{fn_name}' {subject} to differentiate "
                         f"with respect to")
     return chosen
+
+
+def call_values(parameters: Sequence[Parameter], leaves: Sequence[Leaf],
+                positional: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments to lower a jitted object with: the `positional` values
+    the user gave, as they are; an array typed by `--arg` or an annotation
+    as a `jax.ShapeDtypeStruct`; a default only where a later argument
+    follows it."""
+    ordered = [p for p in parameters if p.kind != "keyword-only"]
+    values: list[tuple[Parameter, Any]] = []
+    for i, p in enumerate(ordered):
+        if i < len(positional):
+            values.append((p, positional[i]))
+        elif not p.static:
+            values.append((p, _abstract(leaves[p.start])))
+        else:
+            values.append((p, _DEFAULT))
+    while values and values[-1][1] is _DEFAULT:
+        values.pop()
+    keywords = {p.name: _abstract(leaves[p.start]) for p in parameters
+                if p.kind == "keyword-only" and not p.static}
+    return tuple(p.value if v is _DEFAULT else v for p, v in values), keywords
+
+
+_DEFAULT = object()
+
+
+def _abstract(leaf: Leaf) -> Any:
+    import jax
+    return jax.ShapeDtypeStruct(leaf.type.shape, leaf.type.dtype.numpy)
 
 
 # ---------------------------------------------------------------------------
@@ -251,7 +282,8 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                  out_shards: Sequence[str] = (),
                  grad: bool | Sequence[str] | None = None,
                  reference: str | None = None, args_fn: str | None = None,
-                 static: Sequence[str] = (), donate: Sequence[str] = ()) -> Program:
+                 static: Sequence[str] = (), donate: Sequence[str] = (),
+                 context_fn: str | None = None) -> Program:
     """Loads `path`, picks the function and resolves every input leaf's type
     and sharding from `--args`, `--arg`, annotations and `--shard` rules
     (`--override-shard` rules first)."""
@@ -264,6 +296,9 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
     module = loader.load_module(path)
     name, fn = loader.select_function(module, path, fn_name)
     positional = _call_args_function(module, path, args_fn) if args_fn else ()
+    context = None
+    if context_fn is not None:
+        _, context = loader.select_function(module, path, context_fn, "--context")
     # The function's own jax.jit options count as the flags would.
     own = backend.jit_options(fn)
     signature = [p.name for p in loader.parameters(fn, name)]
@@ -288,7 +323,21 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                    out_shardings=out_shardings, grad=grads,
                    reference=reference_fn,
                    user_dir=os.path.dirname(os.path.abspath(path)),
-                   namespace=tuple(vars(module).values()), donated=donated)
+                   namespace=tuple(vars(module).values()), donated=donated,
+                   **_jitted(fn, parameters, leaves, positional, grads, context))
+
+
+def _jitted(fn: Callable[..., Any], parameters: Sequence[Parameter],
+            leaves: Sequence[Leaf], positional: Sequence[Any],
+            grad: tuple[int, ...] | None,
+            context: Callable[[], Any] | None) -> dict[str, Any]:
+    """The Program fields of a jitted object, lowered as JAX lowers it
+    (nothing for a plain function, or one differentiated by --grad,
+    which irshard wraps itself)."""
+    if grad is not None or backend.jitted_target(fn) is None:
+        return {"context": context}
+    return {"jitted": fn, "call": call_values(parameters, leaves, positional),
+            "context": context}
 
 
 def _same_parameters(fn: Callable[..., Any], name: str,
@@ -356,8 +405,12 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
                rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
                static_argnums: Sequence[int] = (),
                grad: bool | Sequence[str] | str | None = None,
-               out_shardings: Mapping[int, str] | None = None,
-               reference: Callable[..., Any] | None = None) -> Program:
+               out_shardings: Any = None,
+               reference: Callable[..., Any] | None = None,
+               static_argnames: Sequence[str] = (),
+               donate_argnums: Sequence[int] = (),
+               donate_argnames: Sequence[str] = (),
+               context: Callable[[], Any] | None = None) -> Program:
     """The program of `fn(*args)` (the Python API)."""
     import os
     name = getattr(fn, "__name__", type(fn).__name__)
@@ -371,7 +424,12 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
         if not 0 <= i < len(positional):
             raise UsageError(f"static_argnums: {i} is not a positional "
                              f"argument of '{name}' (it takes {len(positional)})")
-    static = [positional[i] for i in static_argnums]
+    own = backend.jit_options(fn)
+    signature = [p.name for p in params]
+    static = list(argument_names(
+        [positional[i] for i in static_argnums] + list(static_argnames)
+        + [str(i) for i in own["static_argnums"]] + list(own["static_argnames"]),
+        signature, name, "static_argnames"))
     parameters, leaves = bind(fn, name, mesh, args, static, None, "args")
     rule_list = [tree.Rule(pattern, spec, f"{pattern}={spec}")
                  for pattern, spec in rules]
@@ -379,12 +437,78 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
     leaves = apply_shardings(leaves, mesh, rule_list, prefixes, "rules")
     if isinstance(grad, str):
         grad = parse_names(grad, "grad")
-    out = tuple(sorted((int(i), parse_sharding(spec) if isinstance(spec, str)
-                        else spec) for i, spec in (out_shardings or {}).items()))
+    out, out_prefix = _out_shardings(out_shardings, mesh)
+    donated = donated_leaves(
+        [str(i) for i in donate_argnums] + list(donate_argnames)
+        + [str(i) for i in own["donate_argnums"]] + list(own["donate_argnames"]),
+        leaves, parameters, signature, name, "donate_argnames")
+    grads = grad_leaves(grad, leaves, parameters, name)
     return Program(source=source, function=name, fn=fn, mesh=mesh,
                    inputs=tuple(leaves), parameters=tuple(parameters),
-                   out_shardings=out,
-                   grad=grad_leaves(grad, leaves, parameters, name),
-                   reference=reference, donated=_with_refs((), leaves),
+                   out_shardings=out, out_prefix=out_prefix, grad=grads,
+                   reference=reference, donated=_with_refs(donated, leaves),
                    user_dir=os.path.dirname(os.path.abspath(source))
-                   if source != "<python>" else None)
+                   if source != "<python>" else None,
+                   **_jitted(fn, parameters, leaves, args, grads, context))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
+
+
+def _out_shardings(value: Any, mesh: MeshSpec
+                   ) -> tuple[tuple[tuple[int, ShardingSpec], ...], Any]:
+    """`out_shardings` as the API takes it: a mapping of output index to
+    spec (`{0: '_,tp'}`), or, as `jax.jit` takes it, a pytree prefix of
+    the outputs whose leaves are specs (kept to be resolved once the
+    outputs are known)."""
+    if value is None:
+        return (), None
+    if isinstance(value, Mapping) and value and all(
+            isinstance(k, int) and not isinstance(k, bool) for k in value):
+        pairs = []
+        for index, spec in sorted(value.items()):
+            if not _is_spec(spec):
+                raise SpecError(f"out_shardings[{index}]: {_short(spec)} is not "
+                                f"a sharding; give a spec such as '_,tp', a "
+                                f"PartitionSpec or a NamedSharding")
+            if index < 0:
+                raise SpecError(f"out_shardings[{index}]: output indices count "
+                                f"from 0")
+            pairs.append((index, parse_sharding(spec) if isinstance(spec, str)
+                          else spec))
+        return tuple(pairs), None
+    return (), value
+
+
+def out_prefix_shardings(prefix: Any, out_tree: Any, ranks: Sequence[int],
+                         mesh: MeshSpec) -> dict[int, ShardingSpec]:
+    """The flat outputs' shardings a pytree prefix `prefix` of the outputs
+    (`out_tree`, each leaf of rank `ranks[i]`) gives, as `jax.jit`'s
+    `out_shardings`; None leaves give none."""
+    import jax
+    full = jax.tree_util.tree_unflatten(out_tree, list(range(len(ranks))))
+    found: dict[int, Any] = {}
+
+    def spread(spec, sub):
+        for i in jax.tree_util.tree_leaves(sub):
+            found[i] = spec
+
+    try:
+        jax.tree_util.tree_map(spread, prefix, full, is_leaf=_is_spec)
+    except (ValueError, TypeError) as e:
+        first = backend.first_line(e)
+        raise SpecError(f"out_shardings: not a pytree prefix of the outputs "
+                        f"({out_tree.num_leaves} arrays): "
+                        f"{first[:120]}") from None
+    result = {}
+    for i, spec in sorted(found.items()):
+        if spec is None:
+            continue
+        if not _is_spec(spec):
+            raise SpecError(f"out_shardings: output {i} gets {_short(spec)}, "
+                            f"which is not a sharding; give specs such as "
+                            f"'_,tp', PartitionSpecs or NamedShardings")
+        result[i] = spec_of(spec, ranks[i], mesh, f"out_shardings (output {i})")
+    return result

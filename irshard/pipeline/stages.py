@@ -28,11 +28,12 @@ from irshard import backend
 from irshard.collectives import analysis, findings, schedule
 from irshard.core import files, tree
 from irshard.core.frames import UserCode
-from irshard.core.errors import BackendError, UserCodeError
+from irshard.core.errors import BackendError
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
 from irshard.hardware import cost, targets
 from irshard.loading.leaves import Program
-from irshard.loading.loader import describe_user_exception, raised_by_user_code
+from irshard.pipeline.lowerings import (JittedProgram, lower_jitted_program,
+                                        result_shardings, tracing_errors)
 from irshard.reporting.report import (CollectiveReport, TensorInfo, memory_in_use,
                                       tensor_info)
 from irshard.xla import hloscan
@@ -395,29 +396,6 @@ def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
             f"the function's own default types are then 64-bit too",)
 
 
-def _with_hints(text: str, error: BaseException, mesh: MeshSpec) -> str:
-    """A tracing error of the user's code with what irshard knows about it:
-    JAX's sharding-in-types errors keep their first sentence on the error
-    line and their advice under it; errors that come from the mesh's axis
-    types say which `--axis-types` would do."""
-    if type(error).__name__ == "ShardingTypeError" and "\n" not in text:
-        head, sep, rest = text.partition(". ")
-        if sep and rest:
-            text = f"{head}.\n{rest}"
-    types = mesh.types_text() or "auto"
-    if "should match the mesh passed to shard_map" in text:
-        text += (f"\nhint: irshard traces under the mesh --mesh {mesh} makes "
-                 f"(axis types: {types}); build the shard_map's mesh with the "
-                 f"same axis types, or take it from the context "
-                 f"(jax.sharding.get_abstract_mesh())")
-    elif "of type Auto" in text:
-        text += ("\nhint: the program shards in its types (reshard, "
-                 "auto_axes, sharded types), which needs explicit mesh axes: "
-                 "give --axis-types explicit (or per axis, e.g. "
-                 f"--axis-types {mesh.names[0]}=explicit)")
-    return text
-
-
 def trace(program: Program, placement: targets.Placement | None = None,
           devices: Sequence[Any] | None = None) -> StableHLO:
     """Traces `program` (or its gradient with `program.grad`) to StableHLO as
@@ -432,6 +410,9 @@ def trace(program: Program, placement: targets.Placement | None = None,
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices,
                                  [a.type for a in mesh.axes])
     notes = x64_notes([(leaf.path, leaf.type.dtype) for leaf in program.inputs])
+    if program.jitted is not None:
+        return _stage_of(program, placement, devices, lower_jitted_program(
+            program, jax_mesh, _user_dir(program)), notes)
     fn = flat = program.flat_fn()
     reference = program.flat_fn(program.reference) if program.reference else None
     if program.grad is not None:
@@ -439,31 +420,17 @@ def trace(program: Program, placement: targets.Placement | None = None,
         if reference is not None:
             reference = backend.gradient(reference, program.grad)
     user_dir = program.user_dir or os.path.dirname(os.path.abspath(program.source))
-    try:
+    with tracing_errors(program, mesh, user_dir):
         lowered = backend.lower(
             fn, [leaf.type.shape for leaf in program.inputs],
             [leaf.type.dtype.numpy for leaf in program.inputs], jax_mesh,
             [leaf.weak for leaf in program.inputs],
             [[d.axes for d in leaf.sharding.dims] for leaf in program.inputs]
             if mesh.explicit else None, program.donated)
-    except backend.BadOutput as e:
-        raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
-    except (Exception, SystemExit) as e:
-        if raised_by_user_code(e):
-            raise UserCodeError(_with_hints(describe_user_exception(e, user_dir),
-                                            e, mesh)) from None
-        if program.grad is not None and ("scalar" in str(e)
-                                         or "real-valued" in str(e)
-                                         or "float0" in str(e)):
-            raise UserCodeError(
-                f"--grad needs '{program.function}' to return a real "
-                f"floating-point scalar: "
-                f"{backend.message(e)}") from None
-        raise BackendError(f"JAX could not trace '{program.function}': "
-                           f"{type(e).__name__}: {backend.message(e)}") from None
     annotate(lowered.module, mesh,
              {i: leaf.sharding for i, leaf in enumerate(program.inputs)},
-             dict(program.out_shardings))
+             result_shardings(program, lowered.out_tree,
+                               [len(s) for s in lowered.out_shapes]))
     info = ProgramInfo(
         source=files.shown_path(program.source), function=program.function,
         user_dir=user_dir, mesh=mesh, placement=placement,
@@ -475,3 +442,41 @@ def trace(program: Program, placement: targets.Placement | None = None,
         + _static_notes(program, flat.static_outputs))
     return StableHLO(info, lowered.module, tuple(devices), fn,
                      lowered.callbacks, reference, lowered.out_tree)
+
+
+def _user_dir(program: Program) -> str:
+    return program.user_dir or os.path.dirname(os.path.abspath(program.source))
+
+
+def _stage_of(program: Program, placement: targets.Placement,
+              devices: Sequence[Any], lowered: JittedProgram,
+              notes: tuple[str, ...]) -> StableHLO:
+    """The StableHLO stage of a jitted object's lowering (`lowerings`)."""
+    if lowered.devices is not None and len(lowered.devices) == len(devices):
+        devices = list(lowered.devices)
+    info = ProgramInfo(
+        source=files.shown_path(program.source), function=program.function,
+        user_dir=_user_dir(program), mesh=program.mesh, placement=placement,
+        inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
+                                leaf.key, leaf.sharding, donated)
+                     for leaf, donated in zip(lowered.leaves, lowered.donated)),
+        outputs=tuple(TensorDecl(name, dtype, shape, key)
+                      for name, dtype, shape, key in lowered.outputs),
+        notes=notes + lowered.notes + _static_notes(program, ()))
+    return StableHLO(info, lowered.module, tuple(devices), None,
+                     lowered.callbacks, None, lowered.out_tree)
+
+
+def from_lowering(lowered: Any, mesh: MeshSpec, placement: targets.Placement,
+                  devices: Sequence[Any], function: str,
+                  source: str = "<python>") -> StableHLO:
+    """The StableHLO stage of a lowering the user already has (a
+    `jax.stages.Lowered` or `Traced`, or a framework's): nothing traced
+    again, its shardings and donation as they are."""
+    from irshard.pipeline.lowerings import Prelowered
+    program = Program(source=source, function=function, fn=None, mesh=mesh,
+                      inputs=(), jitted=Prelowered(lowered))
+    jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices,
+                                 [a.type for a in mesh.axes])
+    return _stage_of(program, placement, devices,
+                     lower_jitted_program(program, jax_mesh, _user_dir(program)), ())

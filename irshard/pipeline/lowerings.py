@@ -1,0 +1,193 @@
+"""A function the user jitted, lowered as JAX lowers it.
+
+`jax.jit`, `nnx.jit`, `eqx.filter_jit` (or a `functools.partial` of one)
+are lowered with the user's arguments by the object's own `lower`, so the
+program keeps its in/out shardings, donation, static arguments and the
+outputs the wrapper adds (`nnx.jit`'s updated state); rules put input
+shardings on top. A lowering the user already has (`irshard.report`) takes
+the same path. The module's arguments are the inputs JAX kept, named by
+the user's leaves they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from irshard import backend
+from irshard.core import tree
+from irshard.core.errors import BackendError, UserCodeError
+from irshard.core.specs import MeshSpec, ShardingSpec, TensorType, lookup_dtype
+from irshard.loading.leaves import Leaf, Program, matched_leaves
+from irshard.loading.loader import describe_user_exception, raised_by_user_code
+
+
+@dataclass(frozen=True)
+class JittedProgram:
+    """What a jitted object's lowering gives the StableHLO stage: the
+    annotated module, its arguments as leaves (and which are donated), its
+    outputs (name, dtype, shape, key dtype), notes, and the devices its
+    shardings name."""
+
+    module: Any
+    leaves: tuple[Leaf, ...]
+    donated: tuple[bool, ...]
+    outputs: tuple[tuple[str, Any, tuple[int, ...], str | None], ...]
+    notes: tuple[str, ...]
+    devices: tuple[Any, ...] | None
+    callbacks: Any
+    out_tree: Any
+
+
+@contextlib.contextmanager
+def tracing_errors(program: Program, mesh: MeshSpec, user_dir: str):
+    """Errors while tracing the user's function, in the user's terms."""
+    try:
+        yield
+    except backend.BadOutput as e:
+        raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
+    except (Exception, SystemExit) as e:
+        if raised_by_user_code(e):
+            raise UserCodeError(_hinted(describe_user_exception(e, user_dir),
+                                            e, mesh)) from None
+        if program.grad is not None and ("scalar" in str(e)
+                                         or "real-valued" in str(e)
+                                         or "float0" in str(e)):
+            raise UserCodeError(
+                f"--grad needs '{program.function}' to return a real "
+                f"floating-point scalar: "
+                f"{backend.message(e)}") from None
+        raise BackendError(f"JAX could not trace '{program.function}': "
+                           f"{type(e).__name__}: {backend.message(e)}") from None
+
+
+def result_shardings(program: Program, out_tree: Any,
+                      ranks: Sequence[int]) -> dict[int, ShardingSpec]:
+    """The outputs' shardings given by index (`--out-shard`) and by a
+    pytree prefix of the outputs (the API's `out_shardings`)."""
+    from irshard.loading.program import out_prefix_shardings
+    given = dict(program.out_shardings)
+    if program.out_prefix is not None:
+        given |= out_prefix_shardings(program.out_prefix, out_tree, ranks,
+                                      program.mesh)
+    return given
+
+
+
+def _hinted(text: str, error: BaseException, mesh: MeshSpec) -> str:
+    """A tracing error of the user's code with what irshard knows about it:
+    JAX's sharding-in-types errors keep their first sentence on the error
+    line and their advice under it; errors that come from the mesh's axis
+    types say which `--axis-types` would do."""
+    if type(error).__name__ == "ShardingTypeError" and "\n" not in text:
+        head, sep, rest = text.partition(". ")
+        if sep and rest:
+            text = f"{head}.\n{rest}"
+    types = mesh.types_text() or "auto"
+    if "should match the mesh passed to shard_map" in text:
+        text += (f"\nhint: irshard traces under the mesh --mesh {mesh} makes "
+                 f"(axis types: {types}); build the shard_map's mesh with the "
+                 f"same axis types, or take it from the context "
+                 f"(jax.sharding.get_abstract_mesh())")
+    elif "of type Auto" in text:
+        text += ("\nhint: the program shards in its types (reshard, "
+                 "auto_axes, sharded types), which needs explicit mesh axes: "
+                 "give --axis-types explicit (or per axis, e.g. "
+                 f"--axis-types {mesh.names[0]}=explicit)")
+    return text
+
+
+class Prelowered:
+    """A lowering the user already has, lowered again as itself."""
+
+    def __init__(self, lowered):
+        self.lowered = lowered
+
+    def lower(self):
+        return self.lowered
+
+
+def lower_jitted_program(program: Program, jax_mesh: Any,
+                         user_dir: str) -> JittedProgram:
+    """JAX's lowering of `program.jitted` with the user's arguments, its
+    inputs named by the user's leaves and the rules' shardings put on top
+    (see the module docstring)."""
+    from irshard.ir.annotation import annotate
+    mesh = program.mesh
+    args, kwargs = program.call
+    with tracing_errors(program, mesh, user_dir):
+        lowered = backend.lower_jitted(
+            program.jitted, args, kwargs,
+            jax_mesh if program.context is None else None, program.context)
+    matched = matched_leaves(program.inputs, program.parameters, lowered.inputs)
+    index = {leaf.path: i for i, leaf in enumerate(program.inputs)}
+    leaves: list[Leaf] = []
+    donated: list[bool] = []
+    extra_donors: list[int] = []
+    unused: list[str] = []
+    notes: tuple[str, ...] = ()
+    for found, user in zip(lowered.inputs, matched):
+        name = user.path if user is not None else lowered_input_name(found.path)
+        if not found.kept:
+            unused.append(name)
+            continue
+        dtype = lookup_dtype(found.dtype) or lookup_dtype("f32")
+        given = user is not None and user.given
+        leaves.append(Leaf(name, TensorType(dtype, found.shape),
+                           user.sharding if given
+                           else ShardingSpec.replicated(len(found.shape)),
+                           key=found.key, value=None if user is None else user.value,
+                           given=given))
+        by_user = user is not None and index[user.path] in program.donated
+        if by_user and not found.donated:
+            extra_donors.append(len(leaves) - 1)
+        donated.append(found.donated or by_user)
+    if not any(matched) and program.inputs:
+        notes += (f"the inputs are named as '{program.function}' flattens its "
+                  f"arguments (args/...): irshard could not match them to "
+                  f"the arguments' leaves",)
+    if unused:
+        notes += (f"inputs the jitted function does not use are left out of "
+                  f"the compiled program, as jax.jit leaves them: "
+                  f"{tree.listing(unused, 4)}",)
+    given = {i: leaf.sharding for i, leaf in enumerate(leaves) if leaf.given}
+    annotate(lowered.module, mesh, given, result_shardings(
+        program, lowered.out_tree, [len(o.shape) for o in lowered.outputs]))
+    if extra_donors:
+        from irshard.backend import shardy
+        shardy.mark_buffer_donors(lowered.module, extra_donors)
+    names = _jitted_output_names(lowered, matched)
+    outputs = tuple((n, lookup_dtype(o.dtype) or lookup_dtype("f32"), o.shape, o.key)
+                    for n, o in zip(names, lowered.outputs))
+    return JittedProgram(lowered.module, tuple(leaves), tuple(donated), outputs,
+                         notes, lowered.devices, lowered.callbacks,
+                         lowered.out_tree)
+
+
+def lowered_input_name(path: str) -> str:
+    """An input of a lowering no argument's leaf is known for, by its path
+    in the lowering's `(args, kwargs)`: `args/1/w`, or a keyword's name."""
+    head, _, rest = path.partition("/")
+    if head == "0":
+        return "args/" + rest if rest else "args"
+    return rest or path
+
+
+def _jitted_output_names(lowered, matched) -> list[str]:
+    """Outputs named by their path (`result/1/m`); the updated state
+    `nnx.jit` returns for each argument it was given, after that input
+    (`updated(model)/l1/kernel`)."""
+    by_path = {found.path: user.path
+               for found, user in zip(lowered.inputs, matched) if user is not None}
+    names = []
+    for out in lowered.outputs:
+        head, _, rest = out.path.partition("/")
+        if lowered.framework == "flax" and head in ("0", "1") \
+                and out.path in by_path:
+            names.append(tree.updated_path(by_path[out.path]))
+        elif lowered.framework == "flax" and head == "2":
+            names.append(tree.path_of("result", [rest] if rest else []))
+        else:
+            names.append(tree.path_of("result", [out.path] if out.path else []))
+    return names
