@@ -32,15 +32,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python $(PIP) -e .
 	touch $(STAMP)
 
-# What the tests use besides irshard: pytest, lit, libtpu, Ray, Playwright.
+# What the tests use besides irshard: pytest, lit, libtpu, Ray, Playwright,
+# and the frameworks whose own jitted steps they compile.
 $(STAMP_EXTRAS): $(STAMP)
-	$(BIN)/python $(PIP) -e '.[test,tpu,ray]'
+	$(BIN)/python $(PIP) -e '.[test,tpu,ray,frameworks]'
 	touch $(STAMP_EXTRAS)
 
 $(STAMP_LATEST): pyproject.toml tools/build-python.sh
 	rm -rf $(VENV_LATEST)
 	"$$(tools/build-python.sh)" -m venv $(VENV_LATEST)
-	$(BIN_LATEST)/python $(PIP) -e '.[test,tpu,ray]' \
+	$(BIN_LATEST)/python $(PIP) -e '.[test,tpu,ray,frameworks]' \
 	  'jax[tpu]==$(JAX_LATEST)' 'jaxlib==$(JAX_LATEST)'
 	touch $(STAMP_LATEST)
 

@@ -1,0 +1,240 @@
+"""The step as its framework compiles it: a step jitted by Flax NNX
+(`nnx.jit`, updating the model and optimizer in place), Equinox
+(`eqx.filter_jit(donate="all")`) or as Penzai's trainer jits it (named
+donation, static configuration) gives, through the API and the command
+line, the collectives, bytes, aliased inputs and outputs of plain JAX's
+compile of the framework's own jitted object."""
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.conftest import require, run_irshard
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "programs", "frameworks")
+
+# (module, step, mesh, what the framework needs installed)
+STEPS = [
+    ("flax_nnx", "train_step", "data=2,model=2", ("flax", "optax")),
+    ("equinox_step", "make_step", "batch=4", ("equinox", "optax")),
+    ("penzai_style", "step_fn", "data=4", ("optax",)),
+]
+
+
+def _program(name, needs):
+    import importlib
+    for module in needs:
+        require(module, f"the {name} step")
+    return importlib.import_module(f"tests.programs.frameworks.{name}")
+
+
+def aliased(hlo_text):
+    """How many inputs the executable lets XLA reuse for its outputs."""
+    header = next(line for line in hlo_text.splitlines()
+                  if line.startswith("HloModule"))
+    return len(re.findall(r"\{[\d,\s]*\}: \(\d+", header)) + \
+        len(re.findall(r"\(\d+, \{[\d,\s]*\}\)", header.split("buffer_donor=")[-1])
+            if "buffer_donor=" in header else [])
+
+
+def plain_jax(step, args, tmp_path):
+    """Plain JAX's compile of the framework's own jitted object: its
+    collectives read back from its HLO by irshard's reader."""
+    import jax
+    from irshard.collectives import dumps
+    lowered = step.lower(*args)
+    # A framework's Compiled wraps JAX's (equinox's has no as_text).
+    compiled = lowered.compile()
+    compiled = getattr(compiled, "compiled", compiled)
+    text = compiled.as_text()
+    path = tmp_path / "plain.hlo"
+    path.write_text(text)
+    (report,), _ = dumps.reports(str(path), "optimized", None)
+    inner = getattr(lowered, "lowered", lowered)
+    outputs = len(jax.tree_util.tree_leaves(inner.out_info))
+    return report.totals(), aliased(text), outputs
+
+
+def summary(totals):
+    return totals["count"], totals["by_kind"], totals["bytes_per_run"], \
+        totals["wire_bytes_per_run"]
+
+
+@pytest.mark.parametrize("name,fn,mesh,needs", STEPS, ids=[s[0] for s in STEPS])
+def test_the_api_compiles_the_frameworks_own_jitted_step(name, fn, mesh, needs,
+                                                          tmp_path):
+    import irshard
+    module = _program(name, needs)
+    step = getattr(module, fn)
+    expected, aliases, outputs = plain_jax(step, module.args(), tmp_path)
+    report = irshard.compile(step, *module.args(), mesh=mesh)
+    assert summary(report.totals()) == summary(expected)
+    assert aliased(report.stage("optimized")) == aliases
+    assert sum(i.donated for i in report.inputs) == aliases
+    assert len(report.outputs) == outputs
+    assert expected["count"] > 0
+
+
+@pytest.mark.parametrize("name,fn,mesh,needs", STEPS, ids=[s[0] for s in STEPS])
+def test_the_command_line_compiles_the_same_step(name, fn, mesh, needs, tmp_path):
+    module = _program(name, needs)
+    expected, aliases, outputs = plain_jax(getattr(module, fn), module.args(),
+                                           tmp_path)
+    done = run_irshard("compile", os.path.join(PROGRAMS, f"{name}.py"),
+                       "--fn", fn, "--args", "args", "--mesh", mesh,
+                       "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert summary(report["totals"]) == summary(expected)
+    assert sum(bool(i.get("donated")) for i in report["inputs"]) == aliases
+    assert len(report["outputs"]) == outputs
+
+
+def test_nnx_in_place_updates_are_outputs_named_after_their_inputs():
+    """The step returns only the loss; `nnx.jit` adds the model's and the
+    optimizer's new state, which irshard keeps (XLA would otherwise prune
+    the backward pass and the update) and names after the inputs."""
+    import irshard
+    module = _program("flax_nnx", ("flax", "optax"))
+    report = irshard.compile(module.train_step, *module.args(),
+                             mesh="data=2,model=2")
+    names = [o.name for o in report.outputs]
+    assert names[-1] == "result"
+    assert "updated(model)/up/kernel/value" in names
+    assert any(n.startswith("updated(optimizer)/opt_state/") for n in names)
+    inputs = {i.name: i for i in report.inputs}
+    # The kernels keep the sharding the model was created with.
+    assert inputs["model/up/kernel/value"].sharding_label == "_,model"
+    assert inputs["x"].sharding_label == "data,_"
+
+
+def test_rules_override_the_jitted_steps_own_input_shardings():
+    import irshard
+    module = _program("penzai_style", ("optax",))
+    plain = irshard.compile(module.step_fn, *module.args(), mesh="data=4")
+    ruled = irshard.compile(module.step_fn, *module.args(), mesh="data=4",
+                            rules=[("batch/**", "_,_")])
+    assert plain.totals()["by_kind"].get("all-reduce")
+    assert ruled.totals()["count"] == 0
+    inputs = {i.name: i for i in ruled.inputs}
+    assert inputs["batch/x"].sharding_label == "_,_"
+    assert {i.name: i for i in plain.inputs}["batch/x"].sharding_label == "data,_"
+    # Donated by name, as the step's own jit says; the empty state_vars
+    # donates nothing and is no error.
+    assert inputs["state/0/w1"].donated and not inputs["batch/x"].donated
+
+
+def test_jit_arguments_as_jax_jit_takes_them():
+    import irshard
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    def f(a, b, scale):
+        return {"y": scale * a @ b, "z": a.sum()}
+
+    a = jnp.ones((64, 64))
+    report = irshard.compile(f, a, a, 2.0, mesh="x=4",
+                             in_shardings=(P("x"), None), static_argnames="scale",
+                             out_shardings={"y": P(None, "x"), "z": None},
+                             donate_argnums=1)
+    outputs = {o.name: o for o in report.outputs}
+    assert outputs["result/y"].sharding_label == "_,x"
+    inputs = {i.name: i for i in report.inputs}
+    assert inputs["b"].donated and not inputs["a"].donated
+    assert inputs["a"].sharding_label == "x,_"
+    # The same through the function's own jax.jit.
+    jitted = jax.jit(f, static_argnames="scale", donate_argnums=1,
+                     in_shardings=None)
+    again = irshard.compile(jitted, a, a, 2.0, mesh="x=4",
+                            in_shardings=(P("x"), None),
+                            out_shardings={"y": P(None, "x"), "z": None})
+    assert again.totals() == report.totals()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(out_shardings={0: object()}), "out_shardings[0]: <object"),
+    (dict(out_shardings=(None, None, None)), "out_shardings: not a pytree prefix"),
+    (dict(donate_argnums="a"), "donate_argnums='a': expected"),
+    (dict(static_argnames=3), "static_argnames=3: expected"),
+    (dict(donate_argnames=("nope",)), "donate_argnames nope: 'nope' matches no input"),
+    (dict(context=3), "context=3: expected a context manager"),
+    (dict(shardings=(None, None), in_shardings=(None, None)),
+     "shardings and in_shardings are the same argument"),
+])
+def test_jit_argument_mistakes_are_one_short_line(kwargs, message):
+    import irshard
+    import jax.numpy as jnp
+    kwargs = {"mesh": "x=4", **kwargs}
+
+    def f(a, b):
+        return a @ b
+
+    a = jnp.ones((64, 64))
+    with pytest.raises(irshard.UsageError) as raised:
+        irshard.compile(f, a, a, **kwargs)
+    text = str(raised.value)
+    assert "\n" not in text and len(text) <= 240
+    if message is not None:
+        assert message in text
+
+
+def test_report_of_a_lowering_the_user_already_has(tmp_path):
+    """`irshard.report` takes the `Lowered` the user made (nothing traced
+    again): the same collectives and aliasing as plain JAX's compile."""
+    import irshard
+    module = _program("flax_nnx", ("flax", "optax"))
+    lowered = module.train_step.lower(*module.args())
+    expected, aliases, outputs = plain_jax(module.train_step, module.args(),
+                                           tmp_path)
+    report = irshard.report(lowered)
+    assert summary(report.totals()) == summary(expected)
+    assert aliased(report.stage("optimized")) == aliases
+    assert len(report.outputs) == outputs
+    assert report.mesh.names == ("data", "model")
+    with pytest.raises(irshard.UsageError, match="expected a jax.stages.Lowered"):
+        irshard.report(object())
+
+
+def test_context_is_entered_around_tracing(tmp_path):
+    """Logical axis names mean mesh axes only in the step's context: with
+    `--context` (`context=`) irshard compiles the program plain JAX does
+    in that context, without it another one."""
+    import irshard
+    import jax
+    module = _program("logical_rules", ("flax",))
+    # A new jit each time: JAX keeps a jitted function's trace for the same
+    # arguments and mesh, and the rules are not part of that key.
+    with module.context():
+        lowered = jax.jit(module.layer).lower(*module.args())
+    expected = irshard.report(lowered).totals()
+    given = irshard.compile(jax.jit(module.layer), *module.args(),
+                            mesh="data=2,model=2", context=module.context)
+    assert summary(given.totals()) == summary(expected)
+    assert module.ENTERED, "the context was never entered"
+    path = os.path.join(PROGRAMS, "logical_rules.py")
+    done = run_irshard("compile", path, "--fn", "forward", "--args", "args",
+                       "--context", "context", "--mesh", "data=2,model=2",
+                       "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert summary(json.loads(done.stdout)["totals"]) == summary(expected)
+    done = run_irshard("compile", path, "--fn", "forward", "--args", "args",
+                       "--context", "nothing", "--mesh", "data=2,model=2")
+    assert done.returncode == 2
+    assert done.stderr.startswith("irshard: error: --context nothing: no function")
+
+
+def test_penzai_style_named_donation_from_the_command_line():
+    """An argument the step's own jit donates by name that has no array
+    (Penzai's empty `state_vars`) donates nothing and is no error."""
+    _program("penzai_style", ("optax",))
+    done = run_irshard("compile", os.path.join(PROGRAMS, "penzai_style.py"),
+                       "--fn", "step_fn", "--args", "args", "--mesh", "data=4",
+                       "--donate", "state_vars", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    donated = [i["name"] for i in report["inputs"] if i.get("donated")]
+    assert donated and all(n.startswith("state/") for n in donated)
