@@ -271,7 +271,9 @@ def annotated_leaf(name: str, text: str, mesh: MeshSpec) -> tuple[Any, list[Leaf
     ttype = parse_type(text)
     sharding = ttype.sharding or ShardingSpec.replicated(ttype.rank)
     _, treedef = jax.tree_util.tree_flatten(0)
-    return treedef, [Leaf(name, ttype.with_sharding(None), sharding)]
+    # A type's `@x` is a sharding the user gave, as a rule's is.
+    return treedef, [Leaf(name, ttype.with_sharding(None), sharding,
+                          given=ttype.sharding is not None)]
 
 
 # ---------------------------------------------------------------------------
