@@ -333,8 +333,10 @@ def _jitted(fn: Callable[..., Any], parameters: Sequence[Parameter],
             context: Callable[[], Any] | None) -> dict[str, Any]:
     """The Program fields of a jitted object, lowered as JAX lowers it
     (nothing for a plain function, or one differentiated by --grad,
-    which irshard wraps itself)."""
-    if grad is not None or backend.jitted_target(fn) is None:
+    which irshard wraps itself, or one taking `jax.Ref`s, whose buffers
+    irshard lays onto the mesh itself)."""
+    if grad is not None or any(leaf.ref for leaf in leaves) \
+            or backend.jitted_target(fn) is None:
         return {"context": context}
     return {"jitted": fn, "call": call_values(parameters, leaves, positional),
             "context": context}
