@@ -55,28 +55,11 @@ def pytest_configure(config) -> None:
     config.stash[_WRITTEN] = []
     folder = config.getoption("irshard_report", None)
     if folder is not None:
-        problem = _unusable(folder)
+        from irshard.core import files
+        problem = files.unusable_directory(folder)
         if problem:
             raise pytest.UsageError(f"--irshard-report {folder!r} {problem}; "
                                     f"give a writable directory")
-
-
-def _unusable(folder: str) -> str | None:
-    """Why the reports cannot be written to `folder` (made if missing), or
-    None."""
-    if not folder:
-        return "is empty"
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except FileExistsError:
-        return "is not a directory"
-    except OSError as e:
-        return f"cannot be made: {e.strerror or e}"
-    if not os.path.isdir(folder):
-        return "is not a directory"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return "is not writable"
-    return None
 
 
 # A report's file name: at most this many bytes of the test's id, then a

@@ -254,6 +254,24 @@ def _batched(pieces: Iterable[str], size: int = 1 << 20) -> Iterator[str]:
 # Reading
 
 
+def unusable_directory(directory: str) -> str | None:
+    """Why `directory` cannot hold files this process writes (it is made
+    if missing), or None."""
+    if not directory:
+        return "is empty"
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError:
+        return "is not a directory"
+    except OSError as e:
+        return f"cannot be made: {e.strerror or e}"
+    if not os.path.isdir(directory):
+        return "is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
 def check_regular(path: str, what: str) -> None:
     """A path the user gave as a file must be a readable regular file (a FIFO
     would block the read forever; a directory is a mistake)."""

@@ -15,7 +15,7 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
-from irshard.core import schema
+from irshard.core import files, schema
 from irshard.core.errors import ERROR_PREFIX, InputError, UsageError
 from irshard.strategy.candidates import Candidate
 
@@ -60,7 +60,7 @@ class Cache:
         self.directory = directory
         self.salt = salt
         if directory is not None and option is not None:
-            problem = _unusable(directory)
+            problem = files.unusable_directory(directory)
             if problem:
                 raise UsageError(f"{option} '{directory}' {problem}; give a "
                                  f"writable directory, or --no-cache")
@@ -113,22 +113,6 @@ class Cache:
                     os.unlink(tmp)
                 except OSError:
                     pass
-
-
-def _unusable(directory: str) -> str | None:
-    """Why `directory` cannot hold the cache (it is made if missing), or
-    None."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except FileExistsError:
-        return "is not a directory"
-    except OSError as e:
-        return f"cannot be made: {e.strerror or e}"
-    if not os.path.isdir(directory):
-        return "is not a directory"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return "is not writable"
-    return None
 
 
 def _read_entry(path: str) -> Any:
