@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from irshard import backend
 from irshard.core import tree
-from irshard.core.errors import BackendError, UserCodeError
+from irshard.core.errors import BackendError, SpecError, UserCodeError
 from irshard.core.specs import MeshSpec, ShardingSpec, TensorType, lookup_dtype
 from irshard.loading.leaves import Leaf, Program, matched_leaves
 from irshard.loading.loader import describe_user_exception, raised_by_user_code
@@ -50,7 +50,7 @@ def tracing_errors(program: Program, mesh: MeshSpec, user_dir: str):
     except (Exception, SystemExit) as e:
         if raised_by_user_code(e):
             raise UserCodeError(_hinted(describe_user_exception(e, user_dir),
-                                            e, mesh)) from None
+                                        e, mesh)) from None
         if program.grad is not None and ("scalar" in str(e)
                                          or "real-valued" in str(e)
                                          or "float0" in str(e)):
@@ -74,7 +74,6 @@ def result_shardings(program: Program, out_tree: Any,
     return given
 
 
-
 def _hinted(text: str, error: BaseException, mesh: MeshSpec) -> str:
     """A tracing error of the user's code with what irshard knows about it:
     JAX's sharding-in-types errors keep their first sentence on the error
@@ -96,6 +95,16 @@ def _hinted(text: str, error: BaseException, mesh: MeshSpec) -> str:
                  "give --axis-types explicit (or per axis, e.g. "
                  f"--axis-types {mesh.names[0]}=explicit)")
     return text
+
+
+def _dtype(name: str, what: str):
+    """The dtype JAX names `name`; one irshard does not know is an error,
+    never counted as another type's bytes."""
+    found = lookup_dtype(name)
+    if found is None:
+        raise SpecError(f"{what} has dtype {name}, which irshard cannot "
+                        f"report")
+    return found
 
 
 class Prelowered:
@@ -132,7 +141,7 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
         if not found.kept:
             unused.append(name)
             continue
-        dtype = lookup_dtype(found.dtype) or lookup_dtype("f32")
+        dtype = _dtype(found.dtype, f"input '{name}'")
         given = user is not None and user.given
         leaves.append(Leaf(name, TensorType(dtype, found.shape),
                            user.sharding if given
@@ -158,7 +167,7 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
         from irshard.backend import shardy
         shardy.mark_buffer_donors(lowered.module, extra_donors)
     names = _jitted_output_names(lowered, matched)
-    outputs = tuple((n, lookup_dtype(o.dtype) or lookup_dtype("f32"), o.shape, o.key)
+    outputs = tuple((n, _dtype(o.dtype, f"output '{n}'"), o.shape, o.key)
                     for n, o in zip(names, lowered.outputs))
     return JittedProgram(lowered.module, tuple(leaves), tuple(donated), outputs,
                          notes, lowered.devices, lowered.callbacks,
