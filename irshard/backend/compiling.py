@@ -53,6 +53,7 @@ class CompiledExecutable:
     # Host callbacks the executable calls; they must live as long as it.
     callbacks: Any = None
     log: str = ""                    # what XLA wrote to stderr while compiling
+    notes: tuple[str, ...] = ()      # where the executable came from
 
     def hlo_modules(self) -> list[Any]:
         return list(self.executable.hlo_modules())
@@ -143,6 +144,8 @@ def compile_module(module, mesh_devices: Sequence[Any],
     happens (an interrupt included). The compile itself runs where Ctrl-C
     still reaches the command (`interrupts.call`).
     """
+    import time
+
     from jax._src import xla_bridge
     from jax._src.lib import xla_client as xc
 
@@ -152,6 +155,18 @@ def compile_module(module, mesh_devices: Sequence[Any],
     compile_only = isinstance(client, jaxlib_core.CompileOnlyPyClient)
     device_list = xc.DeviceList(tuple(mesh_devices))
     host_callbacks, keepalive = callbacks
+    cache = None
+    if not compile_only and not host_callbacks:
+        cache = _PersistentCache.of(module, mesh_devices, client, _compile_options(
+            module, len(mesh_devices), [d.id for d in mesh_devices], None,
+            propagate_to_parameters, propagate_to_outputs))
+    if cache is not None:
+        found = cache.read(device_list, capture_partitioned)
+        if found is not None:
+            executable, partitioned, log = found
+            return CompiledExecutable(executable, tuple(mesh_devices),
+                                      partitioned, (host_callbacks, keepalive),
+                                      log, cache.note("read from"))
     dump_dir = interrupts.temp_dir() if capture_partitioned else None
     try:
         overrides = None
@@ -166,6 +181,7 @@ def compile_module(module, mesh_devices: Sequence[Any],
         extra = {"host_callbacks": list(host_callbacks)} if host_callbacks else {}
         # A described slice (no devices here) compiles, but cannot load.
         compile_fn = client.compile if compile_only else client.compile_and_load
+        started = time.monotonic()
         try:
             # What XLA warns about while compiling is captured (findings).
             with quiet_native_stderr() as logged:
@@ -182,8 +198,102 @@ def compile_module(module, mesh_devices: Sequence[Any],
     finally:
         if dump_dir:
             interrupts.remove(dump_dir)
+    notes: tuple[str, ...] = ()
+    if cache is not None and cache.write(executable, time.monotonic() - started,
+                                         partitioned, logged.text):
+        notes = cache.note("written to")
     return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
-                              (host_callbacks, keepalive), logged.text)
+                              (host_callbacks, keepalive), logged.text, notes)
+
+
+class _PersistentCache:
+    """JAX's persistent compilation cache, where the user turned it on
+    (`JAX_COMPILATION_CACHE_DIR`, `jax.config`, their program): the
+    executable is kept under the key `jax.jit` would give the same module
+    and options, so a second compile of it loads it as plain JAX does.
+    What the report also reads of a compile — the HLO after partitioning,
+    XLA's warnings — is kept beside it (`irshard-KEY.json`), and an entry
+    without it is no hit."""
+
+    def __init__(self, key: str, options, client, directory: str, name: str):
+        self.key, self.options, self.client = key, options, client
+        self.directory, self.name = directory, name
+
+    @classmethod
+    def of(cls, module, devices, client, options) -> "_PersistentCache | None":
+        import numpy as np
+        from jax._src import compilation_cache, config
+        if not compilation_cache.is_persistent_cache_enabled():
+            return None
+        directory = str(config.compilation_cache_dir.value)
+        try:
+            if not compilation_cache.is_cache_used(client):
+                return None
+            key = compilation_cache.get_cache_key(
+                module, np.array(list(devices), dtype=object), options, client)
+        except Exception:
+            # A cache JAX cannot use (an unusable directory) is no cache.
+            return None
+        name = "irshard"
+        if "sym_name" in module.operation.attributes:
+            from jaxlib.mlir import ir
+            name = ir.StringAttr(module.operation.attributes["sym_name"]).value
+        return cls(key, options, client, directory, name)
+
+    @property
+    def _beside(self) -> str:
+        return os.path.join(self.directory, f"irshard-{self.key}.json")
+
+    def note(self, how: str) -> tuple[str, ...]:
+        return (f"the executable was {how} JAX's persistent compilation "
+                f"cache ({self.directory})",)
+
+    def read(self, device_list, partitioned: bool):
+        """(executable, partitioned HLO, XLA's log) of a hit, else None."""
+        import json
+        from jax._src import compilation_cache
+        try:
+            with open(self._beside, encoding="utf-8") as f:
+                kept = json.load(f)
+            text, log = kept.get("partitioned"), kept.get("log", "")
+            if (partitioned and not isinstance(text, str)) \
+                    or not isinstance(log, str):
+                return None
+            executable, _ = compilation_cache.get_executable_and_time(
+                self.key, self.options, self.client, device_list)
+        except Exception:
+            return None
+        if executable is None:
+            return None
+        return executable, text if partitioned else None, log
+
+    def write(self, executable, seconds: float, partitioned: str | None,
+              log: str) -> bool:
+        """Keeps the executable as JAX would (not one that compiled faster
+        than `jax_persistent_cache_min_compile_time_secs`); True if kept."""
+        import json
+        import tempfile
+        from jax._src import compilation_cache, config, distributed
+        if distributed.global_state.process_id != 0 or \
+                seconds < config.persistent_cache_min_compile_time_secs.value:
+            return False
+        try:
+            # JAX makes its directory with its first entry.
+            compilation_cache.put_executable_and_time(
+                self.key, self.name, executable, self.client, int(seconds))
+            if not os.path.isdir(self.directory):
+                return False
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".irshard-")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump({"partitioned": partitioned, "log": log}, f)
+                os.replace(tmp, self._beside)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except Exception:
+            return False
+        return True
 
 
 def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
