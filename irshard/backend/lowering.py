@@ -346,7 +346,6 @@ def run_registered_passes_isolated(module, pipeline: str,
     import pickle
     import faulthandler
     import signal as signals
-    import warnings
 
     from jaxlib.mlir import ir
 
@@ -357,13 +356,7 @@ def run_registered_passes_isolated(module, pipeline: str,
     where = interrupts.temp_dir("irshard-passes-")
     result = os.path.join(where, "module.mlirbc")
     try:
-        with warnings.catch_warnings():
-            # Python warns that a forked child of a threaded process may
-            # deadlock; the child only runs MLIR passes, on its context with
-            # multithreading turned off, and writes one file.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", RuntimeWarning)   # JAX's own
-            pid = os.fork()
+        pid = interrupts.fork()
         if pid == 0:                            # the child
             status = 1
             try:
@@ -394,8 +387,11 @@ def run_registered_passes_isolated(module, pipeline: str,
         try:
             _, status = interrupts.call(os.waitpid, pid, 0)
         except BaseException:
-            os.kill(pid, signals.SIGKILL)
-            os.waitpid(pid, 0)
+            try:
+                os.kill(pid, signals.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass                        # the waiting thread reaped it
             raise
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)

@@ -97,6 +97,57 @@ def call(fn: Callable[..., Any], *args: Any, deadline: float | None = None,
     return outcome.get("value")
 
 
+def fork() -> int:
+    """`os.fork()` that loses no Ctrl-C or SIGTERM. Python runs a signal's
+    handler in fork's own hooks, where its KeyboardInterrupt would be
+    printed and dropped; here a signal that comes while forking is held,
+    and then the child is killed and the interrupt raised. The child starts
+    with both signals blocked (its parent ends it) and, on Linux, is killed
+    when the thread that forked it ends, however that ends."""
+    import warnings
+    caught: list[int] = []
+    interrupting = (signal.SIGINT, signal.SIGTERM)
+    main = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if main:
+        previous = {s: signal.signal(s, lambda signum, frame:
+                                     caught.append(signum))
+                    for s in interrupting}
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, interrupting)
+    pid = -1
+    try:
+        with warnings.catch_warnings():
+            # Python warns that a forked child of a threaded process may
+            # deadlock; callers run only native work there, and exit.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)   # JAX's own
+            pid = os.fork()
+    finally:
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    if pid == 0:
+        try:
+            import ctypes
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+        return 0
+    if caught:
+        handler = previous[caught[0]]
+        try:
+            if callable(handler):
+                handler(caught[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(caught[0])
+        except BaseException:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+    return pid
+
+
 def _terminate(signum, frame) -> None:
     raise KeyboardInterrupt
 
