@@ -287,7 +287,8 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               rules, shardings, static_argnums, grad, out_shardings,
               platform: str, reference=None, target=None, profile=None,
               runnable=False, constraints=(), axis_types=None,
-              jit: _JitArguments = _JitArguments(), context=None):
+              jit: _JitArguments = _JitArguments(), context=None,
+              keras_fit: bool = False):
     from irshard import frontend
     from irshard.loading import program
     from irshard.pipeline import stages
@@ -311,7 +312,8 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
                               donate_argnums=jit.donate_argnums,
                               donate_argnames=jit.donate_argnames,
                               grad=grad, out_shardings=out_shardings,
-                              reference=reference, context=_context(context))
+                              reference=reference, context=_context(context),
+                              keras_fit=keras_fit)
     lowered = stages.trace(prog, place.placement, devices)
     frontend.constrain(lowered, frontend.parse_constraints(
         f"{match}={spec}" for match, spec in constraints))
@@ -340,7 +342,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             static_argnames: str | Sequence[str] = (),
             donate_argnums: int | Sequence[int] = (),
             donate_argnames: str | Sequence[str] = (),
-            context: Any = None):
+            context: Any = None, keras_fit: bool = False):
     """Partitions `fn(*args)` on `mesh` and returns its collective report.
 
     `rules` are `(pattern, spec)` pairs over leaf paths, the first match
@@ -367,11 +369,16 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     outputs, or `{index: spec}`), `static_argnums`/`static_argnames`,
     `donate_argnums`/`donate_argnames`. `context` (a context manager, or
     a function returning one) is entered around tracing: `jax.set_mesh`
-    and logical axis rules, as MaxText's step needs them."""
+    and logical axis rules, as MaxText's step needs them. With
+    `keras_fit`, `fn` is a compiled Keras model and `args` one batch
+    (`x, y`): the report is of the train step its `fit` runs, inputs named
+    by Keras' variable paths."""
     from irshard.collectives import explain as explaining
     from irshard.pipeline import stages
     if not isinstance(explain, bool):
         raise _wrong("explain", explain, "True or False")
+    if not isinstance(keras_fit, bool):
+        raise _wrong("keras_fit", keras_fit, "True or False")
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
@@ -383,7 +390,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
                                      target=target, profile=profile,
                                      constraints=constraints,
                                      axis_types=axis_types, jit=jit,
-                                     context=context)
+                                     context=context, keras_fit=keras_fit)
     read = compiled.partitioned() if stage == "partitioned" else compiled
     report = read.report()
     if explain:

@@ -59,6 +59,10 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                    help="a function in FILE that returns the positional "
                         "arguments (pytrees of arrays or ShapeDtypeStructs, "
                         "e.g. from jax.eval_shape); their shardings are used")
+    p.add_argument("--keras-fit", action="store_true",
+                   help="--fn names a compiled Keras model: compile the train "
+                        "step its fit() runs on the batch --args returns "
+                        "((x, y)); inputs are named by Keras' variable paths")
     p.add_argument("--context", metavar="NAME", dest="context_fn",
                    help="a function in FILE that returns a context manager "
                         "entered around tracing and lowering (e.g. "

@@ -39,6 +39,7 @@ def _source(args):
         path=args.file, mesh=args.mesh, axis_types=args.axis_types,
         fn=args.fn, args_fn=args.args_fn,
         context_fn=getattr(args, "context_fn", None),
+        keras_fit=bool(getattr(args, "keras_fit", False)),
         arg_types=tuple(args.arg), shards=tuple(args.shard),
         overrides=tuple(args.override_shard),
         out_shards=tuple(args.out_shard), constraints=tuple(args.constrain),
@@ -310,31 +311,6 @@ def cmd_suggest(args) -> int:
     return 0
 
 
-def _compile_candidate(source):
-    """A function compiling a search candidate here as `irshard compile`
-    does: its report's JSON form, or the error's first line."""
-    import dataclasses
-    from irshard import frontend
-    from irshard.core.errors import IrshardError
-    from irshard.pipeline import output
-    from irshard.strategy.compiling import first_line
-
-    def compile_one(candidate, explain: bool = False):
-        changed = dataclasses.replace(
-            source, mesh=candidate.mesh_text,
-            shards=tuple(f"{p}={s}" for p, s in candidate.rules),
-            constraints=tuple(f"{m}={s}" for m, s in candidate.constraints),
-            _resolved={})
-        try:
-            lowered = frontend.load(changed)
-            _, compiled = output.emit(lowered, [], "optimized", False,
-                                      explain=explain, note=lambda text: None)
-            return output.report(lowered, compiled, "optimized", explain).to_json()
-        except IrshardError as e:
-            return first_line(str(e)) or type(e).__name__
-    return compile_one
-
-
 def cmd_search(args) -> int:
     import dataclasses
     import json
@@ -373,11 +349,13 @@ def cmd_search(args) -> int:
         None if args.no_cache else (args.cache_dir or compiling.default_cache_dir()),
         compiling.versions_salt(source.path, args.profile) + json.dumps(command),
         option="--cache-dir" if args.cache_dir and not args.no_cache else None)
-    processes = compiling.Processes(command, jobs) if jobs > 1 else None
+    # Each candidate compiles in a process of its own, even one at a time:
+    # one that crashes or hangs is that candidate's failure, or stopped at
+    # the deadline.
+    processes = compiling.Processes(command, jobs)
     result = search.search_program(
         program, placement, devices=count, axes=axes, command=command,
-        compile_one=None if processes else _compile_candidate(source),
-        processes=processes, cache=cache, budget_s=budget_s,
+        compile_one=None, processes=processes, cache=cache, budget_s=budget_s,
         show_progress=sys.stderr.isatty())
     if args.format == "json":
         text = result.render_json()

@@ -28,6 +28,7 @@ class Source:
     fn: str | None = None                 # --fn
     args_fn: str | None = None            # --args: a function returning them
     context_fn: str | None = None         # --context: a context manager's maker
+    keras_fit: bool = False               # --keras-fit: --fn is a Keras model
     arg_types: tuple[str, ...] = ()       # --arg NAME=TYPE
     shards: tuple[str, ...] = ()          # --shard PATTERN=SPEC
     overrides: tuple[str, ...] = ()       # --override-shard PATTERN=SPEC
@@ -64,6 +65,8 @@ class Source:
                                ("--donate", self.donate)):
             for value in values:
                 argv += [option, value]
+        if self.keras_fit:
+            argv.append("--keras-fit")
         if self.grad is True:
             argv.append("--grad")
         elif self.grad:
@@ -124,6 +127,7 @@ class Source:
         for option, given in (("--fn", self.fn), ("--arg", self.arg_types),
                               ("--args", self.args_fn), ("--grad", self.grad),
                               ("--context", self.context_fn),
+                              ("--keras-fit", self.keras_fit),
                               ("--static", self.static),
                               ("--donate", self.donate),
                               ("--reference", self.reference)):
@@ -235,7 +239,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
             out_shards=source.out_shards, grad=source.grad,
             reference=source.reference, args_fn=source.args_fn,
             static=source.static, donate=source.donate,
-            context_fn=source.context_fn)
+            context_fn=source.context_fn, keras_fit=source.keras_fit)
         devices = place.devices(mesh)
         distributed.report_stage("tracing")
         # A mesh the program built itself with the same axes lays out the

@@ -238,3 +238,58 @@ def test_penzai_style_named_donation_from_the_command_line():
     report = json.loads(done.stdout)
     donated = [i["name"] for i in report["inputs"] if i.get("donated")]
     assert donated and all(n.startswith("state/") for n in donated)
+
+
+def _keras():
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    return _program("keras_fit", ("keras",))
+
+
+def test_keras_fit_compiles_the_step_fit_runs(tmp_path):
+    """`--keras-fit`: the train step Keras' `fit` jits for a
+    `ModelParallel` model, with its own layouts, against plain JAX's
+    compile of that jitted object; inputs and outputs by Keras' names."""
+    import irshard
+    from irshard.loading import kerasfit
+    module = _keras()
+    step, (state, data), _ = kerasfit.train_step(module.model, "model",
+                                                 module.batch())
+    expected, aliases, outputs = plain_jax(step, (state, data), tmp_path)
+    report = irshard.compile(module.model, *module.batch(), keras_fit=True,
+                             mesh="batch=2,model=2")
+    assert summary(report.totals()) == summary(expected)
+    assert expected["by_kind"].get("all-gather")
+    assert aliased(report.stage("optimized")) == aliases > 0
+    assert len(report.outputs) == outputs
+    inputs = {i.name: i for i in report.inputs}
+    assert inputs["sequential/up/kernel"].sharding_label == "_,model"
+    assert inputs["adam/sequential_up_kernel_momentum"].donated
+    assert inputs["x"].sharding_label == "batch,_" and not inputs["x"].donated
+    names = [o.name for o in report.outputs]
+    assert names[0] == "logs/loss"
+    assert "updated(sequential)/up/kernel" in names
+
+    done = run_irshard("compile", os.path.join(PROGRAMS, "keras_fit.py"),
+                       "--fn", "model", "--keras-fit", "--args", "batch",
+                       "--mesh", "batch=2,model=2", "--shard",
+                       "sequential/down/kernel=_,_", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    ruled = json.loads(done.stdout)
+    down = {i["name"]: i for i in ruled["inputs"]}["sequential/down/kernel"]
+    # The rule's sharding, on an input the step donates and had pinned to
+    # its model-sharded output: still donated, no longer that output's size.
+    assert down["sharding"] == ["_", "_"] and down["donated"]
+
+
+@pytest.mark.parametrize("flags,message", [
+    (("--fn", "batch", "--keras-fit", "--args", "batch"),
+     "--keras-fit: 'batch' is a function, not a Keras model"),
+    (("--fn", "model", "--keras-fit"), "--keras-fit needs one batch"),
+])
+def test_keras_fit_mistakes_are_one_error_line(flags, message):
+    _keras()
+    done = run_irshard("compile", os.path.join(PROGRAMS, "keras_fit.py"),
+                       *flags, "--mesh", "batch=2,model=2")
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"irshard: error: {message}"), done.stderr
+    assert "Traceback" not in done.stderr

@@ -161,17 +161,23 @@ def set_attr_dicts(fn: func.FuncOp, key: str,
     fn.attributes[key] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
 
 
-def mark_buffer_donors(module: ir.Module, indices: Sequence[int]) -> None:
+def mark_buffer_donors(module: ir.Module, indices: Sequence[int],
+                       unpin: bool = False) -> None:
     """Marks arguments `indices` of @main as buffers XLA may reuse for any
     output (`jax.buffer_donor`, as `jax.jit` marks a donated argument it
-    does not alias to one output itself)."""
+    does not alias to one output itself). With `unpin`, an argument
+    aliased to one output (`tf.aliasing_output`) becomes such a donor: its
+    sharding changed, so that output may no longer be its size."""
     with module.context:
         main = entry_function(module)
         count = len(main.type.inputs)
         dicts = attr_dicts(main, "arg_attrs", count)
         for i in indices:
-            if "tf.aliasing_output" not in dicts[i]:
-                dicts[i]["jax.buffer_donor"] = ir.BoolAttr.get(True)
+            if "tf.aliasing_output" in dicts[i]:
+                if not unpin:
+                    continue
+                del dicts[i]["tf.aliasing_output"]
+            dicts[i]["jax.buffer_donor"] = ir.BoolAttr.get(True)
         set_attr_dicts(main, "arg_attrs", dicts)
 
 

@@ -102,6 +102,10 @@ class Program:
         default=((), {}), compare=False, repr=False)
     context: Callable[[], Any] | None = field(default=None, compare=False,
                                               repr=False)
+    # Renames a jitted object's outputs (Keras fit's state after the
+    # variables it updates).
+    output_names: Callable[[Sequence[str]], Sequence[str]] | None = field(
+        default=None, compare=False, repr=False)
 
     @property
     def static(self) -> tuple[tuple[str, Any], ...]:

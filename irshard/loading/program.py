@@ -283,7 +283,7 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                  grad: bool | Sequence[str] | None = None,
                  reference: str | None = None, args_fn: str | None = None,
                  static: Sequence[str] = (), donate: Sequence[str] = (),
-                 context_fn: str | None = None) -> Program:
+                 context_fn: str | None = None, keras_fit: bool = False) -> Program:
     """Loads `path`, picks the function and resolves every input leaf's type
     and sharding from `--args`, `--arg`, annotations and `--shard` rules
     (`--override-shard` rules first)."""
@@ -299,6 +299,12 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
     context = None
     if context_fn is not None:
         _, context = loader.select_function(module, path, context_fn, "--context")
+    rename = output_names = None
+    if keras_fit:
+        if not args_fn:
+            raise UsageError("--keras-fit needs one batch: give --args NAME, a "
+                             "function returning (x, y)")
+        fn, positional, rename, output_names = _keras_fit(fn, name, positional)
     # The function's own jax.jit options count as the flags would.
     own = backend.jit_options(fn)
     signature = [p.name for p in loader.parameters(fn, name)]
@@ -307,6 +313,8 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                             "--static")
     parameters, leaves = bind(fn, name, mesh, positional, static, arg_types,
                               f"--args {args_fn}")
+    if rename is not None:
+        leaves = rename(leaves)
     leaves = apply_shardings(leaves, mesh, rules)
     donated = donated_leaves(
         list(donate) + [str(i) for i in own["donate_argnums"]]
@@ -324,7 +332,27 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                    reference=reference_fn,
                    user_dir=os.path.dirname(os.path.abspath(path)),
                    namespace=tuple(vars(module).values()), donated=donated,
+                   output_names=output_names,
                    **_jitted(fn, parameters, leaves, positional, grads, context))
+
+
+def _keras_fit(model: Any, name: str, batch: Sequence[Any]):
+    """`fit`'s jitted train step of a Keras model, its arguments for one
+    batch, and what names its input leaves by Keras' variable paths."""
+    import dataclasses
+
+    from irshard.loading import kerasfit
+    step, call, variables = kerasfit.train_step(model, name, batch)
+
+    def rename(leaves: Sequence[Leaf]) -> list[Leaf]:
+        return [dataclasses.replace(
+            leaf, path=kerasfit.renamed(leaf.path, variables))
+            for leaf in leaves]
+
+    def outputs(names: Sequence[str]) -> list[str]:
+        return [kerasfit.output_name(n, variables) for n in names]
+
+    return step, call, rename, outputs
 
 
 def _jitted(fn: Callable[..., Any], parameters: Sequence[Parameter],
@@ -412,14 +440,20 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
                static_argnames: Sequence[str] = (),
                donate_argnums: Sequence[int] = (),
                donate_argnames: Sequence[str] = (),
-               context: Callable[[], Any] | None = None) -> Program:
-    """The program of `fn(*args)` (the Python API)."""
+               context: Callable[[], Any] | None = None,
+               keras_fit: bool = False) -> Program:
+    """The program of `fn(*args)` (the Python API); with `keras_fit`, of
+    the train step Keras model `fn`'s `fit` runs on the batch `args`."""
     import os
     name = getattr(fn, "__name__", type(fn).__name__)
     try:
         source = inspect.getsourcefile(fn) or "<python>"
     except TypeError:
         source = "<python>"
+    output_names = None
+    if keras_fit:
+        name = getattr(fn, "name", None) or name
+        fn, args, rename, output_names = _keras_fit(fn, name, args)
     params = loader.parameters(fn, name)
     positional = [p.name for p in params if p.kind != "keyword-only"]
     for i in static_argnums:
@@ -433,6 +467,8 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
         + [str(i) for i in own["static_argnums"]] + list(own["static_argnames"]),
         signature, name, "static_argnames"))
     parameters, leaves = bind(fn, name, mesh, args, static, None, "args")
+    if keras_fit:
+        leaves = rename(leaves)
     rule_list = [tree.Rule(pattern, spec, f"{pattern}={spec}")
                  for pattern, spec in rules]
     prefixes = prefixes_of(shardings, parameters) if shardings is not None else None
@@ -450,7 +486,7 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
                    out_shardings=out, out_prefix=out_prefix, grad=grads,
                    reference=reference, donated=_with_refs(donated, leaves),
                    user_dir=os.path.dirname(os.path.abspath(source))
-                   if source != "<python>" else None,
+                   if source != "<python>" else None, output_names=output_names,
                    **_jitted(fn, parameters, leaves, args, grads, context))
 
 

@@ -163,10 +163,17 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
     given = {i: leaf.sharding for i, leaf in enumerate(leaves) if leaf.given}
     annotate(lowered.module, mesh, given, result_shardings(
         program, lowered.out_tree, [len(o.shape) for o in lowered.outputs]))
+    from irshard.backend import shardy
     if extra_donors:
-        from irshard.backend import shardy
         shardy.mark_buffer_donors(lowered.module, extra_donors)
+    # A donated input whose sharding a rule changed is no longer the size of
+    # the output it was aliased to: a donor XLA may pair with any output.
+    resharded = [i for i, leaf in enumerate(leaves) if leaf.given and donated[i]]
+    if resharded:
+        shardy.mark_buffer_donors(lowered.module, resharded, unpin=True)
     names = _jitted_output_names(lowered, matched)
+    if program.output_names is not None:
+        names = list(program.output_names(names))
     outputs = tuple((n, _dtype(o.dtype, f"output '{n}'"), o.shape, o.key)
                     for n, o in zip(names, lowered.outputs))
     return JittedProgram(lowered.module, tuple(leaves), tuple(donated), outputs,
