@@ -293,3 +293,32 @@ def test_keras_fit_mistakes_are_one_error_line(flags, message):
     assert done.returncode == 2
     assert done.stderr.startswith(f"irshard: error: {message}"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.tpu
+def test_a_mesh_of_described_tpu_devices_compiles_for_the_target(tmp_path):
+    """Shardings on a mesh of `get_topology_desc` devices (MaxText's
+    `train_compile.py`) under `--target`: the step's own devices, the
+    collectives of plain JAX's compile for that slice."""
+    require("libtpu", "compiling for a TPU slice")
+    from irshard.collectives import dumps
+    done = run_irshard("compile", os.path.join(PROGRAMS, "topology_mesh.py"),
+                       "--fn", "step", "--args", "args", "--mesh",
+                       "data=2,model=2", "--target", "tpu-v5e:2x2",
+                       "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import topology_mesh as m;"
+        "open(sys.argv[2], 'w').write("
+        "m.step.lower(*m.args()).compile().as_text())")
+    hlo = tmp_path / "plain.hlo"
+    import subprocess
+    import sys
+    plain = subprocess.run([sys.executable, "-c", script, PROGRAMS, str(hlo)],
+                           capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    (expected,), _ = dumps.reports(str(hlo), "optimized", None)
+    assert summary(report["totals"]) == summary(expected.totals())
+    assert report["totals"]["count"] > 0

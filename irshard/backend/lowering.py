@@ -538,6 +538,21 @@ def lowered_of(lowered, framework: str = "jax") -> JittedLowering:
         devices=tuple(devices) if devices else None)
 
 
+def _arguments_mesh(values, mesh):
+    """The `jax.sharding.Mesh` of the first `NamedSharding` among the leaves
+    of `values` with `mesh`'s axis names and sizes, or None."""
+    jax = _jax()
+    for leaf in jax.tree_util.tree_leaves(values):
+        sharding = getattr(leaf, "_sharding", None) \
+            if isinstance(leaf, jax.ShapeDtypeStruct) else getattr(leaf, "sharding", None)
+        own = getattr(sharding, "mesh", None) \
+            if isinstance(sharding, jax.sharding.NamedSharding) else None
+        if isinstance(own, jax.sharding.Mesh) and own.shape == mesh.shape \
+                and tuple(own.axis_names) == tuple(mesh.axis_names):
+            return own
+    return None
+
+
 def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
                  context: Callable[[], Any] | None = None) -> JittedLowering:
     """JAX's lowering of the jitted object `fn` (see `jitted_target`) with
@@ -549,6 +564,11 @@ def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
     jax = _jax()
     _exclude_own_frames()
     target, bound, keywords = jitted_target(fn)
+    if mesh is not None:
+        # The arguments' own mesh of the same axes (built on a TPU slice's
+        # described devices, as MaxText's train_compile.py builds it) is the
+        # context mesh: another of the same devices would be incompatible.
+        mesh = _arguments_mesh((bound, args, keywords, kwargs), mesh) or mesh
     with contextlib.ExitStack() as stack:
         if mesh is not None:
             stack.enter_context(jax.set_mesh(mesh))
