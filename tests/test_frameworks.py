@@ -322,3 +322,27 @@ def test_a_mesh_of_described_tpu_devices_compiles_for_the_target(tmp_path):
     (expected,), _ = dumps.reports(str(hlo), "optimized", None)
     assert summary(report["totals"]) == summary(expected.totals())
     assert report["totals"]["count"] > 0
+
+
+@pytest.mark.parametrize("fn", ["layer", "forward"])
+def test_context_gives_logical_names_their_axes(fn):
+    """The rules of `--context` decide the program, for a plain function as
+    for a jitted one: with them the output is laid over `data`, without
+    them replicated; a context that raises is the user's error line."""
+    _program("logical_rules", ("flax",))
+    path = os.path.join(PROGRAMS, "logical_rules.py")
+
+    def output_sharding(*extra):
+        done = run_irshard("compile", path, "--fn", fn, "--args", "args",
+                           "--mesh", "data=2,model=2", "--format", "json",
+                           *extra)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["outputs"][0]["sharding"]
+
+    assert output_sharding("--context", "context") == ["data", "_"]
+    assert output_sharding() == ["_", "_"]
+    done = run_irshard("compile", path, "--fn", fn, "--args", "args",
+                       "--mesh", "data=2,model=2", "--context", "broken_context")
+    assert done.returncode == 2
+    assert done.stderr.startswith("irshard: error: ") and \
+        "RuntimeError: no rules today" in done.stderr.splitlines()[0]

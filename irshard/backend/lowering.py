@@ -99,6 +99,7 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
           weak: Sequence[bool] | None = None,
           shardings: Sequence[Sequence[Sequence[str]]] | None = None,
           donated: Sequence[int] = (),
+          context: Callable[[], Any] | None = None,
           ) -> LoweredFunction:
     """Traces `fn` on abstract inputs and lowers it to StableHLO.
 
@@ -112,6 +113,7 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
     apply. Unused inputs are kept (`jax.jit` drops them by default), so
     argument i of the module is always input i. Inputs `donated` are
     donated (`donate_argnums`): XLA may reuse their buffers for outputs.
+    `context()`, where given, is entered around tracing (inside the mesh).
     """
     jax = _jax()
     _exclude_own_frames()
@@ -121,7 +123,9 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
         else [None] * len(shapes)
     avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
              for s, d, w, p in zip(shapes, dtypes, weak, placed)]
-    with jax.set_mesh(mesh):
+    import contextlib
+    with jax.set_mesh(mesh), (context() if context is not None
+                              else contextlib.nullcontext()):
         lowered = jax.jit(fn, keep_unused=True,
                           donate_argnums=tuple(donated)).lower(*avals)
         module = lowered.compiler_ir("stablehlo")

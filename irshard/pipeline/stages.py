@@ -427,7 +427,7 @@ def trace(program: Program, placement: targets.Placement | None = None,
             [leaf.type.dtype.numpy for leaf in program.inputs], jax_mesh,
             [leaf.weak for leaf in program.inputs],
             [[d.axes for d in leaf.sharding.dims] for leaf in program.inputs]
-            if mesh.explicit else None, program.donated)
+            if mesh.explicit else None, program.donated, program.context)
     annotate(lowered.module, mesh,
              {i: leaf.sharding for i, leaf in enumerate(program.inputs)},
              result_shardings(program, lowered.out_tree,
