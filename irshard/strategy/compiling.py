@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import secrets
+import signal
 import stat
 import sys
 import tempfile
@@ -184,10 +185,36 @@ def first_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[0].removeprefix(ERROR_PREFIX)
 
 
+class Failure(str):
+    """Why a candidate did not compile, with the exit status its `irshard
+    compile` ended with (3 for a crash)."""
+
+    exit_code: int = 2
+
+    def __new__(cls, text: str, exit_code: int = 2) -> "Failure":
+        failure = super().__new__(cls, text)
+        failure.exit_code = exit_code
+        return failure
+
+
+def failure_of(returncode: int, stderr: str) -> Failure:
+    """A finished `irshard compile`'s failure: its error line, or the
+    signal that ended it."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return Failure(f"the compile crashed ({name})", 3)
+    return Failure(first_line(stderr) or f"exit status {returncode}",
+                   returncode if returncode in (1, 2, 3) else 3)
+
+
 class Processes:
     """Compiles candidates in `jobs` processes, each running `irshard
-    compile ARGV FLAGS --format json`; those still running at the deadline
-    are stopped."""
+    compile ARGV FLAGS --format json`: a candidate that crashes or hangs is
+    that candidate's failure, and those still running at the deadline are
+    stopped."""
 
     def __init__(self, argv: Sequence[str], jobs: int):
         self.argv = list(argv)
@@ -199,7 +226,7 @@ class Processes:
         the candidates the deadline left uncompiled."""
         import subprocess
         pending = list(work)
-        running: list[tuple[Any, Candidate, bool, float]] = []
+        running: list[tuple[Any, Candidate, bool, float, Any, Any]] = []
         left: list[Candidate] = []
         try:
             while pending or running:
@@ -220,10 +247,8 @@ class Processes:
                     left += [c for c, _ in pending]
                     break
                 if time.monotonic() >= deadline:
-                    for proc, candidate, *_ in running:
-                        proc.kill()
-                        proc.wait()
-                        left.append(candidate)
+                    _stop([item[0] for item in running])
+                    left += [item[1] for item in running]
                     left += [c for c, _ in pending]
                     break
                 finished = None
@@ -237,23 +262,28 @@ class Processes:
                 running.remove(finished)
                 proc, candidate, explain, started, out, err = finished
                 seconds = time.monotonic() - started
+                result: Any
                 if proc.returncode == 0:
                     try:
-                        result: Any = json.loads(_read(out))
+                        result = json.loads(_read(out))
                     except ValueError:
-                        result = "irshard compile wrote no JSON report"
+                        result = Failure("irshard compile wrote no JSON report", 3)
                 else:
-                    result = first_line(_read(err)) or f"exit status {proc.returncode}"
+                    result = failure_of(proc.returncode, _read(err))
                 done(candidate, explain, result, seconds)
         finally:
-            for proc, *_ in running:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            _stop([proc for proc, *_ in running])
             for _, _, _, _, out, err in running:
                 out.close()
                 err.close()
         return left
+
+
+def _stop(procs: Sequence[Any]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _read(f) -> str:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from irshard.core.errors import UsageError
+from irshard.core.errors import BackendError, UsageError
 from irshard.reporting.text import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 from irshard.strategy import rules as rulesets
@@ -95,7 +95,7 @@ def _outcome_of(candidate: Candidate, result: Any, seconds: float,
         fits = (result.get("memory") or {}).get("fits")
         return Outcome(candidate, "does not fit" if fits is False else "ok",
                        result, None, seconds, cached)
-    reason = str(result)
+    reason = result if isinstance(result, str) else str(result)
     status = "does not fit" if "RESOURCE_EXHAUSTED" in reason \
         or "Ran out of memory" in reason else "failed"
     return Outcome(candidate, status, None, reason, seconds, cached)
@@ -456,9 +456,28 @@ def run_search(structure: rulesets.Structure, *, command: Sequence[str], target:
                 break
     finally:
         progress.close()
+    _check_some_compiled(search.outcomes)
     return SearchResult(tuple(command), target, devices, tuple(axes),
                         tuple(search.outcomes), tuple(pruned), tuple(skipped),
                         time.monotonic() - started, budget_s)
+
+
+def _check_some_compiled(outcomes: Sequence[Outcome]) -> None:
+    """A search whose every compile failed (the program's own error, most
+    often, the same for every candidate) is that error, not a report of
+    failures."""
+    if not outcomes or any(o.status != "failed" for o in outcomes):
+        return
+    reasons = list(dict.fromkeys(o.reason or "" for o in outcomes))
+    codes = {getattr(o.reason, "exit_code", 2) for o in outcomes}
+    error = BackendError if codes != {2} else UsageError
+    if len(reasons) == 1:
+        raise error(f"search: every candidate failed to compile "
+                    f"({len(outcomes)} tried): {reasons[0]}")
+    first = outcomes[0]
+    raise error(f"search: every candidate failed to compile ({len(outcomes)} "
+                f"tried, {len(reasons)} different errors); the first, "
+                f"--mesh {first.candidate.mesh_text}: {first.reason}")
 
 
 # ---------------------------------------------------------------------------
