@@ -5,6 +5,7 @@ candidate fails is that failure's error line."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -105,4 +106,75 @@ def test_every_candidate_crashing_is_an_error_of_irshard(write):
     assert done.stderr.strip().splitlines() == [
         "irshard: error: search: every candidate failed to compile (3 tried): "
         "the compile crashed (SIGSEGV)"]
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in f.read().split():
+                found += [int(child), *_descendants(int(child))]
+    return found
+
+
+def _compiles(pid: int) -> list[int]:
+    """The `irshard compile` processes that the search `pid` runs."""
+    found = []
+    for child in _descendants(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"\0compile\0" in f.read():
+                    found.append(child)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+SLOW = """
+import jax.numpy as jnp
+
+
+def step(x: "bf16[256,256]"):
+    for i in range(300):
+        x = jnp.tanh(x @ x.T + i)
+    return x
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_an_interrupted_search_leaves_no_process_and_no_temporary_file(write, tmp_path):
+    """SIGTERM to the search alone, while its --jobs 2 compiles write their
+    temporary files: they once were killed before they could remove them
+    (9 runs of 9 left some)."""
+    path = write("slow.py", SLOW)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "irshard", "search", path, "--devices", "2",
+         "--jobs", "2", "--no-cache"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(temp)))
+    deadline = time.monotonic() + 120
+    while len(_compiles(proc.pid)) < 2 \
+            or sum(len(files) for _, _, files in os.walk(temp)) == 0:
+        assert proc.poll() is None and time.monotonic() < deadline, \
+            proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    compiles = _descendants(proc.pid)
+    assert sum(len(files) for _, _, files in os.walk(temp)), "the compiles ended"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().endswith("irshard: interrupted")
+    assert all(_gone(pid) for pid in compiles)
+    assert os.listdir(temp) == []
 

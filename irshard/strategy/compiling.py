@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import stat
 import sys
@@ -16,7 +17,7 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
-from irshard.core import files, schema
+from irshard.core import files, interrupts, schema
 from irshard.core.errors import ERROR_PREFIX, InputError, UsageError
 from irshard.strategy.candidates import Candidate
 
@@ -210,11 +211,17 @@ def failure_of(returncode: int, stderr: str) -> Failure:
                    returncode if returncode in (1, 2, 3) else 3)
 
 
+# How long a compile stopped by the deadline or an interrupt has to clean up
+# after SIGTERM before it is killed.
+GRACE_S = 1.0
+
+
 class Processes:
     """Compiles candidates in `jobs` processes, each running `irshard
     compile ARGV FLAGS --format json`: a candidate that crashes or hangs is
     that candidate's failure, and those still running at the deadline are
-    stopped."""
+    stopped. Each process's temporary files go to a directory of its own,
+    removed when it ends, however it ends."""
 
     def __init__(self, argv: Sequence[str], jobs: int):
         self.argv = list(argv)
@@ -226,8 +233,9 @@ class Processes:
         the candidates the deadline left uncompiled."""
         import subprocess
         pending = list(work)
-        running: list[tuple[Any, Candidate, bool, float, Any, Any]] = []
+        running: list[tuple[Any, Candidate, bool, float, Any, Any, str]] = []
         left: list[Candidate] = []
+        root = interrupts.temp_dir("irshard-search-")
         try:
             while pending or running:
                 now = time.monotonic()
@@ -241,8 +249,10 @@ class Processes:
                     # buffer would block its writer, which nobody reads
                     # until it ends.
                     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-                    proc = subprocess.Popen(command, stdout=out, stderr=err)
-                    running.append((proc, candidate, explain, now, out, err))
+                    tmp = tempfile.mkdtemp(dir=root)
+                    proc = subprocess.Popen(command, stdout=out, stderr=err,
+                                            env=dict(os.environ, TMPDIR=tmp))
+                    running.append((proc, candidate, explain, now, out, err, tmp))
                 if not running:
                     left += [c for c, _ in pending]
                     break
@@ -260,8 +270,9 @@ class Processes:
                     time.sleep(0.05)
                     continue
                 running.remove(finished)
-                proc, candidate, explain, started, out, err = finished
+                proc, candidate, explain, started, out, err, tmp = finished
                 seconds = time.monotonic() - started
+                shutil.rmtree(tmp, ignore_errors=True)
                 result: Any
                 if proc.returncode == 0:
                     try:
@@ -273,15 +284,25 @@ class Processes:
                 done(candidate, explain, result, seconds)
         finally:
             _stop([proc for proc, *_ in running])
-            for _, _, _, _, out, err in running:
+            for _, _, _, _, out, err, _ in running:
                 out.close()
                 err.close()
+            interrupts.remove(root)
         return left
 
 
 def _stop(procs: Sequence[Any]) -> None:
+    """Ends `procs`: SIGTERM (irshard removes its temporary files and
+    exits), then, after `GRACE_S`, SIGKILL."""
+    import subprocess
     for proc in procs:
         if proc.poll() is None:
+            proc.terminate()
+    end = time.monotonic() + GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
 
