@@ -178,3 +178,18 @@ def test_an_interrupted_search_leaves_no_process_and_no_temporary_file(write, tm
     assert all(_gone(pid) for pid in compiles)
     assert os.listdir(temp) == []
 
+
+def test_a_program_named_like_an_option(tmp_path):
+    """`irshard search -- -x.py`: its compiles once took the name for an
+    option, and every candidate failed."""
+    (tmp_path / "-x.py").write_text(
+        "import jax.numpy as jnp\n\n\ndef step(w: 'f32[64,64]', x: 'f32[16,64]'):\n"
+        "    return jnp.tanh(x @ w).sum()\n")
+    done = run_irshard("search", "--devices", "2", "--jobs", "2", "--no-cache",
+                       "--format", "json", "--", "-x.py", cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["winner"] is not None
+    assert data["compiled"] >= 3
+    assert all(c["status"] == "ok" for c in data["candidates"]
+               if c["strategy"] in ("DP", "FSDP"))
