@@ -21,6 +21,7 @@ STEPS = [
     ("flax_nnx", "train_step", "data=2,model=2", ("flax", "optax")),
     ("equinox_step", "make_step", "batch=4", ("equinox", "optax")),
     ("penzai_style", "step_fn", "data=4", ("optax",)),
+    ("penzai_trainer", "step_fn", "data=4", ("penzai", "optax")),
 ]
 
 
