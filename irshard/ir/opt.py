@@ -118,7 +118,7 @@ def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
         else:
             risky = _check_entry(module, step)
             try:
-                if risky:
+                if risky or _debugging(step):
                     _run_isolated(module, step, risky, diagnostics)
                 else:
                     backend.run_registered_passes(
@@ -167,12 +167,26 @@ def _check_entry(module, step: pipeline.Step) -> list[str]:
     return names if entry_seeking and "@main" not in names and len(names) > 1 else []
 
 
+def _debugging(step: pipeline.Step) -> bool:
+    """Whether `step` gives a Shardy pass a debug option
+    (`debug-sharding-origins`...): Shardy has crashed the process with them
+    on IR it did not expect, so such a step runs apart."""
+    return "sdy-" in step.mlir_text and "debug-" in step.mlir_text
+
+
 def _run_isolated(module, step: pipeline.Step, names: list[str],
                   diagnostics: list | None = None) -> None:
     """Runs `step` on `module` in a child process and takes its result in
-    place; a child that dies (Shardy's check for @main) is an error line."""
+    place; a child that dies (Shardy's check for @main, a crash in a debug
+    option) is an error line."""
     operation, why = backend.run_registered_passes_isolated(
         module, f"builtin.module({step.mlir_text})", diagnostics, _diagnostic)
+    if operation is None and not names:
+        options = ", ".join(dict.fromkeys(
+            re.findall(r"debug-[\w-]+(?:=\w+)?", step.mlir_text)))
+        raise PassError(
+            f"pass '{step.label}' crashed ({why}) with Shardy's {options}; "
+            f"run it without, or report the module to Shardy")
     if operation is None:
         raise PassError(
             f"pass '{step.label}' aborted ({why}): Shardy takes the function "
@@ -187,8 +201,10 @@ def _run_isolated(module, step: pipeline.Step, names: list[str],
         for op in old:
             op.operation.erase()
         attributes = module.operation.attributes
-        new = {a.name: a.attr for a in operation.attributes}
-        for name in [a.name for a in attributes]:
+        # By index: iterating gives names or (name, value) pairs by version.
+        new = {operation.attributes[i].name: operation.attributes[i].attr
+               for i in range(len(operation.attributes))}
+        for name in [attributes[i].name for i in range(len(attributes))]:
             if name not in new:
                 del attributes[name]
         for name, attr in new.items():
