@@ -190,3 +190,30 @@ def test_help_does_not_import_jax():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stderr
+
+
+KEYS = """
+import jax.numpy as jnp
+
+
+def args():
+    return ({"\\x1b]0;owned\\x07w": jnp.zeros((8,)), "b": jnp.zeros((8,))},)
+
+
+def step(params):
+    return params["b"] * 2
+"""
+
+
+def test_an_error_line_escapes_control_characters(write, capsys):
+    """A pytree key holding a terminal escape sequence once reached the
+    terminal raw, listed in an error line."""
+    path = write("keys.py", KEYS)
+    assert cli.main(["compile", path, "--fn", "step", "--args", "args",
+                     "--mesh", "x=2", "--shard", "nosuch=x"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("irshard: error: --shard nosuch=x: 'nosuch' matches no input; "
+                   "the inputs are params/\\x1b]0;owned\\x07w, params/b\n")
+    from irshard.core.errors import error_line
+    assert error_line("a\x9bb\ttab \udc80 é\nnext\x1b[2J") == \
+        "irshard: error: a\\x9bb\ttab \udc80 é\n  next\\x1b[2J"

@@ -88,8 +88,19 @@ def error_line(message: str | BaseException) -> str:
     """`irshard: error: FIRST LINE`, then any further lines of a multi-line
     message (JAX's hints, the user's exception) indented by two spaces: the
     one form every error of irshard takes on stderr."""
-    lines = str(message).splitlines() or [type(message).__name__]
+    lines = [_shown(line) for line in str(message).splitlines()] \
+        or [type(message).__name__]
     rest = ["  " + line if line.strip() else "" for line in lines[1:]]
     while rest and not rest[-1]:
         rest.pop()
     return "\n".join([ERROR_PREFIX + lines[0]] + rest)
+
+
+def _shown(line: str) -> str:
+    """`line` with its control characters escaped (`\\x1b`): a name from a
+    program (a pytree key, an exception's text) sends no escape sequence to
+    the terminal. Tabs stay, as do the bytes of a path that is not UTF-8
+    (lone surrogates, which stderr writes back as bytes escaped)."""
+    return "".join(
+        c if c.isprintable() or c == "\t" or "\udc80" <= c <= "\udcff"
+        else c.encode("unicode_escape").decode("ascii") for c in line)
