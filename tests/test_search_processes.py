@@ -193,3 +193,19 @@ def test_a_program_named_like_an_option(tmp_path):
     assert data["compiled"] >= 3
     assert all(c["status"] == "ok" for c in data["candidates"]
                if c["strategy"] in ("DP", "FSDP"))
+
+
+def test_no_constraint_is_proposed_for_a_scalar(write):
+    """`reduce@tiny.py:5=` was proposed for the sum to a scalar: it does not
+    parse, and the candidate failed."""
+    path = write("tiny.py", "import jax.numpy as jnp\n\n\n"
+                 "def step(w: 'f32[64,64]', x: 'f32[16,64]'):\n"
+                 "    return jnp.tanh(x @ w).sum()\n")
+    done = run_irshard("search", path, "--devices", "2", "--no-cache",
+                       "--format", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["compiled"] >= 3
+    assert [c for c in data["candidates"] if c["status"] == "failed"] == []
+    assert all(spec for c in data["candidates"]
+               for _, spec in c.get("constraints", []))

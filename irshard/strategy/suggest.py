@@ -201,9 +201,10 @@ class _Builder:
                 self.input_change([(path, entries)],
                                   f"input {path} sharded {spec_text(entries)} "
                                   f"({how}) ({where})")
-        elif spec is not None and value.get("source") and want is not None \
+        elif spec is not None and value.get("source") and want \
                 and _is_op(name) and len(want) == len(spec) \
                 and c["kind"] != "collective-permute":
+            # (A scalar has no sharding to constrain it to: `op@f:7=`.)
             src = value["source"]
             match = f"{_op_name(name)}@{src['file']}:{src['line']}"
             self.add(Candidate(("--constrain", f"{match}={spec_text(want)}"),
