@@ -402,10 +402,12 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
            profile: str | None = None, platform: str = "cpu",
            explain: bool = False):
     """The report of a lowering the user already has: a
-    `jax.stages.Lowered` or `Traced` (`jax.jit(f).lower(...)`, MaxText's
-    `train_compile.py` has one), or a framework's (`nnx.jit(f).lower`,
-    `eqx.filter_jit(f).lower`). Nothing is traced again: its shardings,
-    donation and outputs are as lowered, compiled once for its devices.
+    `jax.stages.Lowered` or `Traced` (`jax.jit(f).lower(...)`), or a
+    framework's (`nnx.jit(f).lower`, `eqx.filter_jit(f).lower`): nothing
+    is traced again, its shardings, donation and outputs are as lowered,
+    compiled once for its devices. Or a `jax.stages.Compiled` (MaxText's
+    `train_compile.py` makes one): its own executable is read, nothing
+    compiled again; its report has only the optimized stage.
     `mesh` (a spec or `jax.sharding.Mesh`) is needed only where the
     lowering names no mesh of its own."""
     from irshard import backend
@@ -415,8 +417,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     from irshard.pipeline import stages
     _check_platform(platform)
     if hasattr(lowered, "runtime_executable") and not hasattr(lowered, "compile"):
-        raise UsageError("report: a Compiled has no StableHLO left to report "
-                         "from; give its Lowered (jax.jit(f).lower(...))")
+        return _report_compiled(lowered, mesh, target, profile, platform)
     try:
         found = backend.lowered_of(lowered)
     except (TypeError, AttributeError):
@@ -446,6 +447,31 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     if explain:
         result = explaining.explained(result, lowered_stage, compiled)
     return _given(Report.of(result, stages=stages.Pipeline(lowered_stage, compiled)))
+
+
+def _report_compiled(compiled: Any, mesh: Any, target, profile, platform):
+    """`report` of a `jax.stages.Compiled`: its own executable, read."""
+    from irshard import backend
+    from irshard.hardware import targets
+    from irshard.pipeline import stages
+    try:
+        step = backend.compiled_of(compiled)
+    except (TypeError, AttributeError) as e:
+        raise UsageError(f"report: cannot read this {type(compiled).__name__}'s "
+                         f"executable ({e}); give its Lowered instead") from None
+    if mesh is not None:
+        spec, _ = _mesh(mesh, None)
+    elif step.mesh is not None:
+        spec, _ = _mesh(step.mesh, None)
+    else:
+        spec = parse_mesh(f"x={len(step.devices)}")
+    if spec.num_devices != len(step.devices):
+        raise UsageError(f"report: mesh {spec} has {spec.num_devices} devices; "
+                         f"the executable runs on {len(step.devices)}")
+    place = targets.place(target, platform, profile)
+    optimized = stages.from_compiled(step, spec, place, "compiled")
+    return _given(Report.of(optimized.report(),
+                            stages=stages.Pipeline(None, optimized)))
 
 
 def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,

@@ -347,3 +347,25 @@ def test_context_gives_logical_names_their_axes(fn):
     assert done.returncode == 2
     assert done.stderr.startswith("irshard: error: ") and \
         "RuntimeError: no rules today" in done.stderr.splitlines()[0]
+
+
+def test_report_of_an_executable_the_user_compiled(tmp_path):
+    """`irshard.report` of a `Compiled` reads its own executable: the same
+    collectives, aliasing and outputs as plain JAX's, nothing compiled
+    again; only its optimized stage can be printed."""
+    import irshard
+    module = _program("flax_nnx", ("flax", "optax"))
+    compiled = module.train_step.lower(*module.args()).compile()
+    expected, aliases, outputs = plain_jax(module.train_step, module.args(),
+                                           tmp_path)
+    report = irshard.report(compiled)
+    assert summary(report.totals()) == summary(expected)
+    assert sum(i.donated for i in report.inputs) == aliases
+    assert len(report.outputs) == outputs
+    assert report.mesh.names == ("data", "model")
+    # Its own module (XLA prints a backend config's keys in either order).
+    own = getattr(compiled, "compiled", compiled).as_text().splitlines()
+    printed = report.stage("optimized").splitlines()
+    assert printed[0] == own[0] and len(printed) == len(own)
+    with pytest.raises(irshard.UsageError, match="keeps only its optimized HLO"):
+        report.stage("stablehlo")

@@ -40,6 +40,8 @@ from irshard.backend.devices import (  # noqa: F401
     visible_devices)
 from irshard.backend.lowering import (  # noqa: F401
     BadOutput,
+    CompiledStep,
+    compiled_of,
     LoweredFunction,
     PassFailure,
     array_outputs,

@@ -583,3 +583,55 @@ def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
         framework = (type(lowered).__module__ or "jax").split(".")[0]
         framework = {"jaxlib": "jax"}.get(framework, framework)
         return lowered_of(lowered, framework)
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """A `jax.stages.Compiled` the user already has, as irshard reads it:
+    its executable, every flat input (the ones XLA kept) and output, and
+    the devices and mesh its shardings name."""
+
+    executable: Any
+    inputs: tuple[LoweredLeaf, ...]
+    outputs: tuple[LoweredLeaf, ...]
+    mesh: Any                 # the jax.sharding.Mesh of its shardings, or None
+    devices: tuple[Any, ...]
+
+
+def compiled_of(compiled) -> CompiledStep:
+    """A `jax.stages.Compiled` (or a framework's wrapping one) as irshard
+    reads it: nothing compiled again."""
+    jax = _jax()
+    seen = 0
+    while not isinstance(compiled, jax.stages.Compiled) and seen < 8:
+        inner = getattr(compiled, "compiled", None)
+        if inner is None or inner is compiled:
+            break
+        compiled, seen = inner, seen + 1
+    if not isinstance(compiled, jax.stages.Compiled):
+        raise TypeError(f"not JAX's Compiled: {type(compiled).__name__}")
+    executable = compiled.runtime_executable()
+    if executable is None:
+        raise TypeError("its executable is not available")
+    flat = jax.tree_util.tree_flatten_with_path(compiled.args_info)[0]
+    shardings = jax.tree_util.tree_leaves(
+        compiled.input_shardings, is_leaf=lambda x: x is None)
+    kept = [s is not None for s in shardings] \
+        if len(shardings) == len(flat) else [True] * len(flat)
+    inputs = tuple(_leaf_of(path, info, bool(getattr(info, "donated", False)), k)
+                   for (path, info), k in zip(flat, kept))
+    outputs = tuple(_leaf_of(path, info) for path, info in
+                    jax.tree_util.tree_flatten_with_path(compiled.out_info)[0])
+    mesh = None
+    for sharding in [*shardings, *jax.tree_util.tree_leaves(compiled.output_shardings)]:
+        if isinstance(sharding, jax.sharding.NamedSharding) and \
+                isinstance(sharding.mesh, jax.sharding.Mesh):
+            mesh = sharding.mesh
+            break
+    if mesh is not None:
+        devices = tuple(mesh.devices.flat)
+    else:
+        found = next((s for s in shardings if s is not None), None)
+        devices = tuple(sorted(found.device_set, key=lambda d: d.id)) \
+            if found is not None else tuple(executable.local_devices())
+    return CompiledStep(executable, inputs, outputs, mesh, devices)

@@ -332,12 +332,18 @@ class Optimized(Stage):
 
 @dataclass(frozen=True, eq=False)
 class Pipeline:
-    """The stages of one compile, so a report can print any of them."""
+    """The stages of one compile, so a report can print any of them; a
+    report of an executable the user compiled has no `lowered` stage."""
 
-    lowered: StableHLO
+    lowered: StableHLO | None
     compiled: Optimized
 
     def text(self, name: str) -> str:
+        if self.lowered is None and name != "optimized":
+            from irshard.core.errors import UsageError
+            raise UsageError(f"stage {name}: this report is of a compiled "
+                             f"executable, which keeps only its optimized HLO; "
+                             f"report its Lowered for the others")
         if name == "stablehlo":
             return self.lowered.as_text()
         if name == "propagated":
@@ -481,3 +487,31 @@ def from_lowering(lowered: Any, mesh: MeshSpec, placement: targets.Placement,
                                  [a.type for a in mesh.axes])
     return _stage_of(program, placement, devices,
                      lower_jitted_program(program, jax_mesh, _user_dir(program)), ())
+
+
+def from_compiled(step: backend.CompiledStep, mesh: MeshSpec,
+                  placement: targets.Placement, function: str) -> Optimized:
+    """The optimized stage of an executable the user already compiled
+    (`irshard.report` of a `jax.stages.Compiled`): its inputs the ones XLA
+    kept, named by their path in `(args, kwargs)`."""
+    from irshard.pipeline.lowerings import lowered_input_name
+    inputs = tuple(TensorDecl(lowered_input_name(leaf.path),
+                              _known_dtype(leaf.dtype), leaf.shape, leaf.key,
+                              None, leaf.donated)
+                   for leaf in step.inputs if leaf.kept)
+    outputs = tuple(TensorDecl(tree.path_of("result", [leaf.path] if leaf.path else []),
+                               _known_dtype(leaf.dtype), leaf.shape, leaf.key)
+                    for leaf in step.outputs)
+    info = ProgramInfo(source="<python>", function=function, user_dir=None,
+                       mesh=mesh, placement=placement, inputs=inputs,
+                       outputs=outputs)
+    return Optimized(info, backend.CompiledExecutable(
+        step.executable, step.devices, None, ((), None), ""))
+
+
+def _known_dtype(name: str) -> DType:
+    found = lookup_dtype(name)
+    if found is None:
+        raise BackendError(f"the executable has a value of dtype {name}, "
+                           f"which irshard cannot report")
+    return found
