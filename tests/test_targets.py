@@ -492,3 +492,40 @@ def test_a_gpu_platform_starts_the_plugin_installed(tmp_path, monkeypatch):
     assert {"cuda", "rocm"} <= set(devices._jax_platform("gpu").split(","))
     assert devices._jax_platform("tpu") == "tpu"
     assert devices._jax_platform("cpu") == "cpu"
+
+
+COMPUTES_AT_IMPORT = '''\
+from functools import partial
+import jax, jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()[:4]), ("i",))
+
+@jax.jit
+@partial(jax.shard_map, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P("i"))
+def add(a, b):
+    return a + b
+
+z = add(jnp.ones((8,)), jnp.ones((8,)))
+'''
+
+
+@pytest.mark.tpu
+def test_a_program_that_computes_at_import_under_a_tpu_target_is_told_why(write):
+    """The shard_map tutorial's style runs its step at import; under a TPU
+    target there is no TPU to run it on, and the error line says so and
+    what to do, with the program's own error under it."""
+    require("libtpu", "compiling for a TPU slice")
+    path = write("tutorial.py", COMPUTES_AT_IMPORT)
+    done = run_irshard("compile", path, "--fn", "add", "--arg", "a=f32[8]",
+                       "--arg", "b=f32[8]", "--mesh", "i=4",
+                       "--target", "tpu-v5e:2x2")
+    assert done.returncode == 2
+    first, *rest = done.stderr.splitlines()
+    assert first.startswith("irshard: error: ") and \
+        "runs a JAX computation when imported" in first and \
+        'if __name__ == "__main__":' in first
+    assert rest and rest[0].startswith("  ") and "tutorial.py:12" in rest[0]
+    # The same program compiles for this machine.
+    assert run_irshard("compile", path, "--fn", "add", "--arg", "a=f32[8]",
+                       "--arg", "b=f32[8]", "--mesh", "i=4").returncode == 0

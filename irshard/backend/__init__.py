@@ -34,6 +34,7 @@ from irshard.backend.devices import (  # noqa: F401
     partition_spec,
     process_index,
     quiet_native_stderr,
+    ran_without_devices,
     started,
     tpu_devices,
     tpu_slice,

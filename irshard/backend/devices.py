@@ -385,6 +385,14 @@ def partition_spec(entries: Sequence[Sequence[str]]):
                            else tuple(axes) for axes in entries))
 
 
+def ran_without_devices(exc: BaseException) -> bool:
+    """`exc` is JAX's failure to run a computation on devices that are only
+    described (a TPU slice's compile-only client): there is nothing here to
+    run it on."""
+    return isinstance(exc, AttributeError) and \
+        "'Executable' object has no attribute" in str(exc)
+
+
 def first_line(exc: BaseException) -> str:
     """The first informative line of an XLA/JAX error message."""
     for line in str(exc).splitlines():

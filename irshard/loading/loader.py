@@ -98,7 +98,16 @@ def load_module(path: str) -> types.ModuleType:
         exec(code, module.__dict__)
     except (Exception, SystemExit) as e:  # The user's module failed to import.
         del sys.modules[name]
-        raise UserCodeError(describe_user_exception(e, directory)) from None
+        described = describe_user_exception(e, directory)
+        from irshard import backend
+        if backend.ran_without_devices(e):
+            raise UserCodeError(
+                f"{display_path(path)} runs a JAX computation when imported, "
+                f"and a TPU target's devices are only described here, with no "
+                f"TPU to run it on: guard that code with `if __name__ == "
+                f"\"__main__\":`, or compile for this machine (leave out "
+                f"--target)\n{described}") from None
+        raise UserCodeError(described) from None
     return module
 
 
