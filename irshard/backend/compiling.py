@@ -157,9 +157,10 @@ def compile_module(module, mesh_devices: Sequence[Any],
     host_callbacks, keepalive = callbacks
     cache = None
     if not compile_only and not host_callbacks:
-        cache = _PersistentCache.of(module, mesh_devices, client, _compile_options(
-            module, len(mesh_devices), [d.id for d in mesh_devices], None,
-            propagate_to_parameters, propagate_to_outputs))
+        cache = _PersistentCache.of(
+            module, mesh_devices, client, lambda: _compile_options(
+                module, len(mesh_devices), [d.id for d in mesh_devices], None,
+                propagate_to_parameters, propagate_to_outputs))
     if cache is not None:
         found = cache.read(device_list, capture_partitioned)
         if found is not None:
@@ -220,12 +221,17 @@ class _PersistentCache:
         self.directory, self.name = directory, name
 
     @classmethod
-    def of(cls, module, devices, client, options) -> "_PersistentCache | None":
+    def of(cls, module, devices, client,
+           options_of: Callable[[], Any]) -> "_PersistentCache | None":
+        """The cache for `module` on `devices` with the options
+        `options_of()` makes (without dump flags), or None where the user
+        did not turn it on."""
         import numpy as np
         from jax._src import compilation_cache, config
         if not compilation_cache.is_persistent_cache_enabled():
             return None
         directory = str(config.compilation_cache_dir.value)
+        options = options_of()
         try:
             if not compilation_cache.is_cache_used(client):
                 return None
