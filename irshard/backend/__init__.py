@@ -4,7 +4,8 @@ Device set-up, the MLIR context with Shardy's passes, lowering, compile
 options and dump flags, the backend's compile/execute entry points and XLA's
 HLO objects all live here, so a JAX upgrade is one package to fix: `devices`
 (platforms, devices, TPU slices, meshes), `lowering` (MLIR, `jax.jit`
-lowering, pytree leaves, registered passes), `compiling` (XLA compile, HLO
+lowering, pytree leaves, registered passes), `jitted` (what the user
+jitted, lowered or compiled themselves), `compiling` (XLA compile, HLO
 objects) and `running` (execution, the distributed runtime). Callers use
 the names this package gathers from the four. Tested with
 jax/jaxlib 0.10.2, 0.11.2 and 0.12.0.1 (the range is pinned in
@@ -41,8 +42,6 @@ from irshard.backend.devices import (  # noqa: F401
     visible_devices)
 from irshard.backend.lowering import (  # noqa: F401
     BadOutput,
-    CompiledStep,
-    compiled_of,
     LoweredFunction,
     PassFailure,
     array_outputs,
@@ -53,11 +52,7 @@ from irshard.backend.lowering import (  # noqa: F401
     is_abstract,
     is_ref,
     is_sharding,
-    JittedLowering,
     jit_options,
-    jitted_target,
-    lower_jitted,
-    lowered_of,
     key_data,
     key_data_outputs,
     lower,
@@ -69,6 +64,13 @@ from irshard.backend.lowering import (  # noqa: F401
     run_registered_passes,
     run_registered_passes_isolated,
     wrap_key)
+from irshard.backend.jitted import (  # noqa: F401
+    CompiledStep,
+    JittedLowering,
+    compiled_of,
+    jitted_target,
+    lower_jitted,
+    lowered_of)
 from irshard.backend.compiling import (  # noqa: F401
     CompiledExecutable,
     compile_module,
