@@ -8,6 +8,8 @@ import json
 import os
 import re
 
+import pytest
+
 from irshard import cli
 from tests.conftest import EXAMPLES, ROOT
 
@@ -115,11 +117,15 @@ def test_the_search_cache_key_holds_the_profile_s_contents(tmp_path):
 def test_a_failure_is_not_cached(tmp_path):
     from tests.test_search import engine
     from irshard.strategy import compiling
+    from irshard.core.errors import IrshardError
     cache = compiling.Cache(str(tmp_path), "salt")
     first, second = [], []
-    engine(lambda c: "XLA failed: something broke", cache=cache, calls=first)
+    # Every candidate failing is the search's error; none of it is kept.
+    with pytest.raises(IrshardError, match="every candidate failed"):
+        engine(lambda c: "XLA failed: something broke", cache=cache, calls=first)
     assert first and os.listdir(tmp_path) == []
-    engine(lambda c: "XLA failed: something broke", cache=cache, calls=second)
+    with pytest.raises(IrshardError, match="every candidate failed"):
+        engine(lambda c: "XLA failed: something broke", cache=cache, calls=second)
     assert second == first
 
 
