@@ -575,3 +575,26 @@ def test_a_computation_read_whole_reads_as_its_lines_read_one_by_one():
     alone = [(i.name, i.opcode, i.operands, i.text, i.root)
              for i in (hloscan._instruction("  " + line, "c") for line in lines)]
     assert whole == alone and len(whole) > 60
+
+
+def test_a_long_line_is_read_in_time_proportional_to_it(monkeypatch, tmp_path):
+    """A line longer than a block is gathered piece by piece: each byte is
+    searched for the line's end once (a one-line file of hundreds of MB
+    took quadratic time when the pending piece was searched again with
+    every block)."""
+    import time
+    monkeypatch.setattr(blocks, "BLOCK", 16)
+    line = b"x" * 2_000_000
+    path = tmp_path / "one-line.hlo"
+    path.write_bytes(b"a\n" + line + b"\nb\n" + line)
+    for text in (blocks.ModuleText(path=str(path)),
+                 blocks.ModuleText(data=path.read_bytes())):
+        start = time.perf_counter()
+        read = list(text.blocks())
+        assert time.perf_counter() - start < 5.0
+        joined = b"".join(block for _, block in read)
+        assert joined == path.read_bytes() + b"\n"
+        offsets = [offset for offset, _ in read]
+        assert offsets == sorted(offsets) and all(
+            joined[o:o + len(b)] == b for o, b in read)
+        assert all(block.endswith(b"\n") for _, block in read)

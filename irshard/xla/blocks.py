@@ -30,21 +30,24 @@ class ModuleText:
         else:
             f = open(self.path, "rb")
         with f:
-            offset, rest = 0, b""
+            # The pieces of a line that has not ended yet: kept apart and
+            # joined once it ends, so a line of any length is read in time
+            # proportional to it (each new block is searched, never again).
+            offset, pending = 0, []
             while True:
                 chunk = f.read(BLOCK)
                 if not chunk:
-                    if rest:
-                        yield offset, rest + b"\n"
+                    if pending:
+                        yield offset, b"".join(pending) + b"\n"
                     return
-                chunk = rest + chunk
                 cut = chunk.rfind(b"\n") + 1
                 if cut == 0:
-                    rest = chunk
+                    pending.append(chunk)
                     continue
-                yield offset, chunk[:cut]
-                offset += cut
-                rest = chunk[cut:]
+                block = b"".join([*pending, chunk[:cut]])
+                yield offset, block
+                offset += len(block)
+                pending = [chunk[cut:]] if cut < len(chunk) else []
 
     def decoded(self, start: int, end: int) -> str:
         """`read`, as text."""
