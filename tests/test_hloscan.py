@@ -598,3 +598,18 @@ def test_a_long_line_is_read_in_time_proportional_to_it(monkeypatch, tmp_path):
         assert offsets == sorted(offsets) and all(
             joined[o:o + len(b)] == b for o, b in read)
         assert all(block.endswith(b"\n") for _, block in read)
+
+
+def test_a_file_that_is_not_text_is_refused_at_its_first_block(tmp_path):
+    """A sparse or binary file is no printed HLO: refused by its first NUL
+    byte, in one error line, before anything reads it whole."""
+    from tests.conftest import run_irshard
+    path = tmp_path / "sparse.hlo"
+    with open(path, "wb") as f:
+        f.write(b"HloModule m\n")
+        f.seek(256 << 20)
+        f.write(b"\n")
+    done = run_irshard("collectives", str(path))
+    assert done.returncode == 2
+    assert done.stderr == (f"irshard: error: {path} is not HLO text: it holds "
+                           f"a NUL byte at byte 12\n")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 from typing import Any, Iterator
 
+from irshard.core.errors import InputError
+
 BLOCK = 1 << 19         # bytes a scan reads at once
 _WINDOW = 1 << 18       # bytes read at once when lines are read back
 
@@ -36,6 +38,12 @@ class ModuleText:
             offset, pending = 0, []
             while True:
                 chunk = f.read(BLOCK)
+                if b"\0" in chunk:
+                    # Printed HLO is text: a NUL byte (a binary or sparse
+                    # file) is refused here, not parsed at its full size.
+                    at = offset + sum(map(len, pending)) + chunk.index(b"\0")
+                    raise InputError(f"{self.path or 'the module'} is not HLO "
+                                     f"text: it holds a NUL byte at byte {at}")
                 if not chunk:
                     if pending:
                         yield offset, b"".join(pending) + b"\n"
