@@ -198,3 +198,21 @@ def test_the_ir_names_the_users_frames_only(entry):
     own = os.path.dirname(os.path.abspath(cli.__file__))
     for unwanted in (own, "<frozen", SCRIPT):
         assert unwanted not in done.stdout
+
+
+def test_output_through_a_link_loop_or_a_dangling_link(tmp_path):
+    """`-o` naming a loop of links is refused, the links left as they are;
+    one dangling into a missing directory names that directory."""
+    from irshard.core import files
+    from irshard.core.errors import OutputError
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(OutputError, match="a loop of symbolic links"):
+        files.write(str(tmp_path / "a"), "text")
+    assert os.readlink(tmp_path / "a") == "b" and os.readlink(tmp_path / "b") == "a"
+    missing = tmp_path / "nowhere"
+    (tmp_path / "dangling").symlink_to(missing / "x.json")
+    with pytest.raises(OutputError) as raised:
+        files.write(str(tmp_path / "dangling"), "text")
+    assert f"directory '{missing}' does not exist" in str(raised.value)
+    assert not missing.exists()

@@ -15,6 +15,7 @@ report stays parseable.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import stat
@@ -46,6 +47,13 @@ def check_writable(path: str | None, option: str = "-o") -> None:
         return
     if not path:
         raise OutputError(f"{option} '': give a file path")
+    if os.path.islink(path):
+        try:
+            os.path.realpath(path, strict=True)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise OutputError(f"{option} {path}: a loop of symbolic links; "
+                                  f"give a file path") from None
     real = os.path.realpath(path)
     if os.path.isdir(real):
         raise OutputError(f"{option} {path}: is a directory; give a file path")
@@ -54,12 +62,13 @@ def check_writable(path: str | None, option: str = "-o") -> None:
             raise OutputError(f"{option} {path}: not writable")
         return
     directory = os.path.dirname(real)
+    # The directory the file would be made in: where a link points.
+    shown = directory if os.path.islink(path) else os.path.dirname(path) or "."
     if not os.path.isdir(directory):
-        raise OutputError(f"{option} {path}: directory "
-                          f"'{os.path.dirname(path) or '.'}' does not exist")
+        raise OutputError(f"{option} {path}: directory '{shown}' does not exist")
     if not os.access(directory, os.W_OK):
         raise OutputError(f"{option} {path}: cannot create files in "
-                          f"'{os.path.dirname(path) or '.'}' (not writable)")
+                          f"'{shown}' (not writable)")
 
 
 @contextlib.contextmanager
