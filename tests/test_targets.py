@@ -529,3 +529,19 @@ def test_a_program_that_computes_at_import_under_a_tpu_target_is_told_why(write)
     # The same program compiles for this machine.
     assert run_irshard("compile", path, "--fn", "add", "--arg", "a=f32[8]",
                        "--arg", "b=f32[8]", "--mesh", "i=4").returncode == 0
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("command", [
+    ("compile", os.path.join(EXAMPLES, "heat1d.py"), "--fn", "simulate_set",
+     "--mesh", "x=4"),
+    ("devices",),
+])
+def test_platform_tpu_without_a_tpu_is_one_error_line(command):
+    """libtpu's own warnings about the TPU it looks for stay off the
+    terminal: a missing platform is one error line."""
+    require("libtpu", "starting JAX's TPU platform")
+    done = run_irshard(*command, "--platform", "tpu")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(
+        "irshard: error: platform 'tpu' is not available here"), done.stderr

@@ -100,9 +100,21 @@ def started() -> bool:
     return bool(getattr(xla_bridge, "_backends", None))
 
 
+def platform_devices(platform: str) -> list[Any]:
+    """`jax.devices(platform)`. Where that starts JAX's backends for an
+    accelerator, what native code writes meanwhile (libtpu's warnings about
+    the TPU it looks for) is kept from the terminal: a missing platform is
+    the caller's one error line."""
+    jax = _jax()
+    if platform == "cpu" or started():
+        return jax.devices(platform)
+    with quiet_native_stderr():
+        return jax.devices(platform)
+
+
 def device_count(platform: str) -> int:
     try:
-        return len(_jax().devices(platform))
+        return len(platform_devices(platform))
     except RuntimeError:
         return 0
 
@@ -111,7 +123,7 @@ def devices(platform: str, count: int) -> list[Any]:
     """The first `count` devices of `platform` in the global device list."""
     jax = _jax()
     try:
-        available = jax.devices(platform)
+        available = platform_devices(platform)
     except RuntimeError:
         raise SpecError(
             f"platform '{platform}' is not available here; use --platform "
@@ -131,7 +143,12 @@ def devices(platform: str, count: int) -> list[Any]:
 
 
 def process_index() -> int:
-    return _jax().process_index()
+    """This process's index; where that starts JAX's backends, quietly (as
+    `platform_devices`)."""
+    if started():
+        return _jax().process_index()
+    with quiet_native_stderr():
+        return _jax().process_index()
 
 
 # ---------------------------------------------------------------------------

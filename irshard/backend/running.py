@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from irshard.backend.compiling import CompiledExecutable
-from irshard.backend.devices import _jax, message, partition_spec
+from irshard.backend.devices import _jax, message, partition_spec, platform_devices
 from irshard.core import interrupts
 from irshard.core.errors import BackendError, SpecError
 from irshard.core.specs import ShardingSpec
@@ -118,7 +118,7 @@ def describe_devices(platform: str) -> dict[str, Any]:
     """The platform's global devices and each process's addressable ones."""
     jax = _jax()
     try:
-        devices = jax.devices(platform)
+        devices = platform_devices(platform)
     except RuntimeError:
         raise SpecError(f"platform '{platform}' is not available here") from None
     processes: dict[int, list[int]] = {}

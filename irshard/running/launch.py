@@ -58,6 +58,9 @@ def devices(count: int, found_cluster, platform: str,
                       platform, exact=found_cluster is not None)
     if found_cluster is not None:
         distributed.join(found_cluster, timeout)
+    # First the platform's devices: a platform this machine lacks is the
+    # user's error line.
+    listing = backend.describe_devices(platform)
     if backend.process_index() != 0:
         return None
-    return backend.describe_devices(platform)
+    return listing
