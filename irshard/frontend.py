@@ -11,6 +11,7 @@ from a function instead (`irshard.api`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,9 @@ class Source:
     def argv(self) -> list[str]:
         """The program options as `irshard compile` takes them: what
         reproduces this program from the command line."""
-        argv = [self.path]
+        # A program named like an option (-x.py) stays the program.
+        argv = [os.path.join(os.curdir, self.path)
+                if self.path.startswith("-") else self.path]
         for option, value in (("--fn", self.fn), ("--mesh", self.mesh),
                               ("--axis-types", self.axis_types),
                               ("--args", self.args_fn),

@@ -225,9 +225,6 @@ class Processes:
 
     def __init__(self, argv: Sequence[str], jobs: int):
         self.argv = list(argv)
-        if self.argv and self.argv[0].startswith("-"):
-            # A program named like an option (-x.py) stays the program.
-            self.argv[0] = os.path.join(os.curdir, self.argv[0])
         self.jobs = jobs
 
     def run(self, work: Sequence[tuple[Candidate, bool]], deadline: float,
