@@ -193,6 +193,8 @@ def test_a_program_named_like_an_option(tmp_path):
     assert data["compiled"] >= 3
     assert all(c["status"] == "ok" for c in data["candidates"]
                if c["strategy"] in ("DP", "FSDP"))
+    # What reproduces a candidate names it as the program too.
+    assert data["command"][0] == os.path.join(".", "-x.py")
 
 
 def test_no_constraint_is_proposed_for_a_scalar(write):
