@@ -286,3 +286,27 @@ def test_garbage_profiles_never_crash(tmp_path_factory, data):
                                        *link.kinds.values()]:
                 assert math.isfinite(latency) and latency >= 0
                 assert bandwidth > 0 and not math.isnan(bandwidth)
+
+
+@GARBAGE
+@given(st.data())
+def test_garbage_search_cache_entries_are_never_believed(tmp_path_factory, data):
+    """A search cache entry is read back only whole and of the key asked
+    for; anything else (a changed value anywhere, any JSON) is missing,
+    never an error and never a report the search would rank."""
+    from irshard.strategy import compiling
+    from tests.test_untrusted import _report
+    directory = tmp_path_factory.mktemp("cache")
+    cache = compiling.Cache(str(directory), "salt")
+    argv = ["prog.py", "--mesh", "x=2"]
+    cache.put(argv, _report())
+    (entry,) = [p for p in directory.iterdir() if p.suffix == ".json"]
+    whole = json.loads(entry.read_text())
+    assert cache.get(argv) == _report()
+    garbage = _garbage_file(tmp_path_factory, data, [whole])
+    entry.write_bytes(garbage.read_bytes())
+    found = _one_line_or_fine(lambda: cache.get(argv))
+    if found is not None:
+        stored = json.loads(garbage.read_text())
+        assert stored["key"] == whole["key"] and found == stored["report"]
+        schema.check(stored, compiling.ENTRY, "entry")
