@@ -619,3 +619,40 @@ def test_search_page_ranks_the_candidates(tmp_path, open_page):
     assert p.locator("#chart-steps svg g").count() == len(ranked)
     if data["why"] is not None:
         assert p.locator("#why-table tbody tr").count() == len(data["why"]["changes"])
+
+
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
+
+
+def test_hostile_names_run_no_script(tmp_path, open_page):
+    """A directory, a file and pytree keys named as markup, in a compile's
+    page and in a diff page of two of its reports: shown as text, no
+    script runs and nothing is fetched."""
+    folder = tmp_path / HOSTILE
+    folder.mkdir()
+    src = folder / f"{HOSTILE}.py"
+    src.write_text(
+        "import jax\nimport jax.numpy as jnp\n\n\n"
+        "def f(params, x):\n"
+        "    return (x @ params['" + HOSTILE.replace("'", "\\'") + "']).sum()\n\n\n"
+        "def args():\n"
+        "    return ({'" + HOSTILE.replace("'", "\\'") + "': "
+        "jax.ShapeDtypeStruct((64, 64), jnp.float32)},\n"
+        "            jax.ShapeDtypeStruct((16, 64), jnp.float32))\n")
+    html = _compile(str(src), "--fn", "f", "--args", "args", "--mesh", "x=4",
+                    "--shard", "x=x,_", "--format", "html",
+                    out=str(tmp_path / "page.html"))
+    reports = []
+    for i, rule in enumerate(("x=x,_", "x=_,x")):
+        reports.append(_compile(str(src), "--fn", "f", "--args", "args",
+                                "--mesh", "x=4", "--shard", rule,
+                                "--format", "json",
+                                out=str(tmp_path / f"{HOSTILE}{i}.json")))
+    done = run_irshard("diff", *reports, "--format", "html",
+                       "-o", str(tmp_path / "diff.html"))
+    assert done.returncode in (0, 1), done.stderr
+    for path in (html, str(tmp_path / "diff.html")):
+        page = open_page(path)
+        assert page.page.title() != "pwned"
+        assert page.page.locator("img").count() == 0
+        assert HOSTILE in page.page.inner_text("body")
