@@ -14,6 +14,11 @@ and the source lines its value comes from; the report's text follows in the
 test's `irshard` section. A marked test that gives no report, or a budget
 that does not parse, fails it too.
 
+The session gets 8 simulated CPU devices (`--irshard-devices N`, ini
+`irshard_devices`), asked for when pytest starts, before any test module
+imports JAX; nothing is asked where `XLA_FLAGS` or `JAX_NUM_CPU_DEVICES`
+already says how many.
+
 `--irshard-report DIR` writes the JSON and HTML report of every budgeted
 test to `DIR/<test id>.json` and `.html`, with its budgets' outcomes: the
 id made a file name (`report_name`), readable and told apart by a hash of
@@ -40,11 +45,44 @@ MARKER = "collective_budget"
 _WRITTEN = pytest.StashKey[list]()
 
 
+# The simulated CPU devices a test session gets unless told otherwise.
+DEFAULT_DEVICES = 8
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("irshard", "irshard collective budgets")
     group.addoption("--irshard-report", metavar="DIR", default=None,
                     help="write the JSON and HTML report of every test marked "
                          f"{MARKER} to DIR")
+    group.addoption("--irshard-devices", metavar="N", default=None,
+                    help="simulated CPU devices JAX starts with, asked for "
+                         "before any test module imports JAX (default "
+                         f"{DEFAULT_DEVICES}; 0 leaves JAX's own; nothing "
+                         "is asked where XLA_FLAGS or JAX_NUM_CPU_DEVICES "
+                         "already says)")
+    parser.addini("irshard_devices", "as --irshard-devices", default=None)
+
+
+def _ask_for_devices(config) -> None:
+    """Asks XLA for the session's simulated CPU devices while JAX has not
+    started: a test module that touches JAX at import (`jax.eval_shape`
+    for its example arguments) would otherwise fix it at one. Sets only
+    the device count, never the platform."""
+    import sys
+    given = config.getoption("irshard_devices", None)
+    if given is None:
+        given = config.getini("irshard_devices")
+    text = str(given).strip() if given not in (None, "") else str(DEFAULT_DEVICES)
+    if not text.isdigit() or int(text) > 8192:
+        raise pytest.UsageError(f"--irshard-devices {text!r}: expected a number "
+                                f"of devices from 0 to 8192")
+    count = int(text)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if count == 0 or "jax" in sys.modules or _DEVICE_FLAG in flags \
+            or os.environ.get("JAX_NUM_CPU_DEVICES"):
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={count}".strip()
 
 
 def pytest_configure(config) -> None:
@@ -53,6 +91,7 @@ def pytest_configure(config) -> None:
         f"the reports irshard.compile/run give it, to irshard budgets such as "
         f"'all-gather@fsdp<=14' or 'bytes<=8MiB'")
     config.stash[_WRITTEN] = []
+    _ask_for_devices(config)
     folder = config.getoption("irshard_report", None)
     if folder is not None:
         from irshard.core import files

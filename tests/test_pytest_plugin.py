@@ -238,3 +238,52 @@ def test_an_unusable_report_dir_is_a_usage_error(pytester):
                f"directory" in err
         assert "Traceback" not in err + result.stdout.str()
     assert (pytester.path / "a_file").read_text() == ""
+
+
+# The README's budgeted test, written as a model's suite writes it: its
+# example arguments made with jax.eval_shape when the module is imported.
+EVAL_SHAPE_AT_IMPORT = '''
+import jax
+import jax.numpy as jnp
+import pytest
+
+import irshard
+
+def init(key):
+    return {"w": jax.random.normal(key, (64, 64)), "b": jnp.zeros((64,))}
+
+PARAMS = jax.eval_shape(init, jax.random.key(0))
+X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+
+def step(params, x):
+    return jnp.tanh(x @ params["w"] + params["b"]).sum()
+
+@pytest.mark.collective_budget("all-gather@fsdp<=4", "bytes<=1MiB")
+def test_within():
+    return irshard.compile(step, PARAMS, X, mesh="fsdp=8",
+                           rules=[("params/w", "fsdp,_"), ("x", "fsdp,_")])
+
+@pytest.mark.collective_budget("collectives<=0")
+def test_over():
+    return irshard.compile(step, PARAMS, X, mesh="fsdp=8",
+                           rules=[("params/w", "fsdp,_"), ("x", "fsdp,_")])
+'''
+
+
+@pytest.mark.slow
+def test_a_module_that_imports_jax_first_gets_its_devices(pytester, monkeypatch):
+    """pytest asks for the devices before the test module touches JAX: the
+    budgets decide, not "JAX has already started with 1 cpu devices"."""
+    pytester.makepyfile(test_model=EVAL_SHAPE_AT_IMPORT)
+    # As a model's suite runs: no device count set by anyone.
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.delenv("JAX_NUM_CPU_DEVICES", raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*collectives<=0*"])
+    assert "already started" not in result.stdout.str()
+    # 0 leaves JAX its own count: the mesh of 8 then cannot be had.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                           "--irshard-devices", "0")
+    result.assert_outcomes(failed=2)
+    assert "JAX has already started with 1 cpu devices" in result.stdout.str()
