@@ -406,8 +406,10 @@ def ran_without_devices(exc: BaseException) -> bool:
     """`exc` is JAX's failure to run a computation on devices that are only
     described (a TPU slice's compile-only client): there is nothing here to
     run it on."""
-    return isinstance(exc, AttributeError) and \
-        "'Executable' object has no attribute" in str(exc)
+    # `'Executable' object has no attribute 'local_devices'`; newer
+    # jaxlibs name the class with its module (`'jaxlib._jax.Executable'`).
+    return isinstance(exc, AttributeError) and re.search(
+        r"'(?:[\w.]+\.)?Executable' object has no attribute", str(exc)) is not None
 
 
 def first_line(exc: BaseException) -> str:
