@@ -45,10 +45,11 @@ class Report(CollectiveReport):
         from irshard.reporting import budget
         return budget.check(self, budgets)
 
-    def to_text(self) -> str:
-        """The text report, as `irshard compile` prints it."""
-        from irshard.reporting import text
-        return text.render_text(self)
+    def to_text(self, group_by: str | None = None) -> str:
+        """The text report, as `irshard compile` prints it; `group_by`
+        (`line`, `scope` or `caller`) sums the collectives by it too."""
+        from irshard.reporting import grouping, text
+        return text.render_text(self, group_by=grouping.checked(group_by))
 
     def to_json_text(self) -> str:
         """The JSON report (`--format json`) as text: what `irshard diff`
@@ -290,8 +291,10 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               jit: _JitArguments = _JitArguments(), context=None,
               keras_fit: bool = False):
     from irshard import frontend
+    from irshard.core import frames
     from irshard.loading import program
     from irshard.pipeline import stages
+    frames.note_callers()
     rules, static_argnums, constraints = _check_common(
         rules, static_argnums, grad, out_shardings, target, profile,
         constraints, platform, axis_types)
@@ -486,11 +489,13 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     `budget_time` seconds. The result's `winner.candidate` has the
     `mesh_text` and `rules` to give `irshard.compile`; `to_json()`,
     `render_text()`, `render_html()`."""
+    from irshard.core import frames
     from irshard.core.errors import IrshardError
     from irshard.hardware import targets
     from irshard.loading import program
     from irshard.strategy import candidates, compiling
     from irshard.strategy import search as searching
+    frames.note_callers()
     if axes is not None and not isinstance(axes, str):
         axes = ",".join(str(a) for a in axes)
     names = candidates.parse_axes(axes)

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 from irshard import REPORT_STAGES, STAGES, __version__, commands
 from irshard.core.errors import IrshardError, UsageError, error_line
+from irshard.core.frames import GROUPINGS
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 
@@ -146,6 +147,13 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
                         "(run) every layout; by default they are folded "
                         "to the 20 heaviest rows (files and pipes get "
                         "everything)")
+    p.add_argument("--group-by", choices=GROUPINGS, metavar="KEY",
+                   help="sum the collectives by KEY under their table: line "
+                        "(the innermost line of the model's code), scope "
+                        "(JAX's name stack: the model's module names) or "
+                        "caller (the line that called a helper many rows "
+                        "share); a folded table is summed by line unless "
+                        "given")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the output to PATH instead of stdout")
     p.add_argument("--debug-info", action="store_true",

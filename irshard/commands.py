@@ -117,7 +117,7 @@ def cmd_compile(args) -> int:
     else:
         write_output(args.output, output.join_stages(texts) if emits
                      else output.render(report, args.format, compiled,
-                                        _folds(args)))
+                                        _folds(args), args.group_by))
     if breach is not None:
         raise breach
     return 0
@@ -200,7 +200,7 @@ def cmd_run(args) -> int:
         text = output.trace(compiled, report)
     else:
         text = execution.render(report, result, args.format, compiled,
-                                _folds(args))
+                                _folds(args), args.group_by)
     if texts:
         text = output.join_stages(texts) + text
     if _is_reporting_process():

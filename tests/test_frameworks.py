@@ -246,6 +246,38 @@ def _keras():
     return _program("keras_fit", ("keras",))
 
 
+@pytest.mark.parametrize("name,fn,mesh,needs", STEPS, ids=[s[0] for s in STEPS])
+def test_rows_name_the_models_lines_not_the_caller(name, fn, mesh, needs):
+    """Each row's line is the step's own program (the frameworks'
+    transforms and trainers are plumbing), its stack holds each frame once,
+    and nothing of it is this test's line that called irshard."""
+    import irshard
+    module = _program(name, needs)
+    report = irshard.compile(getattr(module, fn), *module.args(), mesh=mesh)
+    program = f"{name}.py"
+    here = os.path.basename(__file__)
+    assert report.collectives
+    for c in report.collectives:
+        assert c.source is not None and c.source.file.endswith(program), c.source
+        where = [(s.file, s.line) for s in c.source.stack]
+        assert len(where) == len(set(where))
+        assert not any(f.endswith(here) for f, _ in where)
+
+
+def test_keras_rows_name_their_layers_by_scope():
+    """Keras' layers and trainer are plumbing: the step has no line of the
+    model's own, and each row's scope names its layer or optimizer."""
+    import irshard
+    module = _keras()
+    report = irshard.compile(module.model, *module.batch(), keras_fit=True,
+                             mesh="batch=2,model=2")
+    assert all(c.source is None for c in report.collectives)
+    scopes = {c.scope for c in report.collectives}
+    assert "adam" in scopes and any("down" in (s or "") for s in scopes)
+    text = report.to_text(group_by="scope")
+    assert "\nby scope (" in text and "\n  adam  " in text
+
+
 def test_keras_fit_compiles_the_step_fit_runs(tmp_path):
     """`--keras-fit`: the train step Keras' `fit` jits for a
     `ModelParallel` model, with its own layouts, against plain JAX's

@@ -11,6 +11,7 @@ must be the same.
 """
 
 import dataclasses
+import itertools
 import os
 
 import pytest
@@ -439,15 +440,18 @@ def test_the_collectives_table_streamed_is_the_table():
     from irshard.reporting import text
     view = hloscan.ScannedModule.from_file(os.path.join(DATA, "dense_loop.hlo"))
     found = analysis.collectives(view, None, None)
-    header = ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs",
-              "source"]
-    for shown in (found, list(found[:3]) + [dataclasses.replace(found[3])],
-                  [_renamed(c, str(10 ** i)) for i, c in
-                   enumerate(found[:5])]):
-        rows = [text._collective_cells(c, False) for c in shown]
+    for scoped, shown in itertools.product(
+            (False, True),
+            (found, list(found[:3]) + [dataclasses.replace(found[3])],
+             [_renamed(c, str(10 ** i)) for i, c in enumerate(found[:5])])):
+        header = ["kind", "name", "shape", "bytes", "wire", "axes", "group",
+                  "runs"] + (["scope"] if scoped else []) + ["source"]
+        rows = [text._collective_cells(c, False, scoped) for c in shown]
         for row, c in zip(rows, shown):
             row[1] = c.name
-        assert list(text._collectives_table(header, shown, False)) == \
+            if scoped:
+                row[-2] = c.scope or "-"
+        assert list(text._collectives_table(header, shown, False, scoped)) == \
             text.table(header, rows)
 
 

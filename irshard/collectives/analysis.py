@@ -126,10 +126,13 @@ def user_line(view: HloModuleView, resolver: UserCode) -> Callable[[Instruction]
 
 def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
               max_depth: int = 4) -> tuple[SourceLocation | None, str, str | None]:
-    """(source, attribution, op_name) of `inst`."""
+    """(source, attribution, op_name) of `inst`: with no source anywhere
+    near, its own op_name, else its nearest neighbour's (whose scope it
+    shares)."""
     own = resolver.choose(_frames(view, inst))
     if own is not None:
         return own, "metadata", inst.metadata.get("op_name")
+    named = inst.metadata.get("op_name")
     # Breadth-first over producers, then consumers.
     seen = {inst.name}
     frontier = [inst]
@@ -146,9 +149,10 @@ def attribute(view: HloModuleView, inst: Instruction, resolver: UserCode,
                 source = resolver.choose(_frames(view, neighbour))
                 if source is not None:
                     return source, "inferred", neighbour.metadata.get("op_name")
+                named = named or neighbour.metadata.get("op_name")
                 nxt.append(neighbour)
         frontier = nxt
-    return None, "none", inst.metadata.get("op_name")
+    return None, "none", named
 
 
 # ---------------------------------------------------------------------------
@@ -475,6 +479,8 @@ def _collective(view: HloModuleView, site: _Site, own: list[ArrayShape] | None,
         source, attribution, op_name = attribute(view, site.start, resolver)
     first = leaves[0] if leaves else ArrayShape("f32", ())
     axes = tuple(axes) if axes is not None else None
+    shapes = tuple((hlo_dtype(leaf.dtype), leaf.dims) for leaf in leaves) \
+        if len(leaves) > 1 else None
     return (kind, hlo_dtype(first.dtype), first.dims, nbytes, wire, axes,
             group, source, attribution, site.loops, site.is_async,
-            len(leaves), backend_dtype, link, seconds, None), op_name
+            len(leaves), backend_dtype, link, seconds, None, shapes), op_name

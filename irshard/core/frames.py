@@ -1,13 +1,23 @@
 """The user's own code: which frames of a stack are theirs.
 
-A frame is the user's unless its file belongs to Python's standard library,
-JAX, jaxlib, NumPy or irshard — wherever those are installed here, and by the
-shape of their paths for a module compiled on another machine — or is not a
-file at all (`<string>`, `<frozen ...>`). The user's code may live anywhere:
-a model in one directory called through a wrapper in another shows the
-model's lines. Libraries the user builds on (Flax, optax) are theirs too, but
-a frame outside any installed package comes first: a Flax model's own line,
-not `nn.Dense`'s.
+A frame is the user's unless it is not a file (`<string>`, `<frozen ...>`)
+or its file belongs to
+
+- Python's standard library, JAX, jaxlib, NumPy or irshard, or
+- the frameworks' own plumbing: what a model is written with rather than
+  the model (Flax, Keras, Equinox, optax, chex, orbax, einops, the type
+  checkers, Penzai's core, layers and trainers),
+
+wherever those are installed here, and by the shape of their paths for a
+module compiled on another machine. Everything else is the user's, a model
+library installed from a package registry (MaxText's layers, keras-hub's,
+Penzai's models) as much as a file beside the program: its innermost frame
+is the line shown, and the chain from it outwards is the `stack`.
+
+A stack is read only below irshard: the frames that called irshard (a
+script's `irshard.compile(...)` line) are never the model's. A frame that
+only repeats (a scanned body's, once per level JAX passes through) is kept
+once.
 
 One notion serves every stack irshard reads: an HLO instruction's stack
 frames, an MLIR location's call sites, and the traceback of an exception the
@@ -24,6 +34,11 @@ import traceback
 import types
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+
+# What a report's collectives are summed by (`--group-by`): the model's
+# line, its scope, or the caller of a helper many rows share.
+GROUPINGS = ("line", "scope", "caller")
 
 
 @dataclass(frozen=True)
@@ -57,35 +72,72 @@ class SourceLocation:
         return d
 
 
-@functools.lru_cache(maxsize=1)
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    # The standard library, and where console scripts (`irshard` itself)
-    # are installed.
-    dirs = {paths["stdlib"], paths["platstdlib"], paths["scripts"]}
-    import irshard
-    dirs.add(os.path.dirname(irshard.__file__))
+# The frameworks' plumbing, by import name: where it is installed here is
+# found (not imported) at first use. A name with a `/` is a part of a
+# package (Penzai's models are model code, its core and trainers are not).
+PLUMBING = ("flax", "keras", "equinox", "optax", "chex", "orbax", "einops",
+            "jaxtyping", "beartype", "typeguard", "treescope", "penzai/core",
+            "penzai/nn", "penzai/toolshed", "penzai/deprecated",
+            "penzai/experimental", "penzai/pz")
+_OWN = ("irshard", "irshard.passes", "irshard.tools")
+
+
+def _found_dirs(names: Iterable[str]) -> set[str]:
+    """Where the packages (`a/b`: a folder of package `a`) are installed."""
     import importlib.util
-    for name in ("irshard.passes", "irshard.tools", "jax", "jaxlib", "numpy",
-                 "ml_dtypes"):
+    dirs = set()
+    for name in names:
+        top, _, part = name.partition("/")
         # Found, not imported: reading a dump's stacks needs no JAX.
         try:
-            spec = importlib.util.find_spec(name)
+            spec = importlib.util.find_spec(top)
         except (ImportError, ValueError):
             continue
         if spec is not None and spec.origin:
-            dirs.add(os.path.dirname(spec.origin))
-    return tuple(sorted(os.path.realpath(d) for d in dirs))
+            dirs.add(os.path.join(os.path.dirname(spec.origin), part)
+                     if part else os.path.dirname(spec.origin))
+    return dirs
+
+
+def _real(dirs: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({os.path.realpath(d) for d in dirs}))
+
+
+@functools.lru_cache(maxsize=1)
+def _own_dirs() -> tuple[str, ...]:
+    """irshard's own code, where it is installed here."""
+    import irshard
+    return _real({os.path.dirname(irshard.__file__)} | _found_dirs(_OWN[1:]))
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_dirs() -> tuple[str, ...]:
+    """The standard library, and where console scripts (`irshard` itself)
+    are installed. In a virtual environment the standard library's
+    `platstdlib` is the environment's `lib/pythonX.Y`, which holds its
+    `site-packages`: what is installed there is not the standard library."""
+    paths = sysconfig.get_paths()
+    return _real({paths["stdlib"], paths["platstdlib"], paths["scripts"]})
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+    """JAX's, NumPy's, the frameworks' plumbing and irshard's."""
+    dirs = _found_dirs(("jax", "jaxlib", "numpy", "ml_dtypes") + PLUMBING)
+    return _real(dirs) + _own_dirs()
 
 
 # Paths that are a library's wherever the module was compiled (an HLO dump
 # may come from another machine): JAX's sources, an installed JAX, jaxlib,
-# NumPy or irshard, and a Python's standard library.
+# NumPy, irshard or framework plumbing, and a Python's standard library.
+_PACKAGES = "|".join(re.escape(name) for name in
+                     ("jax", "jaxlib", "numpy", "ml_dtypes", "irshard") + PLUMBING)
 _FOREIGN = (
     re.compile(r"(^|/)(jax/_src|jax/experimental|jaxlib)/"),
-    re.compile(r"/(site|dist)-packages/(jax|jaxlib|numpy|ml_dtypes|irshard)/"),
+    re.compile(rf"/(site|dist)-packages/({_PACKAGES})/"),
     re.compile(r"(^|/)lib/python3\.\d+/(?!(site|dist)-packages/)"),
 )
+_FOREIGN_OWN = re.compile(r"/(site|dist)-packages/irshard/")
 
 
 def is_installed(path: str) -> bool:
@@ -93,16 +145,50 @@ def is_installed(path: str) -> bool:
     return "site-packages" in parts or "dist-packages" in parts
 
 
+def _under(path: str, dirs: tuple[str, ...]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(d + os.sep) for d in dirs)
+
+
 @functools.lru_cache(maxsize=4096)
 def is_library(path: str) -> bool:
-    """Python's, JAX's, NumPy's or irshard's own code: never the user's."""
+    """Python's, JAX's, NumPy's, irshard's or a framework's plumbing: never
+    the user's."""
     if not path or path.startswith("<"):
         return True
-    real = os.path.realpath(path)
-    if any(real == d or real.startswith(d + os.sep) for d in _library_dirs()):
+    if _under(path, _library_dirs()) or (
+            _under(path, _stdlib_dirs()) and not is_installed(path)):
         return True
     shown = path.replace(os.sep, "/")
     return any(pattern.search(shown) for pattern in _FOREIGN)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_irshard(path: str) -> bool:
+    """irshard's own code: where a stack read upwards reaches the caller."""
+    if not path or path.startswith("<"):
+        return False
+    return _under(path, _own_dirs()) or bool(
+        _FOREIGN_OWN.search(path.replace(os.sep, "/")))
+
+
+# The frames that called irshard's API (a script's `irshard.compile(...)`
+# line, a test's): never the model's, though JAX records them at the outer
+# end of each op's stack. Only ever grows, by the call sites of one process.
+_CALLERS: set[tuple[str, int]] = set()
+
+
+def note_callers() -> None:
+    """Remembers the frames outside irshard that called it."""
+    import sys
+    frame = sys._getframe(1)
+    while frame is not None and is_irshard(frame.f_code.co_filename):
+        frame = frame.f_back
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not is_library(path):
+            _CALLERS.add((path, frame.f_lineno))
+        frame = frame.f_back
 
 
 class UserCode:
@@ -130,14 +216,9 @@ class UserCode:
             return os.path.relpath(real, self.user_dir)
         return display_path(path)
 
-    def frames(self, frames: Iterable[Frame]) -> list[Frame]:
-        """The user's frames, innermost first, in the order given."""
-        return [f for f in frames if f.file and f.line > 0
-                and not is_library(f.file)]
-
     def choose(self, frames: Iterable[Frame]) -> SourceLocation | None:
-        """The innermost user frame (outside installed packages if there is
-        one), with the chain of user frames from there outwards."""
+        """The innermost user frame below irshard, with the chain of user
+        frames from there outwards (each once)."""
         # The same stack often comes as the same tuple: found by identity
         # (the tuple is kept, so its identity is not reused), else by value.
         if type(frames) is tuple:
@@ -153,15 +234,22 @@ class UserCode:
 
     def _choose(self, frames: tuple[Frame, ...]) -> SourceLocation | None:
         mine = []
-        for f in self.frames(frames):
+        seen = set()
+        for f in frames:
+            if (f.file, f.line) in _CALLERS or (f.file and is_irshard(f.file)):
+                # What called irshard (a script's `irshard.compile(...)`
+                # line) is not the model.
+                break
+            if not f.file or f.line <= 0 or is_library(f.file):
+                continue
             # A frame JAX records once per level of its own that it passes
-            # through (a loop's body, a jit) repeats: keep one.
-            if not mine or (mine[-1].file, mine[-1].line) != (f.file, f.line):
+            # through (a loop's body, a jit, a scan) repeats: kept once.
+            if (f.file, f.line) not in seen:
+                seen.add((f.file, f.line))
                 mine.append(f)
         if not mine:
             return None
-        start = next((i for i, f in enumerate(mine) if not is_installed(f.file)), 0)
-        chain = tuple(self._location(f) for f in mine[start:])
+        chain = tuple(self._location(f) for f in mine)
         first = chain[0]
         return SourceLocation(first.file, first.line, first.function, chain)
 
@@ -175,14 +263,93 @@ class UserCode:
         found = None
         for summary in traceback.extract_tb(tb):
             if not is_library(summary.filename):
-                if found is None or not is_installed(summary.filename) \
-                        or is_installed(found.filename):
-                    found = summary
+                found = summary
         return found
 
 
 def display_path(path: str) -> str:
-    """`path` relative to the working directory when it lies below it."""
+    """`path` relative to the working directory when it lies below it; an
+    installed module's as its import path names it (`maxtext/layers/...`)."""
+    shown = path.replace(os.sep, "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in shown:
+            return shown.rsplit(marker, 1)[1]
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute)
     return absolute if relative.startswith("..") else relative
+
+
+# ---------------------------------------------------------------------------
+# Scopes: the name stack JAX records in each op's `op_name`
+#
+# `jit(train_step)/transpose(jvp(decoder))/layers/mlp/dot_general` is the
+# op `dot_general` in the scope `decoder/layers/mlp`: the names a model
+# gives its parts (`jax.named_scope`, Flax's and Keras' module names), under
+# the transformations JAX applied (`jvp(...)`, `transpose(...)`, `vmap(...)`
+# wrap a part's name) and its own structure (a `jit(f)`, a loop's
+# `while/body`, an einsum's equation), which are not the model's. A
+# combiner's op
+# (`prefix/(a/add:b/mul)`) is in each of its parts' scopes.
+
+_WRAPPED = re.compile(r"^([A-Za-z_][\w.]*)\((.*)\)$", re.S)
+_STRUCTURE = re.compile(
+    r"^(while|body|cond|branch_\d+_fun|scan|checkpoint|remat|rematted_computation"
+    r"|closed_call|core_call|custom_jvp_call|custom_vjp_call|custom_vjp_call_jaxpr"
+    r"|shmap_body|shard_map|pjit|jit|named_call|eval_jaxpr)$")
+# Transformations whose parentheses name a function, not a part.
+_CALLS = frozenset({"jit", "pjit", "xla_computation", "xla_pmap", "pmap",
+                    "shard_map", "custom_jvp_call", "custom_vjp_call",
+                    "remat", "checkpoint", "named_call"})
+
+
+def _split(text: str, separator: str) -> list[str]:
+    """`text` split at `separator` outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(depth - 1, 0)
+        elif ch == separator and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _scope_parts(component: str) -> list[str]:
+    """The model's names in one component of a name stack."""
+    wrapped = _WRAPPED.match(component)
+    while wrapped is not None:
+        if wrapped.group(1) in _CALLS:
+            return []
+        component = wrapped.group(2)
+        wrapped = _WRAPPED.match(component)
+    if not component or _STRUCTURE.match(component) or "->" in component:
+        # JAX's own structure, or the scope `jnp.einsum` names by its
+        # equation (`...k,k->...k`).
+        return []
+    if "/" in component:
+        return [p for part in _split(component, "/") for p in _scope_parts(part)]
+    return [component]
+
+
+@functools.lru_cache(maxsize=65536)
+def scope_of(op_name: str | None) -> str | None:
+    """The model's scope of an op named `op_name` (the last component is
+    the primitive): `decoder/layers/mlp`, several joined by `, ` for a
+    combined op's parts, or None outside any."""
+    if not op_name:
+        return None
+    components = _split(op_name, "/")
+    last = components[-1]
+    if last.startswith("(") and last.endswith(")"):
+        prefix = "/".join(components[:-1])
+        found: list[str] = []
+        for part in _split(last[1:-1], ":"):
+            scope = scope_of(f"{prefix}/{part}" if prefix else part)
+            if scope and scope not in found:
+                found.append(scope)
+        return ", ".join(found) or None
+    names = [p for c in components[:-1] for p in _scope_parts(c)]
+    return "/".join(names) or None

@@ -71,13 +71,15 @@ def report(lowered, compiled, stage: str, explain: bool):
     return found
 
 
-def render(report, fmt: str, compiled=None, fold: bool = False):
-    """The report as `fmt` (text, json, html), in pieces where it can be."""
+def render(report, fmt: str, compiled=None, fold: bool = False,
+           group_by: str | None = None):
+    """The report as `fmt` (text, json, html), in pieces where it can be;
+    text with the collectives summed by `group_by` too."""
     if fmt == "html":
         from irshard.pipeline import htmlreport
         return htmlreport.render_report(report, compiled)
     return writer.render_json_pieces(report) if fmt == "json" \
-        else text.render_text_pieces(report, fold)
+        else text.render_text_pieces(report, fold, group_by)
 
 
 def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str):

@@ -13,8 +13,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from irshard import STAGES
 from irshard.core.errors import UsageError
-from irshard.core.frames import SourceLocation
-from irshard.core.specs import MeshSpec, ShardingSpec
+from irshard.core.frames import SourceLocation, scope_of
+from irshard.core.specs import MeshSpec, ShardingSpec, format_shape
 from irshard.xla import tiling
 
 SCHEMA = 1
@@ -104,6 +104,23 @@ class Collective:
     time_s: float | None = None    # estimated, one execution
     # `--explain`: why it exists (explain.attach), JSON `why`.
     why: dict[str, Any] | None = field(default=None, compare=False)
+    # A combined collective's results, each (dtype, shape); None for one.
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+
+    @property
+    def scope(self) -> str | None:
+        """The model's scope (JAX's name stack) of the op it came from."""
+        return scope_of(self.op_name)
+
+    @property
+    def shape_text(self) -> str:
+        """`f32[256,1024]`; a combined collective's every result,
+        `(f32[], f32[256,1024])`, or past 3 `(5 arrays)`."""
+        if not self.shapes:
+            return format_shape(self.dtype, self.shape)
+        if len(self.shapes) > 3:
+            return f"({len(self.shapes)} arrays)"
+        return "(" + ", ".join(format_shape(d, s) for d, s in self.shapes) + ")"
 
     @property
     def executions(self) -> int:
@@ -130,10 +147,13 @@ class Collective:
             "source": self.source.to_json() if self.source else None,
             "attribution": self.attribution,
             "op_name": self.op_name,
+            "scope": self.scope,
             "loop_trip_counts": list(self.loop_trip_counts),
             "executions": self.executions if self.executions_known else None,
             "async": self.is_async,
             "operands": self.operands,
+            **({"shapes": [{"dtype": d, "shape": list(s)} for d, s in self.shapes]}
+               if self.shapes else {}),
             **({"backend_dtype": self.backend_dtype}
                if self.backend_dtype else {}),
             **({"link": self.link, "time_s": self.time_s}

@@ -8,6 +8,7 @@ import re
 from typing import Iterator, Sequence
 
 from irshard.core.specs import format_shape
+from irshard.reporting import grouping
 from irshard.reporting.report import (Collective, CollectiveReport, TensorInfo,
                                       counted, memory_in_use, report_notes)
 
@@ -76,13 +77,14 @@ def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[
     return [fmt(header)] + [fmt(r) for r in rows]
 
 
-def _collective_cells(c: Collective, timed: bool) -> list[str]:
+def _collective_cells(c: Collective, timed: bool, scoped: bool) -> list[str]:
     """A collectives table row; its name cell (the one cell no two rows
-    share) is left empty."""
+    share) is left empty, and so is its scope's (read from its own
+    op_name), filled in as the row is written."""
     axes = ",".join(c.mesh_axes) if c.mesh_axes else "?"
     runs = str(c.executions) if c.executions_known else "?"
-    kind = c.kind + (f" x{c.operands}" if c.operands > 1 else "")
-    shape = format_shape(c.dtype, c.shape) + ("*" if c.backend_dtype else "")
+    kind = c.kind + (f" ({c.operands} combined)" if c.operands > 1 else "")
+    shape = c.shape_text + ("*" if c.backend_dtype else "")
     source = str(c.source) if c.source else "-"
     if c.attribution == "inferred":
         source += " [inferred]"
@@ -91,14 +93,15 @@ def _collective_cells(c: Collective, timed: bool) -> list[str]:
     if timed:
         row += [c.link or "?",
                 human_time(c.time_s) if c.time_s is not None else "?"]
-    return row + [source]
+    return row + ([""] if scoped else []) + [source]
 
 
 def _collectives_table(header: list[str], shown: Sequence[Collective],
-                       timed: bool, indent: str = "  ") -> Iterator[str]:
+                       timed: bool, scoped: bool = False,
+                       indent: str = "  ") -> Iterator[str]:
     """`table(header, rows)` of the collectives, line by line: the cells
-    other than the name are made once for collectives alike (a
-    `PackedCollective`'s shared fields), and the table twice walked (its
+    other than the name and the scope are made once for collectives alike
+    (a `PackedCollective`'s shared fields), and the table twice walked (its
     widths, then its lines) rather than held."""
     cells: dict[int, list[str]] = {}
 
@@ -108,43 +111,53 @@ def _collectives_table(header: list[str], shown: Sequence[Collective],
         key = id(getattr(c, "_shared", c))
         found = cells.get(key)
         if found is None:
-            found = cells[key] = _collective_cells(c, timed)
+            found = cells[key] = _collective_cells(c, timed, scoped)
         return found
 
     if not shown:
         return
+    # The cells of each row's own: its name, and its scope (if shown).
+    own = [1] + ([len(header) - 2] if scoped else [])
     rest: dict[int, list[str]] = {}        # each distinct row, by identity
-    name_width, name_numeric = len(header[1]), True
+    own_width = [len(header[i]) for i in own]
+    name_numeric = True
     for c in shown:
         row = cells_of(c)
         rest[id(row)] = row
         name = c.name
-        if len(name) > name_width:
-            name_width = len(name)
+        own_width[0] = max(own_width[0], len(name))
+        if scoped:
+            own_width[1] = max(own_width[1], len(c.scope or "-"))
         if name_numeric and not name.replace(",", "").isdigit():
             name_numeric = False
     distinct = list(rest.values())
     widths = [max(len(cell) for cell in [header[i]] + [r[i] for r in distinct])
               for i in range(len(header))]
-    widths[1] = name_width
     numeric = [all(r[i].replace(",", "").isdigit() for r in distinct)
                for i in range(len(header))]
+    for i, width in zip(own, own_width):
+        widths[i], numeric[i] = width, False
     numeric[1] = name_numeric
 
     def cell(text: str, i: int) -> str:
         return text.rjust(widths[i]) if numeric[i] else text.ljust(widths[i])
 
     yield (indent + "  ".join(cell(h, i) for i, h in enumerate(header))).rstrip()
-    # Each distinct row's cells before and after the name, padded once.
-    around: dict[int, tuple[str, str]] = {}
+    # Each distinct row's cells around its own, padded once.
+    bounds = [-1] + own + [len(header)]
+    around: dict[int, list[str]] = {}
     for c in shown:
         row = cells_of(c)
         sides = around.get(id(row))
         if sides is None:
-            sides = around[id(row)] = (
-                indent + cell(row[0], 0) + "  ",
-                "".join("  " + cell(row[i], i) for i in range(2, len(row))))
-        yield (sides[0] + cell(c.name, 1) + sides[1]).rstrip()
+            sides = around[id(row)] = [
+                "".join(cell(row[i], i) + "  " for i in range(lo + 1, hi))
+                for lo, hi in zip(bounds, bounds[1:])]
+            sides[0] = indent + sides[0]
+        line = sides[0] + cell(c.name, 1) + "  " + sides[1]
+        if scoped:
+            line += cell(c.scope or "-", own[1]) + "  " + sides[2]
+        yield line.rstrip()
 
 
 def _tensor_rows(tensors: tuple[TensorInfo, ...], with_index: bool) -> list[list[str]]:
@@ -169,35 +182,45 @@ def fold_note(shown: int, total: int, what: str) -> list[str]:
     return [f"  ... {total - shown} more {what} (--full lists every one)"]
 
 
-def _by_source_lines(collectives: Sequence[Collective],
-                     limit: int) -> list[str]:
-    """A folded table's collectives summed by the source line that caused
-    them, the heaviest lines first."""
+# The grouped table's title, first column, and what it counts (in the
+# title, then under a folded table).
+_GROUP_NAMES = {"line": ("source line", "source", "lines", "source lines"),
+                "scope": ("scope", "scope", "scopes", "scopes"),
+                "caller": ("caller", "caller", "callers", "callers")}
+
+
+def _grouped(collectives: Sequence[Collective], by: str,
+             limit: int | None) -> list[str]:
+    """The collectives summed by `by` (`grouping.keys`), the heaviest
+    groups first (`limit` of them when folded)."""
     groups: dict[str, list[Collective]] = {}
-    for c in collectives:
-        groups.setdefault(str(c.source) if c.source else "-", []).append(c)
+    for c, key in zip(collectives, grouping.keys(collectives, by)):
+        groups.setdefault(key, []).append(c)
     heaviest = sorted(groups.items(), key=lambda item: (
         -sum(c.bytes * c.executions for c in item[1]), item[0]))
     rows = []
-    for source, group in heaviest[:limit]:
+    for key, group in heaviest[:limit]:
         counts: dict[str, int] = {}
         for c in group:
             counts[c.kind] = counts.get(c.kind, 0) + 1
-        rows.append([source, str(len(group)),
+        rows.append([key, str(len(group)),
                      ", ".join(k if len(counts) == 1 else f"{n} {k}"
                                for k, n in sorted(counts.items())),
                      str(sum(c.bytes * c.executions for c in group))])
-    title = f"by source line ({len(groups)} lines"
+    label, column, counted_as, folded = _GROUP_NAMES[by]
+    title = f"by {label} ({len(groups)} {counted_as}"
     title += f", the {limit} that move the most bytes per run)" \
-        if len(groups) > limit else ")"
+        if limit is not None and len(groups) > limit else ")"
     return (["", title]
-            + table(["source", "collectives", "kinds", "bytes per run"], rows)
-            + fold_note(len(rows), len(groups), "source lines"))
+            + table([column, "collectives", "kinds", "bytes per run"], rows)
+            + fold_note(len(rows), len(groups), folded))
 
 
 def render_text_lines(report: CollectiveReport, tensors: bool = True,
-                      fold: bool = False) -> list[str]:
-    return [printable(line) for line in text_lines(report, tensors, fold)]
+                      fold: bool = False, group_by: str | None = None
+                      ) -> list[str]:
+    return [printable(line)
+            for line in text_lines(report, tensors, fold, group_by)]
 
 
 def headline(report: CollectiveReport) -> list[str]:
@@ -222,9 +245,12 @@ def headline(report: CollectiveReport) -> list[str]:
 
 
 def text_lines(report: CollectiveReport, tensors: bool = True,
-               fold: bool = False) -> Iterator[str]:
+               fold: bool = False, group_by: str | None = None
+               ) -> Iterator[str]:
     """The text report's lines, the collectives table's made as they come
-    (a module's hundred thousand rows are never all held)."""
+    (a module's hundred thousand rows are never all held); `group_by`
+    (`grouping.keys`) adds the collectives summed by it, and a folded
+    table is summed by line unless it is given."""
     lines = ["  ".join(headline(report))]
     limit = FOLDED_ROWS if fold else None
     if report.inputs and tensors:
@@ -244,6 +270,7 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
     else:
         lines.append("collectives")
         timed = any(c.time_s is not None for c, _ in counted(report.collectives))
+        scoped = any(c.scope for c, _ in counted(report.collectives))
         shown = report.collectives
         if limit is not None and len(shown) > limit:
             # The heaviest (bytes per run), in program order.
@@ -256,10 +283,13 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
         lines = []
         yield from _collectives_table(
             ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs"]
-            + (["link", "time"] if timed else []) + ["source"], shown, timed)
+            + (["link", "time"] if timed else [])
+            + (["scope"] if scoped else []) + ["source"], shown, timed, scoped)
         lines += fold_note(len(shown), len(report.collectives), "collectives")
-        if limit is not None and len(report.collectives) > limit:
-            lines += _by_source_lines(report.collectives, limit)
+        if group_by is not None:
+            lines += _grouped(report.collectives, group_by, limit)
+        elif limit is not None and len(report.collectives) > limit:
+            lines += _grouped(report.collectives, "line", limit)
         if any(c.why is not None for c, _ in counted(report.collectives)):
             lines += ["", "why"]
             for c in report.collectives:
@@ -354,13 +384,16 @@ def _verdict(report: CollectiveReport) -> str | None:
     return "; ".join(parts) if parts else None
 
 
-def render_text(report: CollectiveReport, fold: bool = False) -> str:
+def render_text(report: CollectiveReport, fold: bool = False,
+                group_by: str | None = None) -> str:
     """The report as text; `fold`: tables cut to their heaviest rows, as a
-    terminal gets them."""
-    return "".join(render_text_pieces(report, fold))
+    terminal gets them; `group_by`: the collectives summed by line, scope
+    or caller too."""
+    return "".join(render_text_pieces(report, fold, group_by))
 
 
-def render_text_pieces(report: CollectiveReport, fold: bool = False) -> Iterator[str]:
+def render_text_pieces(report: CollectiveReport, fold: bool = False,
+                       group_by: str | None = None) -> Iterator[str]:
     """`render_text` line by line, made as they are written."""
-    for line in text_lines(report, fold=fold):
+    for line in text_lines(report, fold=fold, group_by=group_by):
         yield printable(line) + "\n"

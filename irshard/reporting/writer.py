@@ -39,7 +39,8 @@ def _collective_text(collective, indent: str, cache: dict) -> str:
     """`dumps_json(_collective_json(collective, cache), indent)`, written
     directly: a report may hold a hundred thousand collectives, most of
     whose values (shapes, axes, sources) repeat; collectives alike (a
-    `PackedCollective`'s shared fields) differ only in name and op_name."""
+    `PackedCollective`'s shared fields) differ only in name, op_name and
+    the scope read from it."""
     if collective.why is not None:
         return dumps_json(_collective_json(collective, cache), indent)
     shared = getattr(collective, "_shared", None)
@@ -50,21 +51,23 @@ def _collective_text(collective, indent: str, cache: dict) -> str:
     if around is None:
         around = cache[key] = _collective_object(
             collective, indent, cache, "\0").split("\0")
-    op_name = collective.op_name
+    op_name, scope = collective.op_name, collective.scope
     return (around[0] + _encode_string(collective.name) + around[1]
             + ("null" if op_name is None else _encode_string(op_name))
-            + around[2])
+            + around[2]
+            + ("null" if scope is None else _encode_string(scope))
+            + around[3])
 
 
 def _collective_object(collective, indent: str, cache: dict,
                        names: str | None = None) -> str:
     """`_collective_text` of one collective; with `names`, that string
-    stands for its name's and its op_name's JSON."""
+    stands for its name's, its op_name's and its scope's JSON."""
     inner = indent + "  "
     parts = []
     for key, value in collective.to_json().items():
         kind = type(value)
-        if names is not None and key in ("name", "op_name"):
+        if names is not None and key in ("name", "op_name", "scope"):
             text = names
         elif kind is str:
             text = _encode_string(value)

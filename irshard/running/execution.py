@@ -458,7 +458,7 @@ def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
 
 
 def render(report, result: RunResult, fmt: str, compiled=None,
-           fold: bool = False) -> str:
+           fold: bool = False, group_by: str | None = None) -> str:
     """The compile report with the run's section: JSON (the report's object
     plus `run`), text (the collectives, then the run's tables) or the HTML
     page (`compiled`: the executable, for its mesh)."""
@@ -468,5 +468,6 @@ def render(report, result: RunResult, fmt: str, compiled=None,
         body = report.to_json()
         body["run"] = result.to_json()
         return dumps_json(body) + "\n"
-    return "\n".join(render_text_lines(report, tensors=False, fold=fold)
+    return "\n".join(render_text_lines(report, tensors=False, fold=fold,
+                                       group_by=group_by)
                      + result.render_text_lines(fold)) + "\n"

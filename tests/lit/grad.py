@@ -10,4 +10,4 @@
 # CHECK-NEXT: 2  grad(x)   f32[32,64]   dp,_      f32[16,64]
 # CHECK-NEXT: 3  grad(y)   f32[32,64]   dp,_      f32[16,64]
 # CHECK: all-reduce {{.*}} tp  2  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  mlp.py:21 (loss)
-# CHECK: all-reduce x2 {{.*}} f32[128,64]  65536  65536  dp  2  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  mlp.py:20 (loss)
+# CHECK: all-reduce (2 combined) {{.*}} (f32[128,64], f32[64,128])  65536  65536  dp  2  1  {{[a-z]+ +[0-9.]+ [nmu]?s}}  mlp.py:20 (loss)

@@ -1,0 +1,67 @@
+"""Collectives summed by what a reader would change (`--group-by`).
+
+- `line`: the innermost line of the model's code (the row's `source`).
+- `scope`: JAX's name stack, the model's own names for its parts.
+- `caller`: the line that called a helper. A frame reached along several
+  paths (a dense layer's `__call__` and the kernel it calls, a
+  sharding-constraint shim) is a helper: a row is summed under the first
+  frame of its stack, from the innermost outwards, that only one path
+  reaches — the attention layer's line that projects, rather than the
+  dense layer all projections share.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from irshard.core.frames import GROUPINGS, SourceLocation
+from irshard.core.errors import UsageError
+from irshard.reporting.report import Collective
+
+NONE = "-"
+
+
+def checked(by: str | None) -> str | None:
+    if by is not None and by not in GROUPINGS:
+        raise UsageError(f"unknown grouping '{by}'; group_by is one of "
+                         f"{', '.join(GROUPINGS)}")
+    return by
+
+
+def _chain(source: SourceLocation | None) -> tuple[SourceLocation, ...]:
+    if source is None:
+        return ()
+    return source.stack or (source,)
+
+
+def _where(frame: SourceLocation) -> tuple[str, int]:
+    return frame.file, frame.line
+
+
+def keys(collectives: Sequence[Collective], by: str) -> list[str]:
+    """Each collective's group under `by`, in order."""
+    if by == "scope":
+        return [c.scope or NONE for c in collectives]
+    if by == "line":
+        return [str(c.source) if c.source else NONE for c in collectives]
+    # Collectives alike share one source object: each chain is read once.
+    chains: dict[int, tuple[SourceLocation, ...]] = {}
+    for c in collectives:
+        if id(c.source) not in chains:
+            chains[id(c.source)] = _chain(c.source)
+    # Each frame's paths: the frames outside it, as each stack has them.
+    paths: dict[tuple[str, int], set[tuple[tuple[str, int], ...]]] = {}
+    for chain in chains.values():
+        where = tuple(_where(f) for f in chain)
+        for i, frame in enumerate(where):
+            paths.setdefault(frame, set()).add(where[i + 1:])
+    chosen: dict[int, str] = {}
+    for key, chain in chains.items():
+        if not chain:
+            chosen[key] = NONE
+            continue
+        at = 0
+        while at + 1 < len(chain) and len(paths[_where(chain[at])]) > 1:
+            at += 1
+        chosen[key] = str(chain[at])
+    return [chosen[id(c.source)] for c in collectives]
