@@ -91,6 +91,34 @@ def test_nan_in_both_is_counted_nan_in_one_fails():
     assert not check.compare(0, _decl(shape=(4,)), b, e, None, None).passed
 
 
+@pytest.mark.parametrize("fill, label", [(np.nan, "NaN"), (np.inf, "Inf")])
+def test_an_output_with_nothing_finite_is_not_compared_and_fails(fill, label):
+    e = np.full(8, fill, np.float32)
+    c = check.compare(0, _decl(shape=(8,)), e.copy(), e, None, None)
+    assert not c.passed and c.not_compared == label
+    assert c.to_json()["not_compared"] == label
+    assert f"every element is {label} in both results" in c.describe()
+    # One finite element is enough to compare, as before.
+    e[5] = 1.0
+    c = check.compare(0, _decl(shape=(8,)), e.copy(), e, None, None)
+    assert c.passed and c.not_compared is None
+
+
+def test_an_all_nan_output_exits_1(write, capsys):
+    path = write("allnan.py", "import jax.numpy as jnp\n"
+                              "def f(x: 'f32[64@x]'):\n"
+                              "    return jnp.log(-jnp.abs(x) - 1), x * 2\n")
+    assert cli.main(["run", path, "--mesh", "x=4", "--check"]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("irshard: error: check failed: output 0 "), err
+    assert "every element is NaN in both results" in err[0]
+    assert "check against one device: FAILED" in captured.out
+    assert "not compared: NaN" in captured.out
+    assert cli.main(["run", path, "--mesh", "x=4"]) == 0
+
+
 def test_integers_are_compared_exactly():
     e = np.arange(8, dtype=np.int64) * 2 ** 40
     a = e.copy()

@@ -25,7 +25,8 @@ to the scale of the whole output:
     |a - e| <= atol + rtol (|e| + max |e|)
 
 Elements that are NaN in both results are not compared but counted, and any
-other non-finite element must match exactly. In a multi-process run the
+other non-finite element must match exactly. An output with no element finite
+in both results has nothing to compare: it is "not compared" and fails. In a multi-process run the
 comparison happens on process 0 and every process gets its verdict.
 """
 
@@ -82,6 +83,9 @@ class OutputCheck:
     # The narrower float the program computes this output in (`bf16`), whose
     # tolerances apply; None where it is the output's own type.
     precision: str | None = None
+    # Why the output was not compared at all: it has no element finite in
+    # both results (`NaN`, `Inf`, `NaN or Inf`); such an output fails.
+    not_compared: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,9 +103,16 @@ class OutputCheck:
             "nan": self.nan,
             "size": self.size,
             **({"precision": self.precision} if self.precision else {}),
+            **({"not_compared": self.not_compared} if self.not_compared
+               else {}),
         }
 
     def describe(self) -> str:
+        if self.not_compared:
+            return (f"output {self.index} ({self.name}) is not compared: "
+                    f"every element is {self.not_compared} in both results, "
+                    f"so there is nothing finite to compare; give inputs in "
+                    f"the function's domain with --range NAME=LO,HI")
         where = list(self.worst_at) if self.worst_at is not None else []
         against = {"float64": "the float64 result",
                    "unsharded": "the single-device result"}.get(
@@ -114,7 +125,7 @@ class OutputCheck:
 
     @property
     def nan_warning(self) -> str | None:
-        if not self.nan:
+        if not self.nan or self.not_compared:
             return None
         share = 100.0 * self.nan / max(1, self.size)
         return (f"output {self.index} ({self.name}): {self.nan} elements "
@@ -330,7 +341,8 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
         else:
             scale = float(np.max(np.abs(e[finite]), initial=0.0))
             allowed = atol + rtol * (np.abs(e) + scale)
-    diff = np.where(finite, np.abs(a - against), 0.0)
+    with np.errstate(invalid="ignore"):     # inf - inf where not finite
+        diff = np.where(finite, np.abs(a - against), 0.0)
     diff = np.where(nonfinite_bad, np.inf, diff)
     bad = (diff > allowed) | nonfinite_bad
 
@@ -346,8 +358,17 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
     ratio = np.where(np.isnan(ratio), np.inf, ratio)
     worst_at = _index(int(np.argmax(ratio)), ratio.shape)
     passed = not bool(np.any(bad))
+    # An output with no element finite in both results compares nothing:
+    # it is never a pass.
+    not_compared = None
+    if passed and not np.any(finite):
+        kinds = [label for label, found in
+                 (("NaN", np.any(np.isnan(a))), ("Inf", np.any(np.isinf(a))))
+                 if found]
+        not_compared = " or ".join(kinds)
+        passed = False
     value = expected_value = None
-    if not passed:
+    if not passed and not not_compared:
         value = np.asarray(actual)[worst_at].item()
         expected_value = np.asarray(against)[worst_at].item()
     return OutputCheck(
@@ -355,7 +376,7 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
         float(rel[rel_at]), rel_at, value, expected_value, reference,
         reference_error, worst_at, float(diff[worst_at]),
         float(np.broadcast_to(allowed, a.shape)[worst_at]),
-        int(np.count_nonzero(both_nan)), size, precision)
+        int(np.count_nonzero(both_nan)), size, precision, not_compared)
 
 
 # Float outputs a program may compute through a 16-bit float.

@@ -236,6 +236,11 @@ class RunResult:
             for c in self.checks:
                 at = (str(list(c.worst_at)) if c.worst_at is not None
                       and c.worst_error else "-")
+                if c.not_compared:
+                    rows.append([str(c.index), c.name, "-", "-", "-",
+                                 c.reference, "-",
+                                 f"not compared: {c.not_compared}"])
+                    continue
                 rows.append([str(c.index), c.name, f"{c.worst_error:.3g}",
                              f"{c.worst_allowed:.3g}", at,
                              f"{c.reference} ({c.precision})" if c.precision
