@@ -210,3 +210,63 @@ def test_shard_map_with_its_own_mesh(write, capsys):
     assert "check against one device: passed" in capsys.readouterr().out
     assert cli.main(["run", path, "--fn", "matmul", "--mesh", "x=4", "--check",
                      "--reference", "wrong"]) == 1
+
+
+OWN_MESH = """\
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Auto,))
+
+
+def entered(a: "f32[64@x]"):
+    # As Equinox's and JAX's mesh helpers do: the program's mesh entered
+    # inside the function.
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return jnp.sin(a) * 2
+
+
+def constrained(a: "f32[64@x]"):
+    return jax.lax.with_sharding_constraint(jnp.cos(a),
+                                            NamedSharding(mesh, P("x")))
+
+
+calls = []
+
+
+def once(a: "f32[64@x]"):
+    calls.append(1)
+    if len(calls) > 1:
+        raise RuntimeError("traced twice")
+    return a + 1
+"""
+
+
+@pytest.mark.parametrize("fn, reason", [
+    ("entered", "use_abstract_mesh cannot change the size of the mesh"),
+    ("constrained", "Received incompatible devices"),
+])
+def test_a_program_s_own_mesh_falls_back_to_the_stripped_module(
+        write, capsys, fn, reason):
+    import json
+    path = write("own.py", OWN_MESH)
+    argv = ["run", path, "--fn", fn, "--mesh", "x=4", "--check"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "check against one device: passed" in out
+    line = next(l for l in out.splitlines() if l.startswith("  reference: "))
+    assert "the traced module with its shardings stripped" in line
+    assert reason in line
+    assert cli.main(argv + ["--format", "json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert reason in run["check"]["reference_note"]
+
+
+def test_a_reference_failure_not_caused_by_the_mesh_is_reported(write, capsys):
+    path = write("own.py", OWN_MESH)
+    code = cli.main(["run", path, "--fn", "once", "--mesh", "x=4", "--check"])
+    err = capsys.readouterr().err.splitlines()
+    assert code != 0 and err[0].startswith("irshard: error: the single-device "
+                                           "reference failed"), err
+    assert "traced twice" in "\n".join(err)

@@ -175,32 +175,57 @@ def _run_on_one_device(fn: Callable, arrays: Sequence[np.ndarray], device,
 
 
 def reference(lowered: StableHLO, info, sources,
-              reference_fn: Callable | None = None) -> list[np.ndarray]:
+              reference_fn: Callable | None = None
+              ) -> tuple[list[np.ndarray], str | None]:
     """The function run unsharded on one device, on the same values: the
     Python function (or `reference_fn`) jitted there, or, for a module read
-    from a file, the module with its shardings stripped compiled there."""
+    from a file, the module with its shardings stripped compiled there.
+    Where the function cannot run again on one device because of the
+    program's own mesh, the stripped module stands in for it, and the
+    second value says why (None otherwise)."""
     device = lowered.devices[0]
     arrays = _whole_inputs(info, sources)
     if lowered.function is None:
-        return _module_reference(lowered, arrays, device)
+        return _module_reference(lowered, arrays, device), None
     fn = reference_fn or lowered.function
     try:
-        return _run_on_one_device(fn, arrays, device, info, False)
+        return _run_on_one_device(fn, arrays, device, info, False), None
     except (Exception, SystemExit) as e:
-        if reference_fn is None and _INCOMPATIBLE_DEVICES in str(e):
+        if reference_fn is None and _caused_by_mesh(e):
             # The function names the program's own mesh (a NamedSharding
-            # built at import): one device cannot trace it again, but the
-            # traced module, its shardings stripped, runs on one.
+            # built at import, a mesh it enters): one device cannot trace
+            # it again, but the traced module, its shardings stripped,
+            # runs on one.
             try:
-                return _module_reference(lowered, arrays, device)
+                found = _module_reference(lowered, arrays, device)
             except UsageError:
                 pass
+            else:
+                return found, (
+                    f"the traced module with its shardings stripped: "
+                    f"'{info.function}' does not run again on one device "
+                    f"because of its own mesh ("
+                    f"{backend.message(e).splitlines()[0]})")
         raise _reference_error(e, info, reference_fn is not None) from None
 
 
 # JAX's error for a function whose shardings name devices other than the
 # ones it runs on (a mesh of its own, built from all the devices).
 _INCOMPATIBLE_DEVICES = "Received incompatible devices for jitted computation"
+# What JAX (and libraries on it, Equinox) say when a program's own mesh
+# cannot stand on one device: shardings naming other devices, a mesh of
+# another size entered inside the function.
+_MESH_CAUSED = (
+    _INCOMPATIBLE_DEVICES,
+    "cannot change the size of the mesh",      # use_abstract_mesh
+    "incompatible devices",
+    "incompatible with the mesh",
+)
+
+
+def _caused_by_mesh(e: BaseException) -> bool:
+    text = str(e)
+    return any(fragment in text for fragment in _MESH_CAUSED)
 
 
 def _reference_error(e: BaseException, info, named: bool) -> Exception:
@@ -384,11 +409,15 @@ _WIDER = ("f32", "f64")
 
 
 def check(lowered, info, sources, values, options,
-          reference_fn: Callable | None = None) -> tuple[OutputCheck, ...]:
-    """Compares on process 0; the verdict is shared with every process."""
+          reference_fn: Callable | None = None
+          ) -> tuple[tuple[OutputCheck, ...], str | None]:
+    """Compares on process 0; the verdict is shared with every process.
+    The second value says what stood in for the single-device run, where
+    that is not the function itself (see `reference`)."""
     checks: list[OutputCheck] = []
+    note = None
     if backend.process_index() == 0:
-        unsharded = reference(lowered, info, sources, reference_fn)
+        unsharded, note = reference(lowered, info, sources, reference_fn)
         truths: list[np.ndarray | None] = [None] * len(info.outputs)
         wants_truth = any(d.dtype.name in _EPS for d in info.outputs)
         if lowered.function is not None and wants_truth:
@@ -410,7 +439,7 @@ def check(lowered, info, sources, values, options,
     if backend.process_index() != 0:
         checks = [OutputCheck(i, d.name, bool(flags[0][i]), 0.0, 0.0, 0.0, None,
                               0.0, None) for i, d in enumerate(info.outputs)]
-    return tuple(checks)
+    return tuple(checks), note
 
 
 def failure(checks: Sequence[OutputCheck] | None) -> CheckFailed | None:

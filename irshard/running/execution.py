@@ -156,6 +156,9 @@ class RunResult:
     saved: str | None = None
     values: tuple[Any, ...] | None = None     # the outputs, when kept
     predicted_s: float | None = None    # the report's simulated step
+    # What stood in for the single-device run, and why, where it is not
+    # the function itself (the stripped module, for a program's own mesh).
+    reference_note: str | None = None
 
     def predicted_by(self, report) -> "RunResult":
         """The result with `report`'s simulated step beside its timing."""
@@ -189,6 +192,8 @@ class RunResult:
         if self.checks is not None:
             d["check"] = {"passed": self.passed,
                           "outputs": [c.to_json() for c in self.checks]}
+            if self.reference_note:
+                d["check"]["reference_note"] = self.reference_note
         if self.timings:
             d["timing"] = {"runs": len(self.timings),
                            "median_s": statistics.median(self.timings),
@@ -232,6 +237,8 @@ class RunResult:
             verdict = "passed" if self.passed else "FAILED"
             references = sorted({c.reference for c in self.checks})
             lines += ["", f"check against one device: {verdict}"]
+            if self.reference_note:
+                lines.append(f"  reference: {self.reference_note}")
             rows = []
             for c in self.checks:
                 at = (str(list(c.worst_at)) if c.worst_at is not None
@@ -435,17 +442,18 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     values = None
     if options.check or options.save or options.keep_values:
         values = [backend.gather(a) for a in outputs]
-    checks = None
+    checks = note = None
     if options.check:
-        checks = check.check(lowered, info, sources, values, options,
-                             lowered.reference)
+        checks, note = check.check(lowered, info, sources, values, options,
+                                   lowered.reference)
     saved = None
     if options.save and backend.process_index() == 0:
         _save(options.save, info.outputs, values)
         saved = options.save
     return RunResult(options.seed, jax.process_count(), tuple(input_runs),
                      tuple(output_runs), checks, tuple(timings), saved,
-                     tuple(values) if options.keep_values else None)
+                     tuple(values) if options.keep_values else None,
+                     reference_note=note)
 
 
 def _execute(exe, arguments, decls, shardings):
