@@ -50,9 +50,9 @@ TOLERANCES = {
     "f32": (1e-5, 1e-6), "c64": (1e-5, 1e-6),
     "f16": (1e-3, 1e-3), "bf16": (1e-2, 1e-2),
 }
-# Unit roundoff by dtype: a 64-bit run that differs from the unsharded result
-# by more than sqrt(eps) of the output's scale computes something else (its
-# random numbers, say) and is not used as the truth.
+# Unit roundoff by dtype: a 64-bit run whose typical (median) element differs
+# from the unsharded result by more than sqrt(eps) of the output's scale
+# computes something else (its random numbers, say) and is not the truth.
 _EPS = {"f32": 2.0 ** -24, "c64": 2.0 ** -24, "f16": 2.0 ** -11,
         "bf16": 2.0 ** -8}
 # How much worse than the unsharded result's own worst error a sharded
@@ -354,8 +354,16 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
             t = _wide(truth, complex_)
             tf = np.isfinite(t) & finite
             scale = float(np.max(np.abs(t[tf]), initial=0.0))
-            gap = float(np.max(np.abs(e[tf] - t[tf]), initial=0.0))
-            if t.shape != a.shape or gap > math.sqrt(_EPS[name]) * scale + atol:
+            gaps = np.abs(e[tf] - t[tf])
+            gap = float(np.max(gaps, initial=0.0))
+            # Whether it computes the same thing is read from the typical
+            # element, not the worst: an ill-conditioned element (Adam's
+            # first step divides a gradient that cancelled to ~0 by its own
+            # size) may differ by any amount, and that is the unsharded
+            # result's error, the room the sharded one gets.
+            typical = float(np.median(gaps)) if gaps.size else 0.0
+            if t.shape != a.shape or \
+                    typical > math.sqrt(_EPS[name]) * scale + atol:
                 t = None
             else:
                 reference_error = gap
