@@ -173,6 +173,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="seed of the random inputs (default 0); element "
                         "[i, j, ...] has the same value on any mesh")
+    p.add_argument("--random", action="store_true",
+                   help="draw every input from --seed, also those the --args "
+                        "function gives concrete values (by default those "
+                        "values are used, and only abstract leaves are drawn)")
     p.add_argument("--input", action="append", default=[],
                    metavar="NAME=PATH.npy",
                    help="read argument NAME from a .npy file (memory-mapped; "

@@ -183,6 +183,11 @@ def cmd_run(args) -> int:
     if args.processes is not None:
         return _launch(args, source.total_devices())
     lowered = _load(source, cluster, args.timeout)
+    if not args.random and lowered.given:
+        # The values the --args function returned are the inputs; only
+        # abstract leaves (ShapeDtypeStructs) are drawn from --seed.
+        import dataclasses
+        options = dataclasses.replace(options, given=lowered.given)
     _stage("compiling")
     from irshard.pipeline import output
     args.explain = args.explain or args.format == "html"

@@ -401,3 +401,25 @@ def test_report_of_an_executable_the_user_compiled(tmp_path):
     assert printed[0] == own[0] and len(printed) == len(own)
     with pytest.raises(irshard.UsageError, match="keeps only its optimized HLO"):
         report.stage("stablehlo")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, fn, mesh, needs", STEPS,
+                         ids=[s[0] for s in STEPS])
+def test_run_check_passes_on_the_steps_own_values(name, fn, mesh, needs,
+                                                  capsys):
+    """`run --check` and `irshard.run(check=True)` on the values the step's
+    `args` returns (not random ones) pass."""
+    import irshard
+    from irshard import cli
+    module = _program(name, needs)
+    step = getattr(module, fn)
+    result = irshard.run(step, *module.args(), mesh=mesh, check=True)
+    assert result.run.passed
+    assert {t.origin for t in result.run.inputs} == {"given"}
+    path = os.path.join(PROGRAMS, f"{name}.py")
+    assert cli.main(["run", path, "--fn", fn, "--args", "args", "--mesh", mesh,
+                     "--check", "--format", "json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["check"]["passed"]
+    assert {t["source"] for t in run["inputs"]} == {"given"}

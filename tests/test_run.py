@@ -166,8 +166,8 @@ def test_each_device_reads_only_its_slice(tmp_path, write, monkeypatch):
     asked = []
     original = execution._input_source
 
-    def spy(index, decl, options):
-        source, origin = original(index, decl, options)
+    def spy(index, decl, options, *given):
+        source, origin = original(index, decl, options, *given)
         return (lambda idx: asked.append(idx) or source(idx)), origin
 
     monkeypatch.setattr(execution, "_input_source", spy)
@@ -279,3 +279,49 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
     result = run_program(path, "x=2", repeat=3, progress=True)
     assert result.timings == (1, 1, 1)
     assert "3/3" in capsys.readouterr().err
+
+
+GIVEN = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def step(w, b, x):
+    return jnp.tanh(x @ w + b)
+
+
+def args():
+    w = jnp.asarray(np.arange(32, dtype=np.float32).reshape(8, 4) / 32)
+    return w, jax.ShapeDtypeStruct((4,), jnp.float32), jnp.full((16, 8), 0.5)
+"""
+
+
+def test_run_uses_the_values_the_args_function_returns(write, capsys):
+    """Concrete leaves run as given (source `given`), abstract ones are
+    drawn (`random`); --random draws them all."""
+    import json
+    path = write("given.py", GIVEN)
+    argv = ["run", path, "--fn", "step", "--args", "args", "--mesh", "x=2",
+            "--shard", "x=x,_", "--check", "--format", "json"]
+    assert cli.main(argv) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    sources = {t["name"]: t["source"] for t in run["inputs"]}
+    assert sources == {"w": "given", "b": "random", "x": "given"}
+    w = np.arange(32, dtype=np.float32).reshape(8, 4) / 32
+    expected = data.format_checksum(data.block_checksum(
+        w, (slice(0, 8), slice(0, 4)), (8, 4)))
+    checksums = {t["name"]: t["checksum"] for t in run["inputs"]}
+    assert checksums["w"] == expected
+    assert run["check"]["passed"]
+    assert cli.main(argv + ["--random"]) == 0
+    drawn = json.loads(capsys.readouterr().out)["run"]
+    assert {t["name"]: t["source"] for t in drawn["inputs"]} == \
+        {"w": "random", "b": "random", "x": "random"}
+    assert {t["name"]: t["checksum"] for t in drawn["inputs"]}["w"] != expected
+    # A range that could only apply to given values says so.
+    assert cli.main(argv[:-2] + ["--range", "w=0,1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "matches only inputs given concrete values" \
+        in err[0], err
+    assert cli.main(argv[:-2] + ["--range", "w=0,1", "--random"]) == 0

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
 from irshard import backend
@@ -109,6 +109,9 @@ class StableHLO(Stage):
     # A function the user named to stand for the single-device result.
     reference: Any = None
     out_tree: Any = None            # the traced function's output structure
+    # The concrete values the inputs were given (an `--args` function's
+    # arrays), by input name; abstract inputs have none.
+    given: Any = field(default=None, compare=False, repr=False)
 
     def as_text(self, debug_info: bool = False) -> str:
         return _asm(self.module.operation, debug_info)
@@ -448,7 +451,12 @@ def trace(program: Program, placement: targets.Placement | None = None,
         outputs=_output_decls(lowered, program, flat), notes=notes
         + _static_notes(program, flat.static_outputs))
     return StableHLO(info, lowered.module, tuple(devices), fn,
-                     lowered.callbacks, reference, lowered.out_tree)
+                     lowered.callbacks, reference, lowered.out_tree,
+                     _given(program.inputs))
+
+
+def _given(leaves) -> dict[str, Any]:
+    return {leaf.path: leaf.value for leaf in leaves if leaf.value is not None}
 
 
 def _user_dir(program: Program) -> str:
@@ -471,7 +479,8 @@ def _stage_of(program: Program, placement: targets.Placement,
                       for name, dtype, shape, key in lowered.outputs),
         notes=notes + lowered.notes + _static_notes(program, ()))
     return StableHLO(info, lowered.module, tuple(devices), None,
-                     lowered.callbacks, None, lowered.out_tree)
+                     lowered.callbacks, None, lowered.out_tree,
+                     _given(lowered.leaves))
 
 
 def from_lowering(lowered: Any, mesh: MeshSpec, placement: targets.Placement,

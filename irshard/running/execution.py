@@ -156,6 +156,9 @@ class RunResult:
     saved: str | None = None
     values: tuple[Any, ...] | None = None     # the outputs, when kept
     predicted_s: float | None = None    # the report's simulated step
+    # What stood in for the single-device run, and why, where it is not
+    # the function itself (the stripped module, for a program's own mesh).
+    reference_note: str | None = None
 
     def predicted_by(self, report) -> "RunResult":
         """The result with `report`'s simulated step beside its timing."""
@@ -189,6 +192,8 @@ class RunResult:
         if self.checks is not None:
             d["check"] = {"passed": self.passed,
                           "outputs": [c.to_json() for c in self.checks]}
+            if self.reference_note:
+                d["check"]["reference_note"] = self.reference_note
         if self.timings:
             d["timing"] = {"runs": len(self.timings),
                            "median_s": statistics.median(self.timings),
@@ -232,10 +237,17 @@ class RunResult:
             verdict = "passed" if self.passed else "FAILED"
             references = sorted({c.reference for c in self.checks})
             lines += ["", f"check against one device: {verdict}"]
+            if self.reference_note:
+                lines.append(f"  reference: {self.reference_note}")
             rows = []
             for c in self.checks:
                 at = (str(list(c.worst_at)) if c.worst_at is not None
                       and c.worst_error else "-")
+                if c.not_compared:
+                    rows.append([str(c.index), c.name, "-", "-", "-",
+                                 c.reference, "-",
+                                 f"not compared: {c.not_compared}"])
+                    continue
                 rows.append([str(c.index), c.name, f"{c.worst_error:.3g}",
                              f"{c.worst_allowed:.3g}", at,
                              f"{c.reference} ({c.precision})" if c.precision
@@ -292,10 +304,51 @@ def _ms(seconds: float) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _input_source(index: int, decl: TensorDecl, options: RunOptions):
+def _given_values(decls: Sequence[TensorDecl],
+                  options: RunOptions) -> dict[str, np.ndarray]:
+    """The concrete values given for inputs, as whole host arrays of the
+    inputs' types. In a multi-process run every process computed its own
+    (each calls the `--args` function); they must be the same values, or
+    the run would mix several programs' inputs: an input whose values
+    differ between processes is an error."""
+    paths = dict(options.inputs)
+    values: dict[str, np.ndarray] = {}
+    for decl in decls:
+        if decl.name not in options.given or decl.name in paths:
+            continue
+        value = options.given[decl.name]
+        # A global array (one spanning processes) is gathered whole.
+        value = backend.gather(value) if hasattr(value, "addressable_shards") \
+            else np.asarray(value)
+        if value.shape != tuple(decl.shape):
+            raise InputError(f"input '{decl.name}': the value given has shape "
+                             f"{list(value.shape)}, the program's input "
+                             f"{list(decl.shape)}")
+        if value.dtype != decl.dtype.numpy:
+            value = value.astype(decl.dtype.numpy)
+        values[decl.name] = value
+    if values:
+        names = list(values)
+        sums = backend.allgather_ints([data.block_checksum(
+            values[n], tuple(slice(0, k) for k in values[n].shape),
+            values[n].shape) for n in names])
+        for i, name in enumerate(names):
+            differ = [p for p, row in enumerate(sums) if row[i] != sums[0][i]]
+            if differ:
+                raise UsageError(
+                    f"input '{name}' has other values in process {differ[0]} "
+                    f"than in process 0: each process computes the given "
+                    f"values itself, so they must not depend on the process "
+                    f"(seed their random numbers), or give --random to draw "
+                    f"every input from --seed")
+    return values
+
+
+def _input_source(index: int, decl: TensorDecl, options: RunOptions,
+                  given: Mapping[str, np.ndarray]):
     """A function from a block index to the input's values there."""
-    if decl.name in options.given:
-        value = np.asarray(options.given[decl.name])
+    if decl.name in given:
+        value = given[decl.name]
         return (lambda idx: np.array(value[idx])), "given"
     paths = dict(options.inputs)
     if decl.name in paths:
@@ -354,10 +407,16 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     for rule in tree.unmatched(options.range_rules(), names):
         raise InputError(f"--range {rule.text}: '{rule.pattern}' matches no "
                          f"input; the inputs are {tree.listing(names)}")
+    drawn = [n for n in names if n not in options.given]
+    for rule in tree.unmatched(options.range_rules(), drawn):
+        raise InputError(f"--range {rule.text}: '{rule.pattern}' matches only "
+                         f"inputs given concrete values, which run as they "
+                         f"are; --random draws every input, --range included")
 
+    given = _given_values(info.inputs, options)
     arguments, sources, origins = [], [], []
     for i, t in enumerate(ins):
-        source, origin = _input_source(i, t.decl, options)
+        source, origin = _input_source(i, t.decl, options, given)
         sources.append(source)
         origins.append(origin)
         arguments.append(jax.make_array_from_callback(t.decl.shape, t.sharding,
@@ -383,17 +442,18 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     values = None
     if options.check or options.save or options.keep_values:
         values = [backend.gather(a) for a in outputs]
-    checks = None
+    checks = note = None
     if options.check:
-        checks = check.check(lowered, info, sources, values, options,
-                             lowered.reference)
+        checks, note = check.check(lowered, info, sources, values, options,
+                                   lowered.reference)
     saved = None
     if options.save and backend.process_index() == 0:
         _save(options.save, info.outputs, values)
         saved = options.save
     return RunResult(options.seed, jax.process_count(), tuple(input_runs),
                      tuple(output_runs), checks, tuple(timings), saved,
-                     tuple(values) if options.keep_values else None)
+                     tuple(values) if options.keep_values else None,
+                     reference_note=note)
 
 
 def _execute(exe, arguments, decls, shardings):
