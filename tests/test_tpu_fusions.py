@@ -90,3 +90,80 @@ def test_a_chain_is_timed_once_between_its_start_and_done():
         pytest.approx(sum(seconds.values()))
     # The fusion between start and done computes while the chain runs.
     assert step.overlapped_comm_s > 0
+
+
+# An FSDP step written with explicit collectives: each of LAYERS weights
+# (DIM x DIM, bf16) is sharded over `fsdp` by rows, gathered whole for the
+# forward pass, and its gradient reduce-scattered back to its shard.
+LAYERS, DIM, BATCH = 3, 256, 64
+
+
+def _fsdp_step(weights, x):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(full, x):
+        h = x
+        for w in full:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def local(weights, x):
+        full = [jax.lax.all_gather(w, "fsdp", axis=0, tiled=True)
+                for w in weights]
+        value, grads = jax.value_and_grad(loss)(full, x)
+        grads = [jax.lax.psum_scatter(g, "fsdp", scatter_dimension=0, tiled=True)
+                 for g in grads]
+        return ([w - 0.01 * g for w, g in zip(weights, grads)],
+                jax.lax.pmean(value, "fsdp"))
+
+    from jax.sharding import PartitionSpec as P
+    return jax.shard_map(local, in_specs=([P("fsdp")] * LAYERS, P("fsdp")),
+                         out_specs=([P("fsdp")] * LAYERS, P()),
+                         check_vma=False)(weights, x)
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("target, mesh, fsdp", [
+    ("tpu-v5e:4x4", "fsdp=4,tp=4", 4), ("tpu-v6e:4x4", "fsdp=4,tp=4", 4),
+    ("tpu-v5p:2x2x2", "fsdp=4,tp=2", 4), ("tpu-v4:2x2x2", "fsdp=8", 8),
+])
+def test_an_fsdp_steps_gathers_and_reduce_scatters_on_a_tpu_slice(target, mesh, fsdp):
+    """What the program does, on each TPU generation: LAYERS all-gathers of
+    a whole weight (libtpu runs some as asynchronous fusion chains) and
+    LAYERS gradient reductions, each counted once. A reduce-scatter is
+    reported at its shard's bytes; where libtpu runs the gradients' reduction
+    as one all-reduce of the whole gradients (v4 and v6e, sliced after),
+    that is what is reported, at the whole gradients' bytes."""
+    from tests.conftest import require
+    require("libtpu", "TPU targets")
+    import irshard
+    import jax
+    import jax.numpy as jnp
+    weights = [jax.ShapeDtypeStruct((DIM, DIM), jnp.bfloat16)] * LAYERS
+    x = jax.ShapeDtypeStruct((BATCH, DIM), jnp.bfloat16)
+    report = irshard.compile(_fsdp_step, weights, x, mesh=mesh, target=target,
+                             rules=[("**", "fsdp,_")])
+    whole, shard = DIM * DIM * 2, DIM // fsdp * DIM * 2
+    by_kind = {}
+    for c in report.collectives:
+        by_kind.setdefault(c.kind, []).append(c)
+    gathers = by_kind.get("all-gather", [])
+    assert sum(c.executions * c.operands for c in gathers) == LAYERS
+    assert {(c.shape, c.bytes // c.operands) for c in gathers} == {((DIM, DIM), whole)}
+    scatters = by_kind.get("reduce-scatter", [])
+    for c in scatters:
+        assert (c.shape, c.bytes // c.operands, c.group_size, c.mesh_axes) == \
+            ((DIM // fsdp, DIM), shard, fsdp, ("fsdp",))
+        assert c.wire_bytes == c.bytes * (fsdp - 1)
+        assert c.source is not None and c.source.file.endswith("test_tpu_fusions.py")
+    reduced = [c for c in by_kind.get("all-reduce", []) if c.bytes >= shard]
+    for c in reduced:
+        assert (c.shape, c.bytes // c.operands) == ((DIM, DIM), whole)
+    assert sum(c.executions * c.operands for c in scatters + reduced) == LAYERS
+    if "v5e" in target or "v5p" in target:
+        # Where libtpu keeps them: no all-reduce of a gradient's size.
+        assert len(scatters) == LAYERS and not reduced
+    totals = report.totals()
+    assert totals["bytes_per_run"] == sum(c.bytes * c.executions
+                                          for c in report.collectives)
