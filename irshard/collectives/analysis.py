@@ -24,7 +24,7 @@ from irshard.core.errors import IRError
 from irshard.core.frames import Frame, SourceLocation, UserCode
 from irshard.core.specs import MeshSpec, lookup_dtype, shown
 from irshard.reporting.report import PackedCollectives
-from irshard.xla import hlo
+from irshard.xla import asyncfusions, hlo
 from irshard.xla import replica_groups as rg
 from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
 
@@ -170,7 +170,11 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
     """The module's collectives in program order, as they are visited (a
     reader that reads each from the text holds one at a time)."""
 
-    def visit(computation, loops, is_async, depth):
+    # libtpu's asynchronous collective fusions (`asyncfusions`): the chains
+    # whose collective was counted at its start.
+    started: set[tuple[str, str]] = set()
+
+    def visit(computation, loops, is_async, depth, starts=False):
         if depth > 64:
             return
         for inst in view.visits(computation):
@@ -180,6 +184,13 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
             calls = () if inst.opcode in COLLECTIVE_OPCODES \
                 else inst.called_computations()
             if collective_kind(inst) is not None:
+                chain = asyncfusions.chain(inst)
+                if chain is not None:
+                    # The same collective again, in a fusion computing
+                    # while it runs or in its done: counted at its start.
+                    if chain in started and not starts:
+                        continue
+                    started.add(chain)
                 yield _Site(inst, loops, is_async or inst.opcode.endswith("-start")
                             or inst.opcode == "send")
             wrapped = view.get(inst.wrapped, "") if inst.wrapped else None
@@ -194,8 +205,11 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
                     if key == "condition" and trips is not None:
                         trips += 1
                     inner = loops + (trips,)
+                starting = asyncfusions.role(view, inst) == asyncfusions.START \
+                    if inst.opcode == "fusion" else False
                 yield from visit(callee, inner,
-                                 is_async or inst.opcode == "async-start", depth + 1)
+                                 is_async or inst.opcode == "async-start" or starting,
+                                 depth + 1, starting)
 
     return visit(view.entry, (), False, 0)
 

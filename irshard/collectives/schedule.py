@@ -45,6 +45,7 @@ from typing import Any, Callable, NamedTuple
 from irshard.collectives import loops
 from irshard.collectives.analysis import collective_kind
 from irshard.collectives.costs import FREE, Cost, Costs
+from irshard.xla import asyncfusions
 from irshard.xla.hlo import HloModuleView, Instruction, shape_leaves
 
 # Iterations of a loop drawn one by one on the timeline; the rest of its
@@ -198,8 +199,10 @@ class _Walk:
         self.step = Step()
         self.now = 0.0             # the compute stream's clock
         self.comm_free = 0.0       # when the collective stream is free
-        # start -> (end, seconds, seconds exposed already)
-        self.pending: dict[str, tuple[float, float, float]] = {}
+        # start (or chain) -> (end, seconds, seconds exposed already)
+        self.pending: dict = {}
+        # Asynchronous fusion chains started (`asyncfusions.chain`).
+        self.chains: set[tuple[str, str]] = set()
         self.draw = True
         self.untimed: set[tuple[str, str, str]] = set()
         self.woken = False          # whether a collective has run yet
@@ -275,11 +278,26 @@ class _Walk:
             # A fusion holding a collective (a TPU's collective fusions): the
             # collective is timed as the report times it, as if synchronous,
             # then the fusion's own work.
+            # One of libtpu's asynchronous collective fusions
+            # (`asyncfusions`): its start starts the collective, its done
+            # waits for it, the fusions between only compute.
             fused = called.get("calls", "")
             if self.holds_collectives(fused):
+                role = asyncfusions.role(self.view, inst)
                 for inner in self.view.instructions_of(fused):
-                    if collective_kind(inner) is not None:
-                        self.collective(inner, iteration)
+                    if collective_kind(inner) is None:
+                        continue
+                    chain = asyncfusions.chain(inner)
+                    if chain is not None and role == asyncfusions.DONE:
+                        if chain in self.pending:
+                            self.finish(*self.pending.pop(chain))
+                        kind = _OTHER
+                    elif chain is None or role == asyncfusions.START \
+                            or chain not in self.chains:
+                        if chain is not None:
+                            self.chains.add(chain)
+                        self.collective(inner, iteration, chain
+                                        if role == asyncfusions.START else None)
                         kind = _OTHER
         unknown = op == "custom-call" and not self.costs.known(inst)
         if unknown:
@@ -311,7 +329,9 @@ class _Walk:
         self.step.flops += work
         self.step.bytes_accessed += moved
 
-    def collective(self, inst, iteration):
+    def collective(self, inst, iteration, chain=None):
+        """Runs collective `inst`; one that `-start`s or starts an
+        asynchronous fusion `chain` runs beside compute until its done."""
         seconds, name = self.collective_s(_wrapped(self.view, inst) or inst)
         if not self.woken:
             self.woken = True
@@ -324,8 +344,8 @@ class _Walk:
         end = start + seconds
         self.comm_free = end
         self.event(inst, "collectives", start, seconds, iteration, collective=name)
-        if inst.opcode.endswith("-start"):
-            self.pending[inst.name] = (end, seconds, 0.0)
+        if inst.opcode.endswith("-start") or chain is not None:
+            self.pending[chain or inst.name] = (end, seconds, 0.0)
             return
         # Compute stops until it ends; while it waits for the stream, the
         # asynchronous ones still on it are what is exposed.

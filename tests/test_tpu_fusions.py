@@ -1,0 +1,169 @@
+"""libtpu's collective fusions read as the collectives they run: an
+asynchronous collective fusion chain (start, fusions computing while it runs,
+done) is one collective, counted, timed and attributed once."""
+
+import os
+
+import pytest
+
+from irshard.collectives import analysis, schedule
+from irshard.core.specs import parse_mesh
+from irshard.xla import asyncfusions, hloscan
+from irshard.xla.hlo import HloModuleView
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "tpu")
+
+
+def _text(name):
+    with open(os.path.join(DATA, name)) as f:
+        return f.read()
+
+
+# Hand-trimmed from libtpu 0.0.42.1's executable of an FSDP step for a v5e
+# 4x4 slice: a synchronous all-gather (channel 2), then chain 0 (channel 4):
+# its start fusion, one fusion computing while it runs, its done fusion,
+# each holding a copy of all-gather(bf16[16,256]) -> bf16[256,256].
+CHAIN = "v5e_async_all_gather.hlo"
+
+
+@pytest.fixture(params=["parsed", "scanned"])
+def chain_view(request):
+    text = _text(CHAIN)
+    if request.param == "parsed":
+        return HloModuleView.from_text(text)
+    return hloscan.ScannedModule.from_text(text)
+
+
+def test_the_fixture_holds_the_chain_three_times():
+    """What the test below counts once is there three times."""
+    text = _text(CHAIN)
+    assert text.count('chain_id="0"') == 3
+    assert text.count('custom_call_target="AsyncCollectiveStart"') == 1
+    assert text.count('custom_call_target="AsyncCollectiveDone"') == 1
+    assert "calls=%async_collective_fusion.34" in text
+
+
+def test_an_async_collective_fusion_chain_is_one_collective(chain_view):
+    found = analysis.collectives(chain_view, parse_mesh("fsdp=16"), None)
+    assert [(c.name, c.kind, c.is_async) for c in found] == [
+        ("all-gather.56", "all-gather", False),
+        ("all-gather.33", "all-gather", True)]
+    chained = found[1]
+    # Gathered per device: bf16[256,256], of which each device had 1/16.
+    assert chained.shape == (256, 256) and chained.dtype == "bf16"
+    assert chained.bytes == 256 * 256 * 2
+    assert chained.wire_bytes == 256 * 256 * 2 * 15 // 16
+    assert chained.mesh_axes == ("fsdp",) and chained.group_size == 16
+    # The start's own metadata: stack frame 3, fsdp.py line 9.
+    assert (str(chained.source), chained.attribution) == \
+        ("fsdp.py:9 (loss_fn)", "metadata")
+
+
+def test_fusion_roles_are_read_from_the_called_computations_root(chain_view):
+    roles = {}
+    for inst in chain_view.visits(chain_view.entry):
+        if inst.opcode == "fusion":
+            roles[inst.name] = asyncfusions.role(chain_view, inst)
+    assert roles["async-collective-start"] == asyncfusions.START
+    assert roles["async-collective-done"] == asyncfusions.DONE
+    assert roles["fusion.34"] is None
+
+
+def test_a_chain_is_timed_once_between_its_start_and_done():
+    """The step's communication is the report's: the chain's all-gather
+    runs once, beside the fusion computing in between."""
+    view = HloModuleView.from_text(_text(CHAIN))
+    found = analysis.collectives(view, parse_mesh("fsdp=16"), None)
+    seconds = {"all-gather.56": 3.0, "all-gather.33": 5.0}
+    assert {c.name for c in found} == set(seconds)
+    timed = []
+
+    def collective_s(inst):
+        timed.append(inst.name)
+        return seconds.get(inst.name, 0.0), inst.name
+
+    rates = schedule.Rates(peak_flops=1e30, memory_bandwidth=1e30,
+                           overhead_s=1.0)
+    step = schedule.simulate(view, rates, collective_s)
+    assert sorted(timed) == sorted(seconds)
+    assert step.exposed_comm_s + step.overlapped_comm_s == \
+        pytest.approx(sum(seconds.values()))
+    # The fusion between start and done computes while the chain runs.
+    assert step.overlapped_comm_s > 0
+
+
+# An FSDP step written with explicit collectives: each of LAYERS weights
+# (DIM x DIM, bf16) is sharded over `fsdp` by rows, gathered whole for the
+# forward pass, and its gradient reduce-scattered back to its shard.
+LAYERS, DIM, BATCH = 3, 256, 64
+
+
+def _fsdp_step(weights, x):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(full, x):
+        h = x
+        for w in full:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def local(weights, x):
+        full = [jax.lax.all_gather(w, "fsdp", axis=0, tiled=True)
+                for w in weights]
+        value, grads = jax.value_and_grad(loss)(full, x)
+        grads = [jax.lax.psum_scatter(g, "fsdp", scatter_dimension=0, tiled=True)
+                 for g in grads]
+        return ([w - 0.01 * g for w, g in zip(weights, grads)],
+                jax.lax.pmean(value, "fsdp"))
+
+    from jax.sharding import PartitionSpec as P
+    return jax.shard_map(local, in_specs=([P("fsdp")] * LAYERS, P("fsdp")),
+                         out_specs=([P("fsdp")] * LAYERS, P()),
+                         check_vma=False)(weights, x)
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("target, mesh, fsdp", [
+    ("tpu-v5e:4x4", "fsdp=4,tp=4", 4), ("tpu-v6e:4x4", "fsdp=4,tp=4", 4),
+    ("tpu-v5p:2x2x2", "fsdp=4,tp=2", 4), ("tpu-v4:2x2x2", "fsdp=8", 8),
+])
+def test_an_fsdp_steps_gathers_and_reduce_scatters_on_a_tpu_slice(target, mesh, fsdp):
+    """What the program does, on each TPU generation: LAYERS all-gathers of
+    a whole weight (libtpu runs some as asynchronous fusion chains) and
+    LAYERS gradient reductions, each counted once. A reduce-scatter is
+    reported at its shard's bytes; where libtpu runs the gradients' reduction
+    as one all-reduce of the whole gradients (v4 and v6e, sliced after),
+    that is what is reported, at the whole gradients' bytes."""
+    from tests.conftest import require
+    require("libtpu", "TPU targets")
+    import irshard
+    import jax
+    import jax.numpy as jnp
+    weights = [jax.ShapeDtypeStruct((DIM, DIM), jnp.bfloat16)] * LAYERS
+    x = jax.ShapeDtypeStruct((BATCH, DIM), jnp.bfloat16)
+    report = irshard.compile(_fsdp_step, weights, x, mesh=mesh, target=target,
+                             rules=[("**", "fsdp,_")])
+    whole, shard = DIM * DIM * 2, DIM // fsdp * DIM * 2
+    by_kind = {}
+    for c in report.collectives:
+        by_kind.setdefault(c.kind, []).append(c)
+    gathers = by_kind.get("all-gather", [])
+    assert sum(c.executions * c.operands for c in gathers) == LAYERS
+    assert {(c.shape, c.bytes // c.operands) for c in gathers} == {((DIM, DIM), whole)}
+    scatters = by_kind.get("reduce-scatter", [])
+    for c in scatters:
+        assert (c.shape, c.bytes // c.operands, c.group_size, c.mesh_axes) == \
+            ((DIM // fsdp, DIM), shard, fsdp, ("fsdp",))
+        assert c.wire_bytes == c.bytes * (fsdp - 1)
+        assert c.source is not None and c.source.file.endswith("test_tpu_fusions.py")
+    reduced = [c for c in by_kind.get("all-reduce", []) if c.bytes >= shard]
+    for c in reduced:
+        assert (c.shape, c.bytes // c.operands) == ((DIM, DIM), whole)
+    assert sum(c.executions * c.operands for c in scatters + reduced) == LAYERS
+    if "v5e" in target or "v5p" in target:
+        # Where libtpu keeps them: no all-reduce of a gradient's size.
+        assert len(scatters) == LAYERS and not reduced
+    totals = report.totals()
+    assert totals["bytes_per_run"] == sum(c.bytes * c.executions
+                                          for c in report.collectives)
