@@ -24,7 +24,7 @@ from irshard.core.errors import IRError
 from irshard.core.frames import Frame, SourceLocation, UserCode
 from irshard.core.specs import MeshSpec, lookup_dtype, shown
 from irshard.reporting.report import PackedCollectives
-from irshard.xla import asyncfusions, hlo
+from irshard.xla import hlo, tpufusions
 from irshard.xla import replica_groups as rg
 from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
 
@@ -164,13 +164,23 @@ class _Site(NamedTuple):
     loops: tuple[int | None, ...]
     is_async: bool
     start: Instruction | None = None   # the async-start running `inst`
+    # The fusion that performs `inst` as another collective (libtpu's
+    # all-reduce-scatter fusion: a reduce-scatter), named and located by it.
+    fusion: Instruction | None = None
+
+
+def _performed(site: _Site) -> tuple[str | None, Instruction]:
+    """(kind, the instruction the executable runs) of a site."""
+    if site.fusion is not None:
+        return "reduce-scatter", site.fusion
+    return collective_kind(site.inst), site.inst
 
 
 def _sites(view: HloModuleView) -> Iterator[_Site]:
     """The module's collectives in program order, as they are visited (a
     reader that reads each from the text holds one at a time)."""
 
-    # libtpu's asynchronous collective fusions (`asyncfusions`): the chains
+    # libtpu's asynchronous collective fusions (`tpufusions`): the chains
     # whose collective was counted at its start.
     started: set[tuple[str, str]] = set()
 
@@ -184,7 +194,7 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
             calls = () if inst.opcode in COLLECTIVE_OPCODES \
                 else inst.called_computations()
             if collective_kind(inst) is not None:
-                chain = asyncfusions.chain(inst)
+                chain = tpufusions.chain(inst)
                 if chain is not None:
                     # The same collective again, in a fusion computing
                     # while it runs or in its done: counted at its start.
@@ -196,6 +206,13 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
             wrapped = view.get(inst.wrapped, "") if inst.wrapped else None
             if wrapped is not None and wrapped.opcode in COLLECTIVE_OPCODES:
                 yield _Site(wrapped, loops, True, inst)
+            summed = tpufusions.reduce_scatter(view, inst) \
+                if inst.opcode == "fusion" else None
+            if summed is not None:
+                # A streamed module visits a fusion as its calls alone.
+                yield _Site(summed, loops, is_async, None,
+                            view.get(inst.name, computation) or inst)
+                continue
             for key, callee in calls:
                 if key == "to_apply" and inst.opcode in _ELEMENTWISE_CALLERS:
                     continue
@@ -205,7 +222,7 @@ def _sites(view: HloModuleView) -> Iterator[_Site]:
                     if key == "condition" and trips is not None:
                         trips += 1
                     inner = loops + (trips,)
-                starting = asyncfusions.role(view, inst) == asyncfusions.START \
+                starting = tpufusions.role(view, inst) == tpufusions.START \
                     if inst.opcode == "fusion" else False
                 yield from visit(callee, inner,
                                  is_async or inst.opcode == "async-start" or starting,
@@ -421,7 +438,7 @@ def _packed(view: HloModuleView, sites: Iterable[_Site], owns: Iterable,
         if printed is not None and shared[8] == "metadata" \
                 and len(known) < _KNOWN_FORMS:
             known[key] = shared
-        yield inst.name, op_name, shared
+        yield (site.fusion or inst).name, op_name, shared
         if release is not None:
             release(inst)
 
@@ -434,8 +451,9 @@ _KNOWN_FORMS = 4096
 def _alike_key(view: HloModuleView, site: _Site) -> tuple[tuple, str] | None:
     """(key, op_name) of a collective whose report follows from its
     printed form (`hlo.alike`), with its `-done`'s shape for an async
-    `-start`; None where its report needs more (an async wrapper's)."""
-    if site.start is not None:
+    `-start`; None where its report needs more (an async wrapper's, a
+    fusion's)."""
+    if site.start is not None or site.fusion is not None:
         return None
     inst = site.inst
     printed = hlo.alike(inst.text)
@@ -454,9 +472,9 @@ def _alike_key(view: HloModuleView, site: _Site) -> tuple[tuple, str] | None:
 
 def _found(view: HloModuleView, site: _Site) -> tuple[str, str, list[ArrayShape]]:
     """(kind, channel id, leaves) of a collective, for `_own_types`."""
-    inst = site.inst
-    return (collective_kind(inst), inst.attrs.get("channel_id", ""),
-            shape_leaves(_result_shape(view, inst)))
+    kind, runs = _performed(site)
+    return (kind, site.inst.attrs.get("channel_id", ""),
+            shape_leaves(_result_shape(view, runs)))
 
 
 def _collective(view: HloModuleView, site: _Site, own: list[ArrayShape] | None,
@@ -464,8 +482,8 @@ def _collective(view: HloModuleView, site: _Site, own: list[ArrayShape] | None,
                 cost) -> tuple[tuple, str | None]:
     """(the values of `report.SHARED_FIELDS`, op_name) of one collective."""
     inst = site.inst
-    kind = collective_kind(inst)
-    leaves = shape_leaves(_result_shape(view, inst))
+    kind, runs = _performed(site)
+    leaves = shape_leaves(_result_shape(view, runs))
     if inst.opcode == "send":
         # Between slices: what is sent (the operand), over the axes that
         # span the slices.
@@ -488,7 +506,7 @@ def _collective(view: HloModuleView, site: _Site, own: list[ArrayShape] | None,
     wire = sum(wire_bytes(kind, leaf.nbytes, group) for leaf in leaves)
     link, seconds = cost.estimate(kind, nbytes, wire, group, groups) \
         if cost is not None else (None, None)
-    source, attribution, op_name = attribute(view, inst, resolver)
+    source, attribution, op_name = attribute(view, runs, resolver)
     if source is None and site.start is not None:
         source, attribution, op_name = attribute(view, site.start, resolver)
     first = leaves[0] if leaves else ArrayShape("f32", ())

@@ -45,7 +45,7 @@ from typing import Any, Callable, NamedTuple
 from irshard.collectives import loops
 from irshard.collectives.analysis import collective_kind
 from irshard.collectives.costs import FREE, Cost, Costs
-from irshard.xla import asyncfusions
+from irshard.xla import tpufusions
 from irshard.xla.hlo import HloModuleView, Instruction, shape_leaves
 
 # Iterations of a loop drawn one by one on the timeline; the rest of its
@@ -201,7 +201,7 @@ class _Walk:
         self.comm_free = 0.0       # when the collective stream is free
         # start (or chain) -> (end, seconds, seconds exposed already)
         self.pending: dict = {}
-        # Asynchronous fusion chains started (`asyncfusions.chain`).
+        # Asynchronous fusion chains started (`tpufusions.chain`).
         self.chains: set[tuple[str, str]] = set()
         self.draw = True
         self.untimed: set[tuple[str, str, str]] = set()
@@ -265,7 +265,10 @@ class _Walk:
         if op == "conditional":
             self.branches(inst, called, iteration, depth)
             return _OTHER
-        if collective_kind(inst) is not None or _wraps_collective(self.view, inst, called):
+        if collective_kind(inst) is not None or _wraps_collective(self.view, inst, called) \
+                or (op == "fusion" and tpufusions.reduce_scatter(self.view, inst)):
+            # An all-reduce-scatter fusion is the reduce-scatter the report
+            # names by the fusion: its slice of the sum is part of it.
             self.collective(inst, iteration)
             return _OTHER
         if op.endswith("-done"):
@@ -279,25 +282,25 @@ class _Walk:
             # collective is timed as the report times it, as if synchronous,
             # then the fusion's own work.
             # One of libtpu's asynchronous collective fusions
-            # (`asyncfusions`): its start starts the collective, its done
+            # (`tpufusions`): its start starts the collective, its done
             # waits for it, the fusions between only compute.
             fused = called.get("calls", "")
             if self.holds_collectives(fused):
-                role = asyncfusions.role(self.view, inst)
+                role = tpufusions.role(self.view, inst)
                 for inner in self.view.instructions_of(fused):
                     if collective_kind(inner) is None:
                         continue
-                    chain = asyncfusions.chain(inner)
-                    if chain is not None and role == asyncfusions.DONE:
+                    chain = tpufusions.chain(inner)
+                    if chain is not None and role == tpufusions.DONE:
                         if chain in self.pending:
                             self.finish(*self.pending.pop(chain))
                         kind = _OTHER
-                    elif chain is None or role == asyncfusions.START \
+                    elif chain is None or role == tpufusions.START \
                             or chain not in self.chains:
                         if chain is not None:
                             self.chains.add(chain)
                         self.collective(inner, iteration, chain
-                                        if role == asyncfusions.START else None)
+                                        if role == tpufusions.START else None)
                         kind = _OTHER
         unknown = op == "custom-call" and not self.costs.known(inst)
         if unknown:
