@@ -128,6 +128,25 @@ def test_rules_override_the_jitted_steps_own_input_shardings():
     assert inputs["state/0/w1"].donated and not inputs["batch/x"].donated
 
 
+def test_rules_leave_the_jitted_objects_own_lowering_alone():
+    """JAX caches the jitted object's lowering for the same arguments: the
+    rules of one compile do not stay on it for the next, nor on a
+    `Lowered` the user gave to `irshard.report`."""
+    import irshard
+    module = _program("penzai_style", ("optax",))
+    plain = irshard.compile(module.step_fn, *module.args(), mesh="data=4")
+    irshard.compile(module.step_fn, *module.args(), mesh="data=4",
+                    rules=[("batch/**", "_,_")])
+    again = irshard.compile(module.step_fn, *module.args(), mesh="data=4")
+    assert again.totals() == plain.totals() and again.totals()["count"] > 0
+    assert [i.sharding_label for i in again.inputs] == \
+        [i.sharding_label for i in plain.inputs]
+    lowered = module.step_fn.lower(*module.args())
+    before = lowered.as_text()
+    irshard.report(lowered)
+    assert lowered.as_text() == before
+
+
 def test_jit_arguments_as_jax_jit_takes_them():
     import irshard
     import jax

@@ -112,8 +112,13 @@ def lowered_of(lowered, framework: str = "jax") -> JittedLowering:
     outputs = tuple(_leaf_of(path, info) for path, info in
                     jax.tree_util.tree_flatten_with_path(lowered.out_info)[0])
     devices = compile_args.get("device_assignment")
+    from irshard.backend import shardy
+    # A copy: the module JAX gives is the one it caches for the jitted
+    # object and these arguments (and the user's own `Lowered`), which
+    # irshard's passes then change in place.
     return JittedLowering(
-        module=lowered.compiler_ir("stablehlo"), inputs=inputs, outputs=outputs,
+        module=shardy.clone_module(lowered.compiler_ir("stablehlo")),
+        inputs=inputs, outputs=outputs,
         callbacks=_host_callbacks(lowered),
         out_tree=jax.tree_util.tree_structure(lowered.out_info),
         framework=framework, lowered=lowered,
