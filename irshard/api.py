@@ -543,7 +543,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         static_argnames: str | Sequence[str] = (),
         donate_argnums: int | Sequence[int] = (),
         donate_argnames: str | Sequence[str] = (),
-        context: Any = None):
+        context: Any = None, keras_fit: bool = False):
     """Compiles as `compile` does and runs the program on the mesh: on the
     values given for concrete arguments, seeded random values for abstract
     ones (`ranges` by path pattern). The report's `run` holds checksums,
@@ -553,6 +553,8 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     from irshard.running import execution as running
     from irshard.pipeline import stages
     _check_run(seed, rtol, atol, repeat, ranges, check)
+    if not isinstance(keras_fit, bool):
+        raise _wrong("keras_fit", keras_fit, "True or False")
     jit = _JitArguments.checked((), static_argnames, donate_argnums,
                                 donate_argnames)
     prog, lowered, compiled = _pipeline(fn, args, mesh, rules,
@@ -560,7 +562,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
                                         static_argnums, grad, out_shardings,
                                         platform, reference, runnable=True,
                                         axis_types=axis_types, jit=jit,
-                                        context=context)
+                                        context=context, keras_fit=keras_fit)
     given = {leaf.path: leaf.value for leaf in prog.inputs if leaf.value is not None}
     options = running.RunOptions(
         seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,

@@ -442,3 +442,21 @@ def test_run_check_passes_on_the_steps_own_values(name, fn, mesh, needs,
     run = json.loads(capsys.readouterr().out)["run"]
     assert run["check"]["passed"]
     assert {t["source"] for t in run["inputs"]} == {"given"}
+
+
+@pytest.mark.slow
+def test_run_check_passes_on_keras_fits_own_step(capsys):
+    """`fit`'s own step, on the model's weights and the batch given, checked
+    against one device from the command line and the API."""
+    import irshard
+    from irshard import cli
+    module = _keras()
+    result = irshard.run(module.model, *module.batch(), keras_fit=True,
+                         mesh="batch=2,model=2", check=True)
+    assert result.run.passed
+    assert {t.origin for t in result.run.inputs} == {"given"}
+    assert cli.main(["run", os.path.join(PROGRAMS, "keras_fit.py"), "--fn", "model",
+                     "--keras-fit", "--args", "batch", "--mesh", "batch=2,model=2",
+                     "--check", "--format", "json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["check"]["passed"] and run["check"]["outputs"]
