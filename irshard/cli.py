@@ -515,8 +515,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_one_line(args, argv)
         handler: Callable | None = getattr(args, "handler", None)
         if handler is None:
-            raise UsageError("give a command: compile, run, show, collectives, "
-                             "opt or devices (see 'irshard --help')")
+            commands_ = next(a for a in parser._actions
+                             if isinstance(a, argparse._SubParsersAction)).choices
+            raise UsageError(f"give a command: {', '.join(commands_)} "
+                             f"(see 'irshard --help')")
         files.claim_stdout()
         claimed = True
         return handler(args)

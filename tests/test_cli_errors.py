@@ -217,3 +217,15 @@ def test_an_error_line_escapes_control_characters(write, capsys):
     from irshard.core.errors import error_line
     assert error_line("a\x9bb\ttab \udc80 é\nnext\x1b[2J") == \
         "irshard: error: a\\x9bb\ttab \udc80 é\n  next\\x1b[2J"
+
+
+def test_no_command_names_every_command(capsys):
+    """The error line lists every command the parser has, as `--help` does."""
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("irshard: error: give a command: ")
+    listed = err.split("give a command: ", 1)[1].split(" (see", 1)[0].split(", ")
+    import argparse
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert listed == list(sub.choices) and len(listed) >= 10
