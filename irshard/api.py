@@ -331,6 +331,20 @@ def _in_shardings(shardings: Any, in_shardings: Any) -> Any:
     return in_shardings if in_shardings is not None else shardings
 
 
+def _x64_kept(api: Callable[..., Any]) -> Callable[..., Any]:
+    """`api` leaves JAX's 64-bit mode as the caller had it: a program's
+    64-bit inputs turn it on for irshard's own trace, compile and run only."""
+    import functools
+
+    @functools.wraps(api)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from irshard import backend
+        with backend.x64_kept():
+            return api(*args, **kwargs)
+    return call
+
+
+@_x64_kept
 def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
             rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
             static_argnums: int | Sequence[int] = (),
@@ -477,6 +491,7 @@ def _report_compiled(compiled: Any, mesh: Any, target, profile, platform):
                             stages=stages.Pipeline(None, optimized)))
 
 
+@_x64_kept
 def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
            target: str | None = None, axes: str | Sequence[str] | None = None,
            budget_time: float = 600.0, static_argnums: int | Sequence[int] = (),
@@ -529,6 +544,7 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
         budget_s=float(budget_time))
 
 
+@_x64_kept
 def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
         static_argnums: int | Sequence[int] = (),

@@ -25,6 +25,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
+@pytest.fixture(autouse=True)
+def _x64_as_it_was():
+    """A command run in this process (`cli.main`) that turns on JAX's 64-bit
+    mode for its program's 64-bit inputs, as its own process would, leaves
+    it off again for the next test."""
+    was = _x64()
+    yield
+    if _x64() != was:
+        import jax
+        jax.config.update("jax_enable_x64", was)
+
+
+def _x64() -> bool:
+    jax = sys.modules.get("jax")
+    if jax is None:     # JAX's default, until something imports it
+        return os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true")
+    return bool(jax.config.jax_enable_x64)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """No test may replace a system file: the suite runs as root in CI, where
     a writer that replaced its target once turned /dev/null into a file."""

@@ -193,3 +193,24 @@ def test_mesh_objects_and_their_devices():
     report = irshard.compile(loss, params, batch, mesh=mesh, rules=MEGATRON)
     assert str(report.mesh) == "dp=2,tp=2"
     assert report.stages.compiled.compiled.devices == tuple(devices)
+
+
+def test_64_bit_inputs_leave_the_callers_64_bit_mode_alone():
+    """A function declaring 64-bit inputs is traced, compiled and run with
+    JAX's 64-bit mode on, and the caller's process (a notebook, a test
+    suite) has it as before afterwards."""
+    import jax
+    import numpy as np
+
+    import irshard
+
+    def wide(a: "i64[8@x]", w: "f64[8]"):
+        return a + 1, w * 2
+
+    assert not jax.config.jax_enable_x64
+    report = irshard.compile(wide, mesh="x=2")
+    assert [t.dtype for t in report.outputs] == ["i64", "f64"]
+    assert not jax.config.jax_enable_x64
+    done = irshard.run(wide, mesh="x=2")
+    assert [np.asarray(r).dtype for r in done.results] == [np.int64, np.float64]
+    assert not jax.config.jax_enable_x64

@@ -63,7 +63,8 @@ from irshard.backend.lowering import (  # noqa: F401
     run_pipeline,
     run_registered_passes,
     run_registered_passes_isolated,
-    wrap_key)
+    wrap_key,
+    x64_kept)
 from irshard.backend.jitted import (  # noqa: F401
     CompiledStep,
     JittedLowering,

@@ -6,6 +6,7 @@ process where a pass may abort).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -290,6 +291,20 @@ def enable_x64() -> None:
     """64-bit types for the rest of the process (jax_enable_x64): without it
     JAX silently makes i64/f64 values 32-bit."""
     _jax().config.update("jax_enable_x64", True)
+
+
+@contextlib.contextmanager
+def x64_kept():
+    """Puts JAX's 64-bit mode back as it was on leaving: what irshard turns
+    on for a program's 64-bit inputs stays out of the caller's process (a
+    notebook, a test suite)."""
+    jax = _jax()
+    was = bool(jax.config.jax_enable_x64)
+    try:
+        yield
+    finally:
+        if bool(jax.config.jax_enable_x64) != was:
+            jax.config.update("jax_enable_x64", was)
 
 
 def gradient(fn: Callable[..., Any], argnums: Sequence[int]) -> Callable[..., Any]:
