@@ -199,6 +199,19 @@ def test_the_line_that_called_irshard_is_never_the_model(installed_model):
     assert report.collectives[0].source.stack[-1].function == "step"
 
 
+def test_a_lambda_on_the_line_that_called_irshard_is_the_model():
+    """Only the calling function's frame is cut: a lambda written on the
+    same line is the model."""
+    import irshard
+    import jax
+    import jax.numpy as jnp
+    w = jax.ShapeDtypeStruct((64, 32), jnp.float32)
+    report = irshard.compile(lambda w: jnp.sum(w), w, mesh="x=4", rules=[("w", "x,_")])  # noqa: E731
+    assert report.collectives
+    line = report.collectives[0].source
+    assert line is not None and line.function == "test_a_lambda_on_the_line_that_called_irshard_is_the_model.<locals>.<lambda>"
+
+
 # ---------------------------------------------------------------------------
 # Grouping
 

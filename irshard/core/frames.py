@@ -173,9 +173,11 @@ def is_irshard(path: str) -> bool:
 
 
 # The frames that called irshard's API (a script's `irshard.compile(...)`
-# line, a test's): never the model's, though JAX records them at the outer
-# end of each op's stack. Only ever grows, by the call sites of one process.
-_CALLERS: set[tuple[str, int]] = set()
+# line, a test's), by file, line and function: never the model's, though
+# JAX records them at the outer end of each op's stack (a lambda written on
+# that line is another function, and stays). Only ever grows, by the call
+# sites of one process.
+_CALLERS: set[tuple[str, int, str]] = set()
 
 
 def note_callers() -> None:
@@ -185,9 +187,11 @@ def note_callers() -> None:
     while frame is not None and is_irshard(frame.f_code.co_filename):
         frame = frame.f_back
     while frame is not None:
-        path = frame.f_code.co_filename
-        if not is_library(path):
-            _CALLERS.add((path, frame.f_lineno))
+        code = frame.f_code
+        if not is_library(code.co_filename):
+            # The function as JAX records it: its qualified name.
+            _CALLERS.add((code.co_filename, frame.f_lineno,
+                          getattr(code, "co_qualname", code.co_name)))
         frame = frame.f_back
 
 
@@ -236,7 +240,8 @@ class UserCode:
         mine = []
         seen = set()
         for f in frames:
-            if (f.file, f.line) in _CALLERS or (f.file and is_irshard(f.file)):
+            if (f.file, f.line, f.function) in _CALLERS or (
+                    f.file and is_irshard(f.file)):
                 # What called irshard (a script's `irshard.compile(...)`
                 # line) is not the model.
                 break
