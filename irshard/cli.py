@@ -353,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "html"), default="text",
                    help="report format (default: text); html shows one "
                         "module: a file's, or a dump's only sharded one")
+    p.add_argument("--group-by", choices=GROUPINGS, metavar="KEY",
+                   help="sum each module's collectives by KEY under their "
+                        "table: line, scope or caller (as compile's)")
     p.add_argument("-o", "--output", metavar="PATH")
     p.set_defaults(handler=commands.cmd_collectives)
 

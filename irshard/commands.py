@@ -298,7 +298,8 @@ def cmd_collectives(args) -> int:
     mesh = parse_mesh(args.mesh) if args.mesh else None
     from irshard.pipeline import output
     write_output(args.output,
-                 output.collectives(args.path, args.stage, mesh, args.format))
+                 output.collectives(args.path, args.stage, mesh, args.format,
+                                    args.group_by))
     return 0
 
 

@@ -331,3 +331,20 @@ def test_a_combined_collective_lists_every_result(write):
         shown = f"({n} arrays)" if n > 3 else "(" + ", ".join(
             f"f32[{','.join(map(str, s['shape']))}]" for s in c["shapes"]) + ")"
         assert shown in text
+
+
+def test_group_by_on_an_hlo_file():
+    """`irshard collectives` sums a dumped module's table as `compile` does:
+    by the scopes its op_names record."""
+    data = os.path.join(os.path.dirname(__file__), "data")
+    done = run_irshard("collectives", "dense_loop.hlo", "--mesh", "a=2,b=4",
+                       "--group-by", "scope", cwd=data)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("\nby scope (", 1)[1].split("\n\n")[0].splitlines()[2:]
+    rows = {line.split()[0]: int(line.split()[1]) for line in table}
+    report = json.loads(run_irshard("collectives", "dense_loop.hlo", "--mesh", "a=2,b=4",
+                                    "--format", "json", cwd=data).stdout)
+    counted = {}
+    for c in report["collectives"]:
+        counted[c["scope"] or "-"] = counted.get(c["scope"] or "-", 0) + 1
+    assert rows == counted and len(rows) > 1

@@ -82,10 +82,12 @@ def render(report, fmt: str, compiled=None, fold: bool = False,
         else text.render_text_pieces(report, fold, group_by)
 
 
-def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str):
+def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str,
+                group_by: str | None = None):
     """`irshard collectives PATH`: the report of each module of an HLO
     file, a serialized module or an XLA dump directory (those that run on
-    `mesh`'s device count, when given), as `fmt`."""
+    `mesh`'s device count, when given), as `fmt` (text summed by
+    `group_by` too)."""
     if stage not in REPORT_STAGES:
         raise UsageError(f"unknown stage '{stage}'; --stage is one of "
                          f"{', '.join(REPORT_STAGES)}")
@@ -104,7 +106,7 @@ def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str):
             body["skipped"] = [{"module": label, "devices": n}
                                for label, n in skipped]
         return dumps_json(body) + "\n"
-    return _texts(reports, skipped, mesh)
+    return _texts(reports, skipped, mesh, group_by)
 
 
 def _one_page(path: str, stage: str, reports) -> str:
@@ -125,13 +127,13 @@ def _one_page(path: str, stage: str, reports) -> str:
         chosen, ir_text=htmlreport.read_ir(found.get(chosen.module, "")))
 
 
-def _texts(reports, skipped, mesh) -> Iterator[str]:
+def _texts(reports, skipped, mesh, group_by=None) -> Iterator[str]:
     """The text reports of several modules, in pieces, one blank line
     between them, and the modules skipped."""
     for i, r in enumerate(reports):
         if i:
             yield "\n"
-        yield from render_text_pieces(r)
+        yield from render_text_pieces(r, group_by=group_by)
     if skipped:
         yield (f"\nskipped {len(skipped)} module"
                f"{'' if len(skipped) == 1 else 's'} that "
