@@ -348,3 +348,15 @@ def test_group_by_on_an_hlo_file():
     for c in report["collectives"]:
         counted[c["scope"] or "-"] = counted.get(c["scope"] or "-", 0) + 1
     assert rows == counted and len(rows) > 1
+
+
+def test_the_html_page_shows_an_installed_models_source(installed_model):
+    """A file shown by its import path is found under the import roots for
+    the page's source view (only files the compile ran are read)."""
+    done = run_irshard("compile", "step.py", "--fn", "step", "--args", "args",
+                       "--mesh", "x=4", "--shard", "w=x,_", "--format", "html",
+                       "-o", "page.html", cwd=str(installed_model))
+    assert done.returncode == 0, done.stderr
+    page = (installed_model / "page.html").read_text()
+    assert '"somemodels/__init__.py"' in page
+    assert "jnp.tanh(x @ w)" in page

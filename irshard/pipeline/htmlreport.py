@@ -119,8 +119,10 @@ def read_sources(report: dict[str, Any], user_dir: str | None = None,
     large, are left out (the page lists their lines)."""
     if not readable:
         return {}
+    # An installed module is named by its import path
+    # (`maxtext/layers/linears.py`): found under the import roots.
     roots = [r for r in (user_dir, os.path.dirname(report.get("source") or ""),
-                         os.getcwd()) if r is not None]
+                         os.getcwd(), *sys.path) if r]
     result: dict[str, list[str]] = {}
     for name in _sources_named(report):
         path = _resolve(name, roots) or _resolve(files.real_path(name), roots)
