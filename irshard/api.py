@@ -19,9 +19,10 @@ where the command line prints its error line.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from irshard.apichecks import (JitArguments, check_common, check_platform,
+                               check_run, is_int, number_list, wrong)
 from irshard.core.errors import CheckFailed, UsageError
 from irshard.core.specs import MeshAxis, MeshSpec, parse_axis_types, parse_mesh
 from irshard.reporting.report import CollectiveReport
@@ -117,115 +118,15 @@ def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
 # naming the argument and what it takes, never a TypeError from deep inside.
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _wrong(name: str, value: Any, wanted: str) -> UsageError:
-    shown = repr(value)
-    shown = shown if len(shown) <= 40 else shown[:37] + "..."
-    return UsageError(f"{name}={shown}: expected {wanted}")
-
-
-def _check_platform(platform: Any) -> None:
-    from irshard.backend import PLATFORMS
-    if platform not in PLATFORMS:
-        raise _wrong("platform", platform, " or ".join(repr(p) for p in PLATFORMS))
-
-
-def _number_list(name: str, value: Any) -> tuple[int, ...]:
-    """An int or a sequence of ints, as `jax.jit`'s `static_argnums`."""
-    if _is_int(value):
-        return (value,)
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) \
-            or not all(_is_int(v) for v in value):
-        raise _wrong(name, value, "an argument number or a sequence of them, "
-                                  "e.g. 0 or (0, 2)")
-    return tuple(value)
-
-
-def _pairs(name: str, value: Any, example: str) -> list[tuple[str, Any]]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or \
-            not all(isinstance(p, (tuple, list)) and len(p) == 2
-                    and isinstance(p[0], str) for p in value):
-        raise _wrong(name, value, f"a list of (pattern, spec) pairs, e.g. {example}")
-    return [tuple(p) for p in value]
-
-
-def _name_list(name: str, value: Any) -> tuple[str, ...]:
-    """A name or a sequence of names, as `jax.jit`'s `static_argnames`."""
-    if isinstance(value, str):
-        return (value,)
-    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-        raise _wrong(name, value, "an argument name or a sequence of them, "
-                                  "e.g. 'state' or ('params', 'state')")
-    return tuple(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class _JitArguments:
-    """What `compile` and `run` take as `jax.jit` does, checked."""
-
-    static_argnums: tuple[int, ...] = ()
-    static_argnames: tuple[str, ...] = ()
-    donate_argnums: tuple[int, ...] = ()
-    donate_argnames: tuple[str, ...] = ()
-
-    @classmethod
-    def checked(cls, static_argnums, static_argnames, donate_argnums,
-                donate_argnames) -> "_JitArguments":
-        return cls(_number_list("static_argnums", static_argnums),
-                   _name_list("static_argnames", static_argnames),
-                   _number_list("donate_argnums", donate_argnums),
-                   _name_list("donate_argnames", donate_argnames))
-
-
-def _check_common(rules, static_argnums, grad, out_shardings, target, profile,
-                  constraints, platform, axis_types) -> tuple:
-    rules = _pairs("rules", rules, "[('params/**/w', 'x,_')]")
-    constraints = _pairs("constraints", constraints, "[('dot_general', '_,tp')]")
-    numbers = _number_list("static_argnums", static_argnums)
-    if not (grad is None or isinstance(grad, (bool, str))
-            or (isinstance(grad, Sequence) and all(isinstance(g, str) for g in grad))):
-        raise _wrong("grad", grad, "True, an argument name, or a list of names")
-    for name, value in (("target", target), ("profile", profile)):
-        if value is not None and not isinstance(value, str):
-            raise _wrong(name, value, "a string (as --" + name + ")")
-    if axis_types is not None and not (isinstance(axis_types, str) or (
-            isinstance(axis_types, Sequence)
-            and all(isinstance(t, str) for t in axis_types))):
-        raise _wrong("axis_types", axis_types, "a string such as 'explicit' or "
-                                               "one per axis")
-    _check_platform(platform)
-    return rules, numbers, constraints
-
-
-def _check_run(seed, rtol, atol, repeat, ranges, check) -> None:
-    import math
-    if not _is_int(seed):
-        raise _wrong("seed", seed, "an integer")
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and (isinstance(value, bool)
-                                  or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
-            raise _wrong(name, value, "a non-negative number")
-    if repeat is not None and (not _is_int(repeat) or repeat < 1):
-        raise _wrong("repeat", repeat, "a positive integer")
-    if ranges is not None and not isinstance(ranges, Mapping):
-        raise _wrong("ranges", ranges, "a mapping of path pattern to (low, high)")
-    if not isinstance(check, bool):
-        raise _wrong("check", check, "True or False")
-
-
 def configure(devices: int = 8, platform: str = "cpu") -> None:
     """Asks for `devices` simulated CPU devices. Call it before anything
     uses JAX; it does nothing when the platform already has enough, and
     says so when JAX started with fewer."""
     from irshard import backend
-    if not _is_int(devices) or not 1 <= devices <= backend.MAX_CPU_DEVICES:
-        raise _wrong("devices", devices, f"a whole number of devices from 1 "
+    if not is_int(devices) or not 1 <= devices <= backend.MAX_CPU_DEVICES:
+        raise wrong("devices", devices, f"a whole number of devices from 1 "
                                          f"to {backend.MAX_CPU_DEVICES}")
-    _check_platform(platform)
+    check_platform(platform)
     if backend.started():
         have = backend.device_count(platform)
         if have < devices:
@@ -279,7 +180,7 @@ def _context(context: Any) -> Callable[[], Any] | None:
         return lambda: context
     if callable(context):
         return context
-    raise _wrong("context", context, "a context manager, or a function "
+    raise wrong("context", context, "a context manager, or a function "
                                      "returning one (e.g. lambda: "
                                      "jax.set_mesh(mesh))")
 
@@ -288,14 +189,14 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               rules, shardings, static_argnums, grad, out_shardings,
               platform: str, reference=None, target=None, profile=None,
               runnable=False, constraints=(), axis_types=None,
-              jit: _JitArguments = _JitArguments(), context=None,
+              jit: JitArguments = JitArguments(), context=None,
               keras_fit: bool = False):
     from irshard import frontend
     from irshard.core import frames
     from irshard.loading import program
     from irshard.pipeline import stages
     frames.note_callers()
-    rules, static_argnums, constraints = _check_common(
+    rules, static_argnums, constraints = check_common(
         rules, static_argnums, grad, out_shardings, target, profile,
         constraints, platform, axis_types)
     mesh_spec, devices = _mesh(mesh, axis_types)
@@ -393,13 +294,13 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     from irshard.collectives import explain as explaining
     from irshard.pipeline import stages
     if not isinstance(explain, bool):
-        raise _wrong("explain", explain, "True or False")
+        raise wrong("explain", explain, "True or False")
     if not isinstance(keras_fit, bool):
-        raise _wrong("keras_fit", keras_fit, "True or False")
+        raise wrong("keras_fit", keras_fit, "True or False")
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    jit = _JitArguments.checked((), static_argnames, donate_argnums,
+    jit = JitArguments.checked((), static_argnames, donate_argnums,
                                 donate_argnames)
     _, lowered, compiled = _pipeline(fn, args, mesh, rules,
                                      _in_shardings(shardings, in_shardings),
@@ -432,7 +333,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     from irshard.collectives import explain as explaining
     from irshard.hardware import targets
     from irshard.pipeline import stages
-    _check_platform(platform)
+    check_platform(platform)
     if hasattr(lowered, "runtime_executable") and not hasattr(lowered, "compile"):
         return _report_compiled(lowered, mesh, target, profile, platform)
     try:
@@ -516,14 +417,14 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     names = candidates.parse_axes(axes)
     if isinstance(budget_time, bool) or not isinstance(budget_time, (int, float)) \
             or not budget_time > 0:
-        raise _wrong("budget_time", budget_time, "a positive number of seconds")
-    if devices is not None and (not _is_int(devices) or devices < 1):
-        raise _wrong("devices", devices, "a positive whole number")
+        raise wrong("budget_time", budget_time, "a positive number of seconds")
+    if devices is not None and (not is_int(devices) or devices < 1):
+        raise wrong("devices", devices, "a positive whole number")
     place = targets.place(target, "cpu", profile)
     count = searching.device_count(place.target, devices, "devices=")
     if place.target.kind != "tpu":
         configure(count, place.platform)
-    static = _number_list("static_argnums", static_argnums)
+    static = number_list("static_argnums", static_argnums)
     prog = program.program_of(fn, args, mesh=parse_mesh(f"{names[0]}={count}"),
                               static_argnums=static, grad=grad)
 
@@ -568,10 +469,10 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     `report` attribute holds the report)."""
     from irshard.running import execution as running
     from irshard.pipeline import stages
-    _check_run(seed, rtol, atol, repeat, ranges, check)
+    check_run(seed, rtol, atol, repeat, ranges, check)
     if not isinstance(keras_fit, bool):
-        raise _wrong("keras_fit", keras_fit, "True or False")
-    jit = _JitArguments.checked((), static_argnames, donate_argnums,
+        raise wrong("keras_fit", keras_fit, "True or False")
+    jit = JitArguments.checked((), static_argnames, donate_argnums,
                                 donate_argnames)
     prog, lowered, compiled = _pipeline(fn, args, mesh, rules,
                                         _in_shardings(shardings, in_shardings),
