@@ -11,6 +11,8 @@
 #   make test-latest   the same suite on the newest JAX (JAX_LATEST) in
 #                      .venv-latest, on CPython 3.13 (built once from Debian's
 #                      source package by tools/build-python.sh when missing)
+#   make docs          the documentation site (Sphinx + MyST) into
+#                      docs/_build/html, warnings as errors, from .venv-docs
 
 PYTHON ?= python3
 VENV   := .venv
@@ -25,7 +27,13 @@ VENV_LATEST   := .venv-latest
 BIN_LATEST    := $(VENV_LATEST)/bin
 STAMP_LATEST  := $(VENV_LATEST)/.installed-$(JAX_LATEST)
 
-.PHONY: run test test-fast unit lit test-latest unit-latest lit-latest bench clean browser
+# The documentation's tools (pinned in docs/requirements.txt) and irshard,
+# whose parser, pass registry and docstrings the reference is built from.
+VENV_DOCS  := .venv-docs
+BIN_DOCS   := $(VENV_DOCS)/bin
+STAMP_DOCS := $(VENV_DOCS)/.installed
+
+.PHONY: run test test-fast unit lit test-latest unit-latest lit-latest bench docs clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +52,11 @@ $(STAMP_LATEST): pyproject.toml tools/build-python.sh
 	$(BIN_LATEST)/python $(PIP) -e '.[test,tpu,ray,frameworks]' \
 	  'jax[tpu]==$(JAX_LATEST)' 'jaxlib==$(JAX_LATEST)'
 	touch $(STAMP_LATEST)
+
+$(STAMP_DOCS): pyproject.toml docs/requirements.txt
+	$(PYTHON) -m venv $(VENV_DOCS)
+	$(BIN_DOCS)/python $(PIP) -r docs/requirements.txt -e .
+	touch $(STAMP_DOCS)
 
 run: $(STAMP)
 	$(BIN)/irshard compile examples/heat1d.py --fn simulate_set --mesh x=4
@@ -87,10 +100,14 @@ lit-latest: $(STAMP_LATEST)
 	$(BIN_LATEST)/lit -s tests/lit
 	@test -c /dev/null || { echo "error: a test replaced /dev/null" >&2; exit 1; }
 
+docs: $(STAMP_DOCS)
+	$(BIN_DOCS)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) $(VENV_LATEST) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV_LATEST) $(VENV_DOCS) build docs/_build *.egg-info .pytest_cache
 	find . -name __pycache__ -prune -exec rm -rf {} +
 	find tests/lit -name Output -prune -exec rm -rf {} +

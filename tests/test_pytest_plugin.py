@@ -240,8 +240,9 @@ def test_an_unusable_report_dir_is_a_usage_error(pytester):
     assert (pytester.path / "a_file").read_text() == ""
 
 
-# The README's budgeted test, written as a model's suite writes it: its
-# example arguments made with jax.eval_shape when the module is imported.
+# The budgeted test of docs/guides/testing.md, written as a model's suite
+# writes it: its example arguments made with jax.eval_shape when the module
+# is imported.
 EVAL_SHAPE_AT_IMPORT = '''
 import jax
 import jax.numpy as jnp

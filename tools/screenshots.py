@@ -1,4 +1,4 @@
-"""The README's pictures of the HTML report, taken in headless Chromium.
+"""The documentation's pictures of the HTML report, taken in headless Chromium.
 
     python tools/screenshots.py [--chromium PATH] [--out docs]
 

@@ -284,7 +284,7 @@ class RunResult:
 
 
 def _check_legend(references: Sequence[str]) -> list[str]:
-    """How the 'allowed' column was computed (README: --check)."""
+    """How the 'allowed' column was computed (docs/guides/running.md)."""
     lines = []
     if "float64" in references:
         lines.append("float64: error against the function run in float64 (t); "
