@@ -21,6 +21,20 @@ def _text(name):
         return f.read()
 
 
+# The two HLO readers: XLA's parser, and the scan that streams a large
+# module's text.
+READERS = {"parsed": HloModuleView.from_text,
+           "scanned": hloscan.ScannedModule.from_text}
+
+
+def _module_fixture(name, path):
+    """A fixture `name`: the module in `path`, read by each reader."""
+    @pytest.fixture(name=name, params=sorted(READERS))
+    def read(request):
+        return READERS[request.param](_text(path))
+    return read
+
+
 # Hand-trimmed from libtpu 0.0.42.1's executable of an FSDP step for a v5e
 # 4x4 slice: a synchronous all-gather (channel 2), then chain 0 (channel 4):
 # its start fusion, one fusion computing while it runs, its done fusion,
@@ -28,12 +42,7 @@ def _text(name):
 CHAIN = "v5e_async_all_gather.hlo"
 
 
-@pytest.fixture(params=["parsed", "scanned"])
-def chain_view(request):
-    text = _text(CHAIN)
-    if request.param == "parsed":
-        return HloModuleView.from_text(text)
-    return hloscan.ScannedModule.from_text(text)
+chain_view = _module_fixture("chain_view", CHAIN)
 
 
 def test_the_fixture_holds_the_chain_three_times():
@@ -178,12 +187,7 @@ def test_an_fsdp_steps_gathers_and_reduce_scatters_on_a_tpu_slice(target, mesh, 
 REDUCE_SCATTER = "v5e_all_reduce_scatter.hlo"
 
 
-@pytest.fixture(params=["parsed", "scanned"])
-def scatter_view(request):
-    text = _text(REDUCE_SCATTER)
-    if request.param == "parsed":
-        return HloModuleView.from_text(text)
-    return hloscan.ScannedModule.from_text(text)
+scatter_view = _module_fixture("scatter_view", REDUCE_SCATTER)
 
 
 def test_an_all_reduce_scatter_fusion_is_one_reduce_scatter(scatter_view):
@@ -248,7 +252,7 @@ def test_a_fusion_slicing_a_tuple_all_reduce_is_one_reduce_scatter():
     entry = text.rsplit("\n}", 1)
     text = entry[0] + ("\n  ROOT %first = bf16[256,256]{1,0:T(8,128)(2,1)} "
                        "get-tuple-element(%fusion), index=0\n}") + entry[1]
-    for view in (HloModuleView.from_text(text), hloscan.ScannedModule.from_text(text)):
+    for view in (read(text) for read in READERS.values()):
         found = analysis.collectives(view, parse_mesh("t=4"), None)
         assert [(c.name, c.kind, c.operands, c.bytes) for c in found] == [
             ("fusion", "reduce-scatter", 2, 2 * 256 * 256 * 2)]
