@@ -244,6 +244,16 @@ def test_mpich():
         "node5:12007", 0, 3, "MPICH")
 
 
+def test_runtime_noise_is_not_the_command_s_stderr():
+    """Gloo greets once per rank; two greetings at once share a line and
+    leave a blank one, which is not something the command said."""
+    greeting = ("[Gloo] Rank 0 is connected to 1 peer ranks. Expected number "
+                "of connected peer ranks is : 1")
+    assert distributed.meaningful([greeting + greeting, "", greeting]) == []
+    assert distributed.meaningful(["", "warning: x", "", "  detail", ""]) == \
+        ["warning: x", "", "  detail"]
+
+
 def test_strip_option():
     argv = ["run", "f.py", "--processes", "2", "--mesh", "x=4", "--timeout=9"]
     assert distributed.strip_option(argv, "--processes", True) == [

@@ -44,6 +44,18 @@ _STOP_BUDGET = 1.0
 _STDERR_TAIL = 12
 _PORT_RETRIES = 3
 _NOISE = re.compile(r"\[Gloo\]|connected peer ranks")
+
+
+def meaningful(lines: Sequence[str]) -> list[str]:
+    """A process's stderr without the runtime's noise: Gloo's per-rank
+    greetings, and the blank lines around them (two threads greeting at
+    once print their texts on one line, then two line ends)."""
+    kept = [line for line in lines if not _NOISE.search(line)]
+    while kept and not kept[0].strip():
+        kept.pop(0)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return kept
 _PORT_IN_USE = re.compile(r"Failed to add port|[Aa]ddress already in use|"
                           r"No address added")
 
@@ -302,8 +314,8 @@ class _Child:
                 t.join(timeout=2)
 
     def stderr_lines(self) -> list[str]:
-        lines = self.stderr_seen if self.stderr_seen is not None else self.stderr
-        return [line for line in lines if not _NOISE.search(line)]
+        return meaningful(self.stderr_seen if self.stderr_seen is not None
+                          else self.stderr)
 
 
 def stop_all(children: Sequence[_Child]) -> None:

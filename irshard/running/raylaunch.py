@@ -91,7 +91,7 @@ class _Finished:
         return self.returncode
 
     def stderr_lines(self) -> list[str]:
-        return [line for line in self.stderr if not distributed._NOISE.search(line)]
+        return distributed.meaningful(self.stderr)
 
 
 def _run_process(index: int, argv: list[str], seconds: float, stopper,
