@@ -54,6 +54,10 @@ class CompiledExecutable:
     callbacks: Any = None
     log: str = ""                    # what XLA wrote to stderr while compiling
     notes: tuple[str, ...] = ()      # where the executable came from
+    # XLA's dump of its buffer assignment and of the buffers' live ranges
+    # in the schedule (`*-buffer-assignment.txt`, `*-live-range.txt`);
+    # None where the executable was not compiled here (a cache hit).
+    buffer_dumps: tuple[str, str] | None = None
 
     def hlo_modules(self) -> list[Any]:
         return list(self.executable.hlo_modules())
@@ -168,14 +172,13 @@ def compile_module(module, mesh_devices: Sequence[Any],
             return CompiledExecutable(executable, tuple(mesh_devices),
                                       partitioned, (host_callbacks, keepalive),
                                       log, cache.note("read from"))
-    dump_dir = interrupts.temp_dir() if capture_partitioned else None
+    # XLA's dumps: its buffer assignment always, the module after
+    # partitioning where asked; read, then removed whatever happens.
+    dump_dir = interrupts.temp_dir()
     try:
-        overrides = None
-        if dump_dir:
-            overrides = {
-                "xla_dump_to": dump_dir,
-                "xla_dump_hlo_pass_re": "spmd-partitioning",
-            }
+        overrides = {"xla_dump_to": dump_dir, "xla_dump_hlo_as_text": True}
+        if capture_partitioned:
+            overrides["xla_dump_hlo_pass_re"] = "spmd-partitioning"
         options = _compile_options(module, len(mesh_devices),
                                    [d.id for d in mesh_devices], overrides,
                                    propagate_to_parameters, propagate_to_outputs)
@@ -195,16 +198,17 @@ def compile_module(module, mesh_devices: Sequence[Any],
             raise BackendError(f"XLA failed to compile the module: "
                                f"{message(e)}") from None
         partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
-                       if dump_dir else None)
+                       if capture_partitioned else None)
+        buffer_dumps = _read_buffer_dumps(dump_dir)
     finally:
-        if dump_dir:
-            interrupts.remove(dump_dir)
+        interrupts.remove(dump_dir)
     notes: tuple[str, ...] = ()
     if cache is not None and cache.write(executable, time.monotonic() - started,
                                          partitioned, logged.text):
         notes = cache.note("written to")
     return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
-                              (host_callbacks, keepalive), logged.text, notes)
+                              (host_callbacks, keepalive), logged.text, notes,
+                              buffer_dumps)
 
 
 class _PersistentCache:
@@ -317,6 +321,23 @@ def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
                            "jaxlib may name its passes differently")
     with open(files[0], encoding="utf-8") as f:
         return f.read()
+
+
+def _read_buffer_dumps(dump_dir: str) -> tuple[str, str] | None:
+    """The buffer assignment and live ranges XLA dumped after optimizing
+    (`after_optimizations`, `cpu_after_optimizations`, ...): of the largest
+    module, where a compile dumped several."""
+    found = []
+    for path in glob.glob(os.path.join(dump_dir, "*after_optimizations-buffer-assignment.txt")):
+        ranges = path[:-len("buffer-assignment.txt")] + "live-range.txt"
+        if os.path.exists(ranges):
+            found.append((os.path.getsize(path), path, ranges))
+    if not found:
+        return None
+    _, assignment, ranges = max(found)
+    with open(assignment, encoding="utf-8") as a, \
+            open(ranges, encoding="utf-8") as r:
+        return a.read(), r.read()
 
 
 def hlo_module_from_text(text: str):

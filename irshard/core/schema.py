@@ -266,8 +266,21 @@ TOTALS = Object({}, {"count": _COUNT, "bytes_per_run": _COUNT,
                      "wire_bytes_per_run": _COUNT, "time_s": Null(_TIME),
                      "by_kind": Map(_COUNT)})
 
-MEMORY = Object({}, {k: _COUNT for k in ("argument_bytes", "output_bytes",
-                                         "alias_bytes", "temp_bytes")})
+# `memory.peak`: what irshard.reporting.peak.KINDS lists (the core
+# cannot import it).
+PEAK_KINDS = ("parameter", "optimizer-state", "argument", "donated", "output",
+              "activation", "temporary", "collective-buffer")
+PEAK_BUFFER = Object({"bytes": _COUNT, "kind": String(PEAK_KINDS)},
+                     {"path": String(), "instruction": Null(String()),
+                      "shape": String(), "op_name": String(), "scope": String(),
+                      "source": Null(_SOURCE)})
+PEAK = Object({"bytes": _COUNT, "buffers": List(PEAK_BUFFER)},
+              {"source": String(), "by_kind": Map(_COUNT),
+               "schedule_position": Null(Number(integer=True)),
+               "instruction": Null(String())})
+MEMORY = Object({}, {**{k: _COUNT for k in ("argument_bytes", "output_bytes",
+                                            "alias_bytes", "temp_bytes")},
+                     "peak": PEAK})
 
 _POSITIVE = Number(integer=True, positive=True)
 MESH = Object({}, {"devices": _POSITIVE,

@@ -28,20 +28,23 @@ from typing import Any, Sequence
 
 from irshard.core.errors import BudgetExceeded, SpecError, UsageError
 from irshard.core.specs import repeated
+from irshard.reporting import peak
 from irshard.reporting.report import memory_in_use
 from irshard.reporting.text import human_bytes, human_time
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
          "collective-permute", "ragged-all-to-all", "collective-broadcast")
 QUANTITIES = KINDS + ("collectives", "bytes", "wire_bytes", "time", "step",
-                      "memory", "remat")
+                      "memory", "peak", "remat")
 # Quantities of the whole program, not sums over collectives.
 _WHOLE = ("step", "memory", "remat")
+# `peak@KIND`: the memory peak's buffers of those kinds.
+_BYTES = ("bytes", "wire_bytes", "memory", "peak")
 UNITS = {"": 1, "B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30,
          "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB")
 _TIME_UNITS = ("us", "ms", "s")
-_EXPR = re.compile(r"\s*([a-z_\-]+)\s*(?:@\s*([A-Za-z0-9_+:()\s]+?))?\s*"
+_EXPR = re.compile(r"\s*([a-z_\-]+)\s*(?:@\s*([A-Za-z0-9_+:()\s\-]+?))?\s*"
                    r"(<=|==|<)\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
                    r"([A-Za-z]*)\s*\Z")
 _HELP = ("expected QUANTITY[@AXES] OP NUMBER[UNIT], e.g. 'all-gather@fsdp<=2' "
@@ -72,12 +75,17 @@ def parse_budget(text: str) -> Budget:
     if unit not in UNITS:
         raise SpecError(f"budget '{text}': unknown unit '{unit}'; units are "
                         f"KiB, MiB, GiB (bytes) and us, ms, s (time)")
-    is_bytes = quantity in ("bytes", "wire_bytes", "memory")
+    is_bytes = quantity in _BYTES
     if unit and ((unit in _BYTE_UNITS) != is_bytes
                  or (unit in _TIME_UNITS) != (quantity in ("time", "step"))):
         raise SpecError(f"budget '{text}': '{quantity}' is not measured in "
                         f"{unit}")
     names = tuple(a.strip() for a in axes.split("+")) if axes else ()
+    if quantity == "peak":
+        unknown = [k for k in names if k not in peak.KINDS]
+        if unknown:
+            raise SpecError(f"budget '{text}': '{unknown[0]}' is not a kind of "
+                            f"buffer; peak@KIND takes {', '.join(peak.KINDS)}")
     if axes and quantity in _WHOLE:
         raise SpecError(f"budget '{text}': '{quantity}' is not per mesh axis")
     twice = repeated(names)
@@ -107,7 +115,7 @@ def counted(report, budget: Budget) -> list:
     """The collectives a budget counts: those of its kind (every kind for
     the other quantities) whose groups span its axes; none for `step`,
     `memory` and `remat`, which are not sums over collectives."""
-    if budget.quantity in _WHOLE:
+    if budget.quantity in _WHOLE + ("peak",):
         return []
     kind = budget.quantity if budget.quantity in KINDS else None
     return [c for c in report.collectives
@@ -116,6 +124,14 @@ def counted(report, budget: Budget) -> list:
 
 def measure(report, budget: Budget) -> float:
     """The report's value of the budget's quantity."""
+    if budget.quantity == "peak":
+        found = (report.memory or {}).get("peak")
+        if not found:
+            raise UsageError(f"budget '{budget.text}': this report has no "
+                             f"memory peak (XLA's buffer assignment was not "
+                             f"read: an executable from the compilation cache)")
+        return sum(b["bytes"] for b in found["buffers"]
+                   if not budget.axes or b["kind"] in budget.axes)
     if budget.axes and report.mesh is not None:
         unknown = [a for a in budget.axes if a not in report.mesh.names]
         if unknown:
@@ -170,7 +186,11 @@ class Outcome:
             n = int(self.value)
             what = "collective" if b.quantity == "collectives" else b.quantity
             shown = f"{n} {what}{'' if n == 1 else 's'}{over}"
-        elif b.quantity in ("bytes", "wire_bytes", "memory"):
+        elif b.quantity == "peak":
+            of = f" of {'+'.join(b.axes)}" if b.axes else ""
+            shown = f"{int(self.value)} bytes{of} per device at the memory " \
+                    f"peak ({_human(self.value)})"
+        elif b.quantity in _BYTES:
             per = " per device" if b.quantity == "memory" else " per run"
             shown = f"{int(self.value)} {b.quantity.replace('_', ' ')}" \
                     f"{over}{per} ({_human(self.value)})"
@@ -225,6 +245,15 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
                 f"{human_bytes(m.get('temp_bytes', 0))}"
                 + (f", less {human_bytes(m['alias_bytes'])} donated"
                    if m.get("alias_bytes") else "")]
+    if q == "peak":
+        found = (report.memory or {}).get("peak") or {"buffers": []}
+        lines = [f"{where if where != '-' else what}: {human_bytes(n)} {kind}"
+                 + (f" ({what})" if where != "-" else "")
+                 for n, kind, what, _, where in peak.rows(found)
+                 if not outcome.budget.axes or kind in outcome.budget.axes]
+        if len(lines) > limit:
+            lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
+        return lines
     if q == "step":
         s = report.step
         return [f"compute {human_time(s.compute_s)}, exposed communication "

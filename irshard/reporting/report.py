@@ -461,9 +461,12 @@ def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
             "devices": mesh.num_devices, "platform": platform}
 
 
-def memory_in_use(memory: dict[str, int]) -> int:
-    """Bytes per device: arguments, outputs and temporaries, less what the
-    outputs alias."""
+def memory_in_use(memory: dict[str, Any]) -> int:
+    """Bytes per device: the peak of XLA's buffer assignment where it was
+    read, else arguments, outputs and temporaries less what the outputs
+    alias (XLA's `memory_analysis`; on TPU it leaves temporaries out)."""
+    if memory.get("peak"):
+        return memory["peak"]["bytes"]
     return (memory["argument_bytes"] + memory["output_bytes"]
             + memory["temp_bytes"] - memory.get("alias_bytes", 0))
 

@@ -8,7 +8,7 @@ import re
 from typing import Iterator, Sequence
 
 from irshard.core.specs import format_shape
-from irshard.reporting import grouping
+from irshard.reporting import grouping, peak
 from irshard.reporting.report import (Collective, CollectiveReport, TensorInfo,
                                       counted, memory_in_use, report_notes)
 
@@ -324,6 +324,8 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
             + (f" ({human_bytes(aliased)} in donated arguments)" if aliased
                else "")
             + f", temp {human_bytes(m['temp_bytes'])}")
+        if m.get("peak"):
+            lines += peak.lines(m["peak"], human_bytes, fold=limit is not None)
     lines += _step_lines(report)
     verdict = _verdict(report)
     if verdict:

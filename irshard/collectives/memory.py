@@ -1,0 +1,252 @@
+"""Where a device's memory goes at its peak, read from XLA's own buffer
+assignment (`irshard.xla.buffers`).
+
+An executable holds its allocations in the device's main memory (memory
+space 0; on TPU, HBM) for the whole run: the entry parameters, the results,
+the constants and the blocks XLA packs the temporaries into. That sum is
+the per-device footprint, and it is what this module breaks down:
+
+- every parameter allocation, as the input it holds: `parameter` or
+  `optimizer-state` where its path says so, `donated` for another donated
+  input, else `argument`;
+- every result allocation not shared with a donated input: `output`;
+- constants: `temporary`, named by their instruction;
+- each temporary block at the moment (a position in XLA's schedule) where
+  the values live in it cover the most bytes, as those values: a
+  collective's buffer (`collective-buffer`), a forward value that lives into
+  the backward pass (`activation`), anything else (`temporary`); the bytes
+  of the block no listed value holds at that moment are one `temporary`
+  row without an instruction (fragmentation, and on TPU what XLA's memory
+  space assignment reserves there).
+
+The parts sum to the allocations' sizes exactly, by construction; XLA's own
+totals (`memory_analysis`) are compared with them in the report's notes.
+Fusions' thread-local scratch lives outside these allocations and other
+memory spaces (a TPU's VMEM) are not the device's main memory: neither is
+counted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from irshard.core.frames import UserCode, scope_of
+from irshard.xla import buffers
+
+_OPTIMIZER = re.compile(r"(^|/)(opt_state|optimizer|optim|opt|adam\w*|mu|nu|"
+                        r"momentum|moments?|ema|exp_avg\w*|m|v)(/|$)", re.I)
+_COLLECTIVE = re.compile(r"all-gather|all-reduce|reduce-scatter|all-to-all|"
+                         r"collective-permute|collective-broadcast|ragged-all-to-all")
+TOP = 10                             # rows of the text report's table
+
+
+@dataclass(frozen=True)
+class PeakBuffer:
+    """One buffer live at the peak."""
+
+    bytes: int
+    kind: str
+    name: str                         # the input's path, or the instruction
+    shape: str = ""
+    op_name: str | None = None
+    source: Any = None                # SourceLocation of the user's line
+    is_input: bool = False
+
+    @property
+    def scope(self) -> str | None:
+        return scope_of(self.op_name) if self.op_name else None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"bytes": self.bytes, "kind": self.kind}
+        if self.is_input:
+            d["path"] = self.name
+        else:
+            d["instruction"] = self.name or None
+        if self.shape:
+            d["shape"] = self.shape
+        if self.op_name:
+            d["op_name"] = self.op_name
+            if self.scope:
+                d["scope"] = self.scope
+        d["source"] = self.source.to_json() if self.source is not None else None
+        return d
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The per-device footprint at the peak and what holds it."""
+
+    bytes: int
+    position: int | None              # where in XLA's schedule, if temps
+    at: str | None                    # the instruction scheduled there
+    buffers: tuple[PeakBuffer, ...]
+
+    def by_kind(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for b in self.buffers:
+            found[b.kind] = found.get(b.kind, 0) + b.bytes
+        return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "source": "XLA buffer assignment",
+                "schedule_position": self.position, "instruction": self.at,
+                "by_kind": self.by_kind(),
+                "buffers": [b.to_json() for b in self.buffers]}
+
+
+def input_kind(path: str, donated: bool) -> str:
+    """What an input holds, by its path: `optimizer-state`, `parameter`,
+    else `donated` or `argument`."""
+    if _OPTIMIZER.search(path):
+        return "optimizer-state"
+    if re.search(r"(^|/)(params?|parameters|weights?|model|variables)(/|$)",
+                 path, re.I):
+        return "parameter"
+    return "donated" if donated else "argument"
+
+
+def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
+         view=None, resolver: UserCode | None = None) -> Peak:
+    """The peak of an executable from XLA's dumps; `inputs` are the entry
+    parameters' TensorInfo in order, `view` the optimized module (for the
+    instructions' names, op_names and lines)."""
+    allocations = [a for a in buffers.parse_assignment(assignment_text)
+                   if a.color == 0]
+    ranges = buffers.parse_live_ranges(live_range_text)
+    locate = _locator(view, resolver)
+    found: list[PeakBuffer] = []
+    aliased = {a.index for a in allocations
+               if a.parameter is not None and a.live_out}
+    for a in allocations:
+        if a.parameter is not None:
+            info = inputs[a.parameter] if a.parameter < len(inputs) else None
+            name = info.name if info is not None else f"parameter {a.parameter}"
+            donated = bool(info is not None and info.donated) or a.index in aliased
+            found.append(PeakBuffer(a.size, input_kind(name, donated), name,
+                                    _shape_of(info), is_input=True))
+        elif a.live_out or a.constant:
+            kind = "output" if a.live_out else "temporary"
+            # Named by the value that fills it (the largest, for a tuple).
+            held = max(a.values, key=lambda v: v.size, default=None)
+            found.append(_buffer(a.size, kind, held, locate))
+    temps = [a for a in allocations if a.kind == "temporary"]
+    position = _busiest(temps, ranges)
+    backward = _in_backward(ranges.sequence, position, locate)
+    for a in temps:
+        live = [v for v in a.values if position is not None
+                and _live(ranges, v.key, position)]
+        by_extent: dict[tuple[int, int], list[buffers.Value]] = {}
+        for v in live:
+            by_extent.setdefault((v.offset, v.size), []).append(v)
+        # Values that share bytes (an in-place update, a tuple and its
+        # elements) count once: the bytes go to the first and widest.
+        used, end = 0, -1
+        for offset, size in sorted(by_extent, key=lambda e: (e[0], -e[1])):
+            own = offset + size - max(offset, end)
+            end = max(end, offset + size)
+            if own <= 0:
+                continue
+            v = by_extent[(offset, size)][0]
+            kind = _temp_kind(v, backward, locate)
+            found.append(_buffer(own, kind, v, locate))
+            used += own
+        if a.size > used:
+            found.append(PeakBuffer(a.size - used, "temporary", ""))
+    found.sort(key=lambda b: (-b.bytes, b.kind, b.name))
+    at = ranges.sequence[position] if position is not None \
+        and position < len(ranges.sequence) else None
+    return Peak(sum(b.bytes for b in found), position, at, tuple(found))
+
+
+def _shape_of(info) -> str:
+    if info is None:
+        return ""
+    return f"{info.dtype}[{','.join(map(str, info.local_shape))}]"
+
+
+def _live(ranges: buffers.LiveRanges, key: str, position: int) -> bool:
+    span = ranges.ranges.get(key)
+    return span is not None and span[0] <= position <= span[1]
+
+
+def _busiest(temps: list[buffers.Allocation],
+             ranges: buffers.LiveRanges) -> int | None:
+    """The schedule position where the values live in the temporary blocks
+    cover the most bytes (the first such)."""
+    events: dict[int, int] = {}
+    spans = []
+    for a in temps:
+        for v in a.values:
+            span = ranges.ranges.get(v.key)
+            if span is not None:
+                spans.append((a.index, v, span))
+                events[span[0]] = 1
+    if not spans:
+        return None
+    best, best_at = -1, None
+    # The covered bytes change only where a value starts.
+    for position in sorted(events):
+        extents: dict[int, list[tuple[int, int]]] = {}
+        for index, v, (start, end) in spans:
+            if start <= position <= end:
+                extents.setdefault(index, []).append((v.offset, v.size))
+        used = sum(buffers.covered(e) for e in extents.values())
+        if used > best:
+            best, best_at = used, position
+    return best_at
+
+
+def _locator(view, resolver):
+    """name -> (instruction or None, op_name, source)."""
+    cache: dict[str, tuple[Any, str | None, Any]] = {}
+
+    def locate(name: str):
+        if name in cache:
+            return cache[name]
+        inst = None
+        if view is not None:
+            try:
+                inst = view.get(name, getattr(view, "entry", ""))
+            except Exception:
+                inst = None
+        op_name = source = None
+        if inst is not None:
+            from irshard.collectives.analysis import attribute
+            if resolver is not None:
+                source, _, op_name = attribute(view, inst, resolver, max_depth=1)
+            op_name = op_name or inst.metadata.get("op_name")
+        cache[name] = (inst, op_name, source)
+        return cache[name]
+    return locate
+
+
+def _in_backward(sequence: Sequence[str], position: int | None, locate) -> bool:
+    """Whether the instruction at `position` of the schedule belongs to the
+    backward pass (its op_name is under `transpose(...)`)."""
+    if position is None or position >= len(sequence):
+        return False
+    _, op_name, _ = locate(sequence[position])
+    return bool(op_name and "transpose(" in op_name)
+
+
+def _temp_kind(v: buffers.Value, backward: bool, locate) -> str:
+    """A collective's buffer; a value of the forward pass (JAX names it
+    under `jvp(...)`) live in the backward pass (saved for it: an
+    activation); else a temporary."""
+    inst, op_name, _ = locate(v.instruction)
+    opcode = inst.opcode if inst is not None else ""
+    if _COLLECTIVE.search(opcode) or _COLLECTIVE.search(v.instruction):
+        return "collective-buffer"
+    if backward and op_name and "jvp(" in op_name and "transpose(" not in op_name:
+        return "activation"
+    return "temporary"
+
+
+def _buffer(size: int, kind: str, v: buffers.Value | None, locate) -> PeakBuffer:
+    if v is None:
+        return PeakBuffer(size, kind, "")
+    _, op_name, source = locate(v.instruction)
+    shape = v.shape.split("{")[0] if not v.shape.startswith("(") else v.shape
+    return PeakBuffer(size, kind, v.instruction, shape, op_name, source)
