@@ -45,6 +45,8 @@ def test_a_second_compile_reads_jaxs_cache_and_reports_the_same(tmp_path):
     assert any("read from JAX's persistent compilation cache" in n
                for n in second.get("notes", []))
     assert _without_notes(second) == _without_notes(first)
+    # XLA's buffer assignment is kept beside the executable: the peak too.
+    assert second["memory"]["peak"]["buffers"]
     # The report's partitioned stage is no hit where only the executable
     # was kept: it compiles again, and keeps the partitioned HLO too.
     partitioned = _compile(cache, "--stage", "partitioned")

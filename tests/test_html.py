@@ -337,6 +337,28 @@ def test_memory_against_capacity_on_a_tpu_target(tmp_path, open_page):
     assert p.locator("#layout-mesh-svg .dev").count() == 8
 
 
+def test_the_memory_peak_by_kind_over_the_schedule(tmp_path, open_page):
+    html = _compile(GPT, "--fn", "train_step",
+                    "--args", "example_args", "--mesh", "fsdp=4",
+                    "--shard", "**/w*=fsdp,_", "--shard", "batch/*=fsdp,_",
+                    "--format", "html", out=str(tmp_path / "gpt.html"))
+    page = open_page(html)
+    p = page.page
+    data = p.evaluate("JSON.parse(document.getElementById('irshard-data').textContent)")
+    peak = data["report"]["memory"]["peak"]
+    segments = p.locator("#peak-bar .peak-kind")
+    assert segments.evaluate_all("ss => ss.map(s => s.dataset.kind)") == list(peak["by_kind"])
+    # Each segment names its largest buffers' lines.
+    title = p.locator("#peak-bar .peak-kind[data-kind='activation']").get_attribute("title")
+    assert title.startswith("activation: ") and "gpt.py:" in title
+    assert p.locator("#peak-curve path").count() == 1
+    assert p.locator("#peak-curve #peak-marker").count() == 1
+    assert peak["instruction"] in p.locator("#peak-curve").text_content()
+    rows = p.locator("#peak-table tbody tr")
+    assert rows.count() == min(200, len(peak["buffers"]))
+    assert "of 16.0 GiB" not in p.inner_text("#memory-verdict")
+
+
 def test_run_page_shows_the_check_and_timing(tmp_path, open_page):
     out = str(tmp_path / "run.html")
     result = run_irshard("run", HEAT, "--fn", "simulate_roll", "--mesh", "x=4",

@@ -168,10 +168,10 @@ def compile_module(module, mesh_devices: Sequence[Any],
     if cache is not None:
         found = cache.read(device_list, capture_partitioned)
         if found is not None:
-            executable, partitioned, log = found
+            executable, partitioned, log, dumps = found
             return CompiledExecutable(executable, tuple(mesh_devices),
                                       partitioned, (host_callbacks, keepalive),
-                                      log, cache.note("read from"))
+                                      log, cache.note("read from"), dumps)
     # XLA's dumps: its buffer assignment always, the module after
     # partitioning where asked; read, then removed whatever happens.
     dump_dir = interrupts.temp_dir()
@@ -204,7 +204,7 @@ def compile_module(module, mesh_devices: Sequence[Any],
         interrupts.remove(dump_dir)
     notes: tuple[str, ...] = ()
     if cache is not None and cache.write(executable, time.monotonic() - started,
-                                         partitioned, logged.text):
+                                         partitioned, logged.text, buffer_dumps):
         notes = cache.note("written to")
     return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
                               (host_callbacks, keepalive), logged.text, notes,
@@ -259,26 +259,32 @@ class _PersistentCache:
                 f"cache ({self.directory})",)
 
     def read(self, device_list, partitioned: bool):
-        """(executable, partitioned HLO, XLA's log) of a hit, else None."""
+        """(executable, partitioned HLO, XLA's log, buffer dumps) of a hit,
+        else None."""
         import json
         from jax._src import compilation_cache
         try:
             with open(self._beside, encoding="utf-8") as f:
                 kept = json.load(f)
             text, log = kept.get("partitioned"), kept.get("log", "")
+            dumps = kept.get("buffers")
             if (partitioned and not isinstance(text, str)) \
                     or not isinstance(log, str):
                 return None
+            if not (isinstance(dumps, list) and len(dumps) == 2
+                    and all(isinstance(d, str) for d in dumps)):
+                dumps = None
             executable, _ = compilation_cache.get_executable_and_time(
                 self.key, self.options, self.client, device_list)
         except Exception:
             return None
         if executable is None:
             return None
-        return executable, text if partitioned else None, log
+        return executable, text if partitioned else None, log, \
+            tuple(dumps) if dumps else None
 
     def write(self, executable, seconds: float, partitioned: str | None,
-              log: str) -> bool:
+              log: str, buffers: tuple[str, str] | None = None) -> bool:
         """Keeps the executable as JAX would (not one that compiled faster
         than `jax_persistent_cache_min_compile_time_secs`); True if kept."""
         import json
@@ -296,7 +302,8 @@ class _PersistentCache:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".irshard-")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump({"partitioned": partitioned, "log": log}, f)
+                    json.dump({"partitioned": partitioned, "log": log,
+                               "buffers": list(buffers) if buffers else None}, f)
                 os.replace(tmp, self._beside)
             except BaseException:
                 os.unlink(tmp)

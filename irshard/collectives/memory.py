@@ -29,7 +29,7 @@ counted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from irshard.core.frames import UserCode, scope_of
@@ -82,6 +82,9 @@ class Peak:
     position: int | None              # where in XLA's schedule, if temps
     at: str | None                    # the instruction scheduled there
     buffers: tuple[PeakBuffer, ...]
+    schedule_length: int = 0
+    # (position, bytes held by the allocations and the live temporaries)
+    curve: list = field(default_factory=list)
 
     def by_kind(self) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -92,6 +95,7 @@ class Peak:
     def to_json(self) -> dict[str, Any]:
         return {"bytes": self.bytes, "source": "XLA buffer assignment",
                 "schedule_position": self.position, "instruction": self.at,
+                "schedule_length": self.schedule_length, "curve": self.curve,
                 "by_kind": self.by_kind(),
                 "buffers": [b.to_json() for b in self.buffers]}
 
@@ -132,7 +136,7 @@ def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
             held = max(a.values, key=lambda v: v.size, default=None)
             found.append(_buffer(a.size, kind, held, locate))
     temps = [a for a in allocations if a.kind == "temporary"]
-    position = _busiest(temps, ranges)
+    position, curve = _usage(temps, ranges)
     backward = _in_backward(ranges.sequence, position, locate)
     for a in temps:
         live = [v for v in a.values if position is not None
@@ -157,7 +161,10 @@ def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
     found.sort(key=lambda b: (-b.bytes, b.kind, b.name))
     at = ranges.sequence[position] if position is not None \
         and position < len(ranges.sequence) else None
-    return Peak(sum(b.bytes for b in found), position, at, tuple(found))
+    held = sum(a.size for a in allocations
+               if a.kind != "temporary" and a.kind != "thread-local")
+    return Peak(sum(b.bytes for b in found), position, at, tuple(found),
+                len(ranges.sequence), [[p, held + u] for p, u in _sampled(curve)])
 
 
 def _shape_of(info) -> str:
@@ -171,31 +178,54 @@ def _live(ranges: buffers.LiveRanges, key: str, position: int) -> bool:
     return span is not None and span[0] <= position <= span[1]
 
 
-def _busiest(temps: list[buffers.Allocation],
-             ranges: buffers.LiveRanges) -> int | None:
+def _usage(temps: list[buffers.Allocation], ranges: buffers.LiveRanges
+           ) -> tuple[int | None, list[tuple[int, int]]]:
     """The schedule position where the values live in the temporary blocks
-    cover the most bytes (the first such)."""
-    events: dict[int, int] = {}
-    spans = []
+    hold the most bytes (the first such), and those bytes at every position
+    where they change. Values at one extent of a block (an in-place update,
+    a loop's carried value) count once while any of them lives: XLA's heap
+    places values that live at once at disjoint bytes otherwise."""
+    spans: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
     for a in temps:
         for v in a.values:
             span = ranges.ranges.get(v.key)
             if span is not None:
-                spans.append((a.index, v, span))
-                events[span[0]] = 1
-    if not spans:
-        return None
-    best, best_at = -1, None
-    # The covered bytes change only where a value starts.
-    for position in sorted(events):
-        extents: dict[int, list[tuple[int, int]]] = {}
-        for index, v, (start, end) in spans:
-            if start <= position <= end:
-                extents.setdefault(index, []).append((v.offset, v.size))
-        used = sum(buffers.covered(e) for e in extents.values())
+                spans.setdefault((a.index, v.offset, v.size), []).append(span)
+    delta: dict[int, int] = {}
+    for (_, _, size), found in spans.items():
+        found.sort()
+        start, end = found[0]
+        for s, e in found[1:] + [(None, None)]:
+            if s is not None and s <= end + 1:
+                end = max(end, e)
+                continue
+            delta[start] = delta.get(start, 0) + size
+            delta[end + 1] = delta.get(end + 1, 0) - size
+            if s is not None:
+                start, end = s, e
+    if not delta:
+        return None, []
+    delta.setdefault(0, 0)           # the allocations alone, from the start
+    curve, used, best, best_at = [], 0, -1, None
+    for position in sorted(delta):
+        used += delta[position]
+        curve.append((position, used))
         if used > best:
             best, best_at = used, position
-    return best_at
+    return best_at, curve
+
+
+def _sampled(curve: list[tuple[int, int]], points: int = 400) -> list[list[int]]:
+    """At most `points` of the curve, each the largest of its stretch (the
+    peak stays on it)."""
+    if len(curve) <= points:
+        return [list(p) for p in curve]
+    step = len(curve) / points
+    out = []
+    for i in range(points):
+        stretch = curve[int(i * step):int((i + 1) * step)] or curve[-1:]
+        out.append(list(max(stretch, key=lambda p: p[1])))
+    return out
 
 
 def _locator(view, resolver):

@@ -277,6 +277,8 @@ PEAK_BUFFER = Object({"bytes": _COUNT, "kind": String(PEAK_KINDS)},
 PEAK = Object({"bytes": _COUNT, "buffers": List(PEAK_BUFFER)},
               {"source": String(), "by_kind": Map(_COUNT),
                "schedule_position": Null(Number(integer=True)),
+               "schedule_length": _COUNT,
+               "curve": List(List(Number(integer=True))),
                "instruction": Null(String())})
 MEMORY = Object({}, {**{k: _COUNT for k in ("argument_bytes", "output_bytes",
                                             "alias_bytes", "temp_bytes")},

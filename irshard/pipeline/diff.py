@@ -106,7 +106,19 @@ class Side:
                                  + memory.get("output_bytes", 0)
                                  + memory.get("temp_bytes", 0)
                                  - memory.get("alias_bytes", 0))
+            if memory.get("peak"):
+                d["memory_bytes"] = memory["peak"]["bytes"]
         return d
+
+    def peak_by_kind(self) -> dict[str, int] | None:
+        """The memory peak's bytes per kind of buffer, where it was read."""
+        found = (self.report.get("memory") or {}).get("peak")
+        if not found:
+            return None
+        kinds: dict[str, int] = {}
+        for b in found["buffers"]:
+            kinds[b["kind"]] = kinds.get(b["kind"], 0) + b["bytes"]
+        return kinds
 
 
 def _is_report(value: Any) -> bool:
@@ -238,8 +250,21 @@ class Diff:
         delta = {k: tb[k] - ta[k] for k in ta if k in tb}
         return {"a": ta, "b": tb, "delta": delta}
 
+    def peak(self) -> dict[str, Any] | None:
+        """Both memory peaks by kind of buffer, and B's change per kind;
+        None unless both reports have one."""
+        ka, kb = self.a.peak_by_kind(), self.b.peak_by_kind()
+        if ka is None or kb is None:
+            return None
+        kinds = sorted(set(ka) | set(kb),
+                       key=lambda k: (-max(ka.get(k, 0), kb.get(k, 0)), k))
+        return {"a": {k: ka.get(k, 0) for k in kinds},
+                "b": {k: kb.get(k, 0) for k in kinds},
+                "delta": {k: kb.get(k, 0) - ka.get(k, 0) for k in kinds}}
+
     def regressions(self) -> list[str]:
-        """What B does worse than A: more bytes per run, more time."""
+        """What B does worse than A: more bytes per run, more time, a
+        higher memory peak."""
         t = self.totals()
         a, b = t["a"], t["b"]
         found = []
@@ -250,6 +275,12 @@ class Diff:
         if "time_s" in a and "time_s" in b and b["time_s"] > a["time_s"]:
             found.append(f"B takes longer per run than A: {human_time(a['time_s'])} "
                          f"-> {human_time(b['time_s'])}")
+        if self.peak() is not None and b["memory_bytes"] > a["memory_bytes"]:
+            grown = max(self.peak()["delta"].items(), key=lambda kv: kv[1])
+            found.append(f"B needs more memory per device at its peak than A: "
+                         f"{human_bytes(a['memory_bytes'])} -> "
+                         f"{human_bytes(b['memory_bytes'])} ({grown[0]} "
+                         f"{'+' if grown[1] >= 0 else ''}{human_bytes(grown[1])})")
         return found
 
     def to_json(self) -> dict[str, Any]:
@@ -262,6 +293,7 @@ class Diff:
                             if c.status != "same"],
                 "unchanged": sum(1 for c in self.changes if c.status == "same"),
                 "totals": self.totals(),
+                **({"peak": self.peak()} if self.peak() is not None else {}),
                 "regressions": self.regressions()}
 
     def render_json(self) -> str:
@@ -321,10 +353,18 @@ class Diff:
                          human_bytes(b["memory_bytes"]),
                          change_text(a["memory_bytes"], b["memory_bytes"], human_bytes)])
         lines += table(["", "A", "B", "change"], rows)
+        peak = self.peak()
+        if peak is not None:
+            lines += ["", "memory peak per device, by kind"]
+            lines += table(["kind", "A", "B", "change"], [
+                [k, human_bytes(peak["a"][k]), human_bytes(peak["b"][k]),
+                 change_text(peak["a"][k], peak["b"][k], human_bytes)]
+                for k in peak["a"]])
         regressions = self.regressions()
         lines.append("")
         lines += [f"regression: {r}" for r in regressions] or \
-            ["no regression: B moves no more bytes and takes no longer than A"]
+            ["no regression: B moves no more bytes and takes no longer than A"
+             + (", and needs no more memory at its peak" if peak is not None else "")]
         return "\n".join(lines) + "\n"
 
 

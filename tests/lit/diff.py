@@ -20,11 +20,15 @@
 # CHECK: totals
 # CHECK: collectives         4  {{ *}}2  {{ *}}-2
 # CHECK-NEXT: bytes per run       801.2 KiB  800 B  {{ *}}-800.4 KiB (-99.9%)
-# CHECK: no regression: B moves no more bytes and takes no longer than A
+# The memory peaks by kind: the gathered halo's buffers are gone.
+# CHECK: memory peak per device, by kind
+# CHECK-NEXT: kind {{ +}}A {{ +}}B {{ +}}change
+# CHECK-NEXT: collective-buffer  8.0 KiB  8 B {{ +}}-8.0 KiB (-99.9%)
+# CHECK: no regression: B moves no more bytes and takes no longer than A, and needs no more memory at its peak
 
 # WORSE: added    all-gather          0 -> 2  0 -> 819200    +819200
 # WORSE: regression: B moves more bytes per run than A: 800 B -> 801.2 KiB
-# ERR: irshard: error: regression: B moves more bytes per run than A: 800 B -> 801.2 KiB; B takes longer per run than A
+# ERR: irshard: error: regression: B moves more bytes per run than A: 800 B -> 801.2 KiB; B takes longer per run than A: {{.*}}; B needs more memory per device at its peak than A: 3.3 KiB -> 11.1 KiB (collective-buffer +8.0 KiB)
 
 # SAME: collectives: no change by line and kind
 # SAME-NEXT: (2 unchanged)
