@@ -3,6 +3,7 @@ each one's numbers checked against the command it says to run."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -172,3 +173,114 @@ def test_constrain_mistakes_are_one_line_errors(write, value, message):
     assert done.returncode == 2
     assert done.stderr.startswith("irshard: error: ") and message in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------
+# A program that does not fit
+
+
+def _unfit(inputs, axes="fsdp=4,tp=2"):
+    mesh = parse_mesh(axes)
+    return mesh, {
+        "inputs": [{"name": n, "dtype": "f32", "shape": list(shape),
+                    "sharding": list(spec), "local_shape": list(shape)}
+                   for n, shape, spec in inputs],
+        "outputs": [], "collectives": [], "findings": [],
+        "mesh": {"axes": [{"name": a, "size": s} for a, s in
+                          zip(mesh.names, [4, 2])]},
+        "memory": {"argument_bytes": 0, "output_bytes": 0, "alias_bytes": 0,
+                   "temp_bytes": 0, "capacity_bytes": 1, "fits": False,
+                   "over_bytes": 1},
+    }
+
+
+def test_memory_candidates_shard_what_the_peak_holds_over_unused_axes():
+    mesh, report = _unfit([("params/w", (64, 32), ("fsdp", "_")),
+                           ("opt_state/mu/w", (64, 32), ("_", "_")),
+                           ("opt_state/count", (), ()),
+                           ("batch/x", (8, 32), ("fsdp", "_"))])
+    found = suggest.candidates(report, mesh, suggest.Options())
+    described = [(c.description, c.inputs) for c in found if c.memory]
+    # The optimizer state first, over both axes (the largest dimension),
+    # then over each alone; a scalar takes none.
+    assert described[0] == ("shard the optimizer state over fsdp and tp where "
+                            "they do not use it yet (1 input)", ((1, "fsdp+tp,_"),))
+    assert described[1][1] == ((1, "fsdp,_"),) and described[2][1] == ((1, "tp,_"),)
+    # Then the parameters with it: tp added beside fsdp where it divides.
+    assert ((0, "fsdp+tp,_"), (1, "fsdp+tp,_")) in [d[1] for d in described]
+    # And the batch: a smaller batch per device.
+    assert any(d[1] == ((3, "fsdp+tp,_"),) and "smaller batch" in d[0]
+               for d in described)
+    # Memory changes come before any other, and only for what does not fit.
+    assert found[0].memory
+    report["memory"]["fits"] = True
+    assert not any(c.memory for c in suggest.candidates(report, mesh, suggest.Options()))
+
+
+def test_changes_are_combined_until_one_fits():
+    mesh, report = _unfit([("params/w", (64, 32), ("_", "_")),
+                           ("batch/x", (8, 32), ("_", "_"))], axes="x=4,y=2")
+    compiled = []
+
+    def compile_one(candidate):
+        # Fits only with both the parameters and the batch sharded.
+        compiled.append(candidate)
+        specs = dict(candidate.inputs)
+        after = json.loads(json.dumps(report))
+        for i, spec in specs.items():
+            after["inputs"][i]["sharding"] = spec.split(",")
+        fits = specs.get(0, "_,_") != "_,_" and specs.get(1, "_,_") != "_,_"
+        after["memory"] = {"argument_bytes": 10 - len(specs), "output_bytes": 0,
+                           "alias_bytes": 0, "temp_bytes": 0, "capacity_bytes": 8,
+                           "fits": fits}
+        return after
+
+    found = suggest.candidates(report, mesh, suggest.Options())
+    result = suggest.suggest(report, found, compile_one, None, ["f.py"], 3,
+                             mesh, suggest.Options())
+    helpful = result.helpful()
+    assert helpful and all(e["fits"] for e in helpful)
+    best = helpful[0]
+    assert "; " in best["description"]           # one change on top of another
+    assert "--shard" in best["change"] and "params/w=x+y,_" in best["change"]
+    assert any(f.startswith("batch/x=") for f in best["change"])
+    # What did not fit is said so, with its memory.
+    assert {r["reason"] for r in result.to_json()["rejected"]} == {"does not fit"}
+
+
+LLAMA = os.path.join(EXAMPLES, "llama.py")
+# The 8B model's parameters sharded over both axes of a v5e 4x4 slice, its
+# optimizer state left replicated: 68 GiB a chip of 16.
+LLAMA_8B = [LLAMA, "--fn", "train_step", "--args", "example_args",
+            "--target", "tpu-v5e:4x4", "--mesh", "fsdp=4,tp=4",
+            "--shard", "params/layers/w_[gu]*=_,_,fsdp+tp",
+            "--shard", "params/layers/w_down=_,fsdp+tp,_",
+            "--shard", "params/layers/w[qkvo]=_,fsdp+tp,_,_",
+            "--shard", "params/embed=fsdp+tp,_", "--shard", "params/unembed=_,fsdp+tp",
+            "--shard", "batch/*=fsdp+tp,_", "--donate", "params", "--donate", "opt_state"]
+
+
+@pytest.mark.tpu
+@pytest.mark.slow
+def test_llama_8b_that_does_not_fit_is_explained_and_made_to_fit():
+    from tests.conftest import require
+    require("libtpu", "compiling for a TPU slice")
+    # libtpu refuses the executable; the report is read from what it dumped.
+    done = run_irshard("compile", *LLAMA_8B)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert re.search(r"does not fit in 16.0 GiB HBM: [\d.]+ GiB, [\d.]+ GiB over", text)
+    assert "XLA did not build the executable: RESOURCE_EXHAUSTED" in text
+    peak = text[text.index("memory peak per device"):]
+    rows = peak.splitlines()[2:5]
+    assert all("optimizer-state" in r and "opt_state/" in r for r in rows[:2]), rows
+    assert "llama.py:" in peak
+    # The suggestion that fits, verified by compiling it again.
+    result = suggest_json(*LLAMA_8B, "--max-candidates", "1", "--jobs", "1")
+    assert result["baseline"]["fits"] is False
+    best = result["suggestions"][0]
+    assert best["fits"] is True
+    assert best["description"].startswith("shard the optimizer state over fsdp and tp")
+    again = compile_json(*result["command"], *best["change"])
+    assert again["memory"]["fits"] is True
+    assert again["memory"]["peak"]["bytes"] == best["memory_bytes"] < 16 * 2 ** 30

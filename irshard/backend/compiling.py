@@ -59,7 +59,14 @@ class CompiledExecutable:
     # None where the executable was not compiled here (a cache hit).
     buffer_dumps: tuple[str, str] | None = None
 
+    # Where XLA refused to build the executable for running out of memory:
+    # its message, and the optimized module it dumped before refusing.
+    refused: str | None = None
+    optimized_text: str | None = None
+
     def hlo_modules(self) -> list[Any]:
+        if self.executable is None:
+            return [hlo_module_from_text(self.optimized_text)]
         return list(self.executable.hlo_modules())
 
     def memory_stats_later(self) -> Callable[[], dict[str, int]]:
@@ -86,6 +93,8 @@ class CompiledExecutable:
         return result
 
     def memory_stats(self) -> dict[str, int]:
+        if self.executable is None:
+            return _assigned_memory(self.buffer_dumps[0])
         stats = self.executable.get_compiled_memory_stats()
         return {
             "argument_bytes": int(stats.argument_size_in_bytes),
@@ -96,13 +105,19 @@ class CompiledExecutable:
 
     def cost(self) -> dict[str, float]:
         """XLA's cost analysis: flops, bytes accessed."""
+        if self.executable is None:
+            return {}
         return cost_analysis(self.executable)
 
     def parameter_shardings(self, count: int) -> list[Any]:
         """XLA's sharding of each of the `count` parameters."""
+        if self.executable is None:
+            return _printed_shardings(self.optimized_text, count, outputs=False)
         return _shardings(self.executable.get_parameter_shardings(), count)
 
     def output_shardings(self, count: int) -> list[Any]:
+        if self.executable is None:
+            return _printed_shardings(self.optimized_text, count, outputs=True)
         return _shardings(self.executable.get_output_shardings(), count)
 
 
@@ -195,8 +210,14 @@ def compile_module(module, mesh_devices: Sequence[Any],
                                        f"compiling with XLA for "
                                        f"{len(mesh_devices)} devices"))
         except Exception as e:  # XlaRuntimeError and friends
-            raise BackendError(f"XLA failed to compile the module: "
-                               f"{message(e)}") from None
+            refused = message(e)
+            unbuilt = _unbuilt(dump_dir, refused, mesh_devices, logged.text,
+                               capture_partitioned) \
+                if _OUT_OF_MEMORY.search(refused) else None
+            if unbuilt is None:
+                raise BackendError(f"XLA failed to compile the module: "
+                                   f"{refused}") from None
+            return unbuilt
         partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
                        if capture_partitioned else None)
         buffer_dumps = _read_buffer_dumps(dump_dir)
@@ -328,6 +349,102 @@ def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
                            "jaxlib may name its passes differently")
     with open(files[0], encoding="utf-8") as f:
         return f.read()
+
+
+# How XLA says a module needs more memory than the device has (libtpu:
+# "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm", "... on HBM").
+_OUT_OF_MEMORY = re.compile(r"RESOURCE_EXHAUSTED.*(?:[Oo]ut of memory|exceeds available)")
+
+
+def _unbuilt(dump_dir: str, refused: str, devices, log: str,
+             partitioned: bool = False) -> CompiledExecutable | None:
+    """What XLA dumped of a module it refused to build for running out of
+    memory: the optimized module and its buffer assignment (libtpu writes
+    both before refusing). None where it wrote neither."""
+    buffer_dumps = _read_buffer_dumps(dump_dir)
+    if buffer_dumps is None:
+        return None
+    prefix = _dump_prefix(dump_dir)
+    path = prefix + "after_optimizations.txt" if prefix else None
+    if path is None or not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    after = None
+    if partitioned:
+        try:
+            after = _read_partitioned_dump(dump_dir, len(devices))
+        except BackendError:
+            return None
+    note = (f"XLA did not build the executable: {first_line(refused)}; this "
+            f"report is read from the optimized module and buffer assignment "
+            f"it dumped before refusing",)
+    return CompiledExecutable(None, tuple(devices), after, ((), None), log, note,
+                              buffer_dumps, refused=refused, optimized_text=text)
+
+
+def _dump_prefix(dump_dir: str) -> str | None:
+    """`DIR/module_0000.NAME.` of the largest module with a buffer
+    assignment dump."""
+    found = [(os.path.getsize(p), p) for p in glob.glob(os.path.join(
+        dump_dir, "*after_optimizations-buffer-assignment.txt"))]
+    if not found:
+        return None
+    path = max(found)[1]
+    return path[:path.index("after_optimizations-buffer-assignment.txt")]
+
+
+def _assigned_memory(assignment: str) -> dict[str, int]:
+    """memory_analysis's four figures from a buffer assignment dump, for a
+    module XLA built no executable of: the main memory's entry parameters,
+    results, results that are parameters, and temporaries."""
+    header = re.compile(r"^allocation \d+: size (\d+)(.*):\s*$", re.M)
+    figures = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes",
+                             "temp_bytes"), 0)
+    for m in header.finditer(assignment):
+        size, rest = int(m.group(1)), m.group(2)
+        if re.search(r"(^|, )color [1-9]", rest) or "thread-local" in rest \
+                or ", constant" in rest:
+            continue
+        parameter, live_out = "parameter " in rest, "maybe-live-out" in rest
+        if parameter:
+            figures["argument_bytes"] += size
+        if live_out:
+            figures["output_bytes"] += size
+        if parameter and live_out:
+            figures["alias_bytes"] += size
+        if not parameter and not live_out:
+            figures["temp_bytes"] += size
+    return figures
+
+
+def _braced(text: str, start: int) -> str:
+    """The `{...}` at `text[start]`, nested braces included."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i + 1]
+    return text[start:]
+
+
+def _printed_shardings(text: str, count: int, outputs: bool) -> list[Any]:
+    """The entry computation's parameter (or result) shardings as the
+    optimized module prints them; replicated where it prints none."""
+    from jaxlib import _hlo
+    entry = text[text.index("\nENTRY "):] if "\nENTRY " in text else text
+    found: dict[int, Any] = {}
+    if outputs:
+        root = re.search(r"\n\s*ROOT [^\n]*?, sharding=\{", entry)
+        if root:
+            printed = _braced(entry, root.end() - 1)
+            whole = hlo_sharding_from_text(printed)
+            parts = whole.tuple_elements() or [whole]
+            found = dict(enumerate(parts))
+    else:
+        for m in re.finditer(r"parameter\((\d+)\), sharding=\{", entry):
+            found[int(m.group(1))] = hlo_sharding_from_text(_braced(entry, m.end() - 1))
+    return [found.get(i, _hlo.HloSharding.replicate()) for i in range(count)]
 
 
 def _read_buffer_dumps(dump_dir: str) -> tuple[str, str] | None:

@@ -53,6 +53,7 @@ class PeakBuffer:
     op_name: str | None = None
     source: Any = None                # SourceLocation of the user's line
     is_input: bool = False
+    copy_of: str | None = None        # the input a copy holds (another layout)
 
     @property
     def scope(self) -> str | None:
@@ -68,8 +69,10 @@ class PeakBuffer:
             d["shape"] = self.shape
         if self.op_name:
             d["op_name"] = self.op_name
-            if self.scope:
+            if self.scope and not self.copy_of:
                 d["scope"] = self.scope
+        if self.copy_of:
+            d["copy_of"] = self.copy_of
         d["source"] = self.source.to_json() if self.source is not None else None
         return d
 
@@ -134,7 +137,7 @@ def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
             kind = "output" if a.live_out else "temporary"
             # Named by the value that fills it (the largest, for a tuple).
             held = max(a.values, key=lambda v: v.size, default=None)
-            found.append(_buffer(a.size, kind, held, locate))
+            found.append(_buffer(a.size, kind, held, locate, inputs))
     temps = [a for a in allocations if a.kind == "temporary"]
     position, curve = _usage(temps, ranges)
     backward = _in_backward(ranges.sequence, position, locate)
@@ -154,7 +157,7 @@ def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
                 continue
             v = by_extent[(offset, size)][0]
             kind = _temp_kind(v, backward, locate)
-            found.append(_buffer(own, kind, v, locate))
+            found.append(_buffer(own, kind, v, locate, inputs))
             used += own
         if a.size > used:
             found.append(PeakBuffer(a.size - used, "temporary", ""))
@@ -274,9 +277,20 @@ def _temp_kind(v: buffers.Value, backward: bool, locate) -> str:
     return "temporary"
 
 
-def _buffer(size: int, kind: str, v: buffers.Value | None, locate) -> PeakBuffer:
+def _input_named(op_name: str | None, inputs: Sequence[Any]) -> str | None:
+    """The input an instruction copies, where JAX named it after the entry
+    parameter (`arg7`: a copy into another layout)."""
+    m = re.fullmatch(r"arg(\d+)", op_name or "")
+    if m and int(m.group(1)) < len(inputs):
+        return inputs[int(m.group(1))].name
+    return None
+
+
+def _buffer(size: int, kind: str, v: buffers.Value | None, locate,
+            inputs: Sequence[Any] = ()) -> PeakBuffer:
     if v is None:
         return PeakBuffer(size, kind, "")
     _, op_name, source = locate(v.instruction)
     shape = v.shape.split("{")[0] if not v.shape.startswith("(") else v.shape
-    return PeakBuffer(size, kind, v.instruction, shape, op_name, source)
+    return PeakBuffer(size, kind, v.instruction, shape, op_name, source,
+                      copy_of=_input_named(op_name, inputs))

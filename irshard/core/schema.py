@@ -273,6 +273,7 @@ PEAK_KINDS = ("parameter", "optimizer-state", "argument", "donated", "output",
 PEAK_BUFFER = Object({"bytes": _COUNT, "kind": String(PEAK_KINDS)},
                      {"path": String(), "instruction": Null(String()),
                       "shape": String(), "op_name": String(), "scope": String(),
+                      "copy_of": String(),
                       "source": Null(_SOURCE)})
 PEAK = Object({"bytes": _COUNT, "buffers": List(PEAK_BUFFER)},
               {"source": String(), "by_kind": Map(_COUNT),
@@ -281,7 +282,8 @@ PEAK = Object({"bytes": _COUNT, "buffers": List(PEAK_BUFFER)},
                "curve": List(List(Number(integer=True))),
                "instruction": Null(String())})
 MEMORY = Object({}, {**{k: _COUNT for k in ("argument_bytes", "output_bytes",
-                                            "alias_bytes", "temp_bytes")},
+                                            "alias_bytes", "temp_bytes",
+                                            "over_bytes")},
                      "peak": PEAK})
 
 _POSITIVE = Number(integer=True, positive=True)

@@ -220,6 +220,8 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
     if profile.hbm_bytes:
         memory["capacity_bytes"] = profile.hbm_bytes
         memory["fits"] = memory_in_use(memory) <= profile.hbm_bytes
+        if not memory["fits"]:
+            memory["over_bytes"] = memory_in_use(memory) - profile.hbm_bytes
     # The simulation counts each loop's work as often as it runs; XLA's own
     # count reads a loop body once.
     if step is not None:

@@ -35,7 +35,8 @@ def rows(peak: dict[str, Any]) -> list[tuple[int, str, str, int, str]]:
         if "path" in b:
             key = (b["kind"], _prefix(b["path"]), "-")
         elif b.get("instruction"):
-            what = b.get("scope") or _short_op(b.get("op_name")) or b["instruction"]
+            what = f"copy of {b['copy_of']}" if b.get("copy_of") else \
+                b.get("scope") or _short_op(b.get("op_name")) or b["instruction"]
             key = (b["kind"], what, _where(b))
         else:
             key = (b["kind"], "(temporary block, no value at the peak)", "-")

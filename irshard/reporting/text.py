@@ -377,7 +377,9 @@ def _verdict(report: CollectiveReport) -> str | None:
     if m.get("capacity_bytes"):
         fits = "fits in" if m["fits"] else "does not fit in"
         parts.append(f"{fits} {human_bytes(m['capacity_bytes'])} HBM: "
-                     f"{human_bytes(memory_in_use(m))}")
+                     f"{human_bytes(memory_in_use(m))}"
+                     + (f", {human_bytes(m['over_bytes'])} over"
+                        if m.get("over_bytes") else ""))
     r = report.roofline
     if r:
         parts.append(f"comm {human_time(r['comm_s'])} vs compute "

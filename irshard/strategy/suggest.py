@@ -25,7 +25,6 @@ from its compile.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -33,13 +32,13 @@ from typing import Any, Callable, Sequence
 from irshard.collectives import explain
 from irshard.collectives.values import PRIMITIVE_OPS
 from irshard.core import tree
-from irshard.core.errors import ERROR_PREFIX, IrshardError
+from irshard.core.errors import IrshardError
 from irshard.core.specs import MeshSpec, ShardingSpec, check_sharding, parse_sharding
 from irshard.loading.leaves import parse_rules
-from irshard.passes import pass_class
 from irshard.pipeline.diff import Side
 from irshard.reporting.text import human_bytes, human_time
 from irshard.reporting.writer import dumps_json
+from irshard.strategy import fitting, trying
 
 SCHEMA = 1
 
@@ -53,6 +52,7 @@ class Candidate:
     inputs: tuple[tuple[int, str], ...] = ()       # input index -> spec text
     outputs: tuple[tuple[int, str], ...] = ()      # output index -> spec text
     constraints: tuple[tuple[str, str], ...] = ()  # (match, spec text)
+    memory: bool = False          # proposed for a program that does not fit
 
     @property
     def command_text(self) -> str:
@@ -114,7 +114,7 @@ class _Builder:
             self.found.append(candidate)
 
     def input_change(self, changes: Sequence[tuple[str, Sequence[str]]],
-                     description: str) -> None:
+                     description: str, memory: bool = False) -> None:
         """Inputs (by name) given new shardings, where they fit."""
         flags: list[str] = []
         inputs = []
@@ -129,7 +129,8 @@ class _Builder:
             flags += [self.options.input_flag(name), f"{name}={spec_text(entries)}"]
             inputs.append((index, spec_text(entries)))
         if inputs:
-            self.add(Candidate(tuple(flags), description, inputs=tuple(inputs)))
+            self.add(Candidate(tuple(flags), description, inputs=tuple(inputs),
+                               memory=memory))
 
     def fits(self, entries: Sequence[str], shape: Sequence[int]) -> bool:
         if len(entries) != len(shape):
@@ -161,6 +162,12 @@ class _Builder:
                 if self.fits(other, shape):
                     result.append((other, f"{axis} on dimension {d}"))
         return result
+
+    def from_memory(self) -> None:
+        """For a program that does not fit (`fitting.memory_changes`)."""
+        for description, changes in fitting.memory_changes(
+                self.inputs, self.mesh.names, self.fits):
+            self.input_change(changes, description, memory=True)
 
     def from_collective(self, c: dict[str, Any]) -> None:
         why = c.get("why") or {}
@@ -285,6 +292,9 @@ def candidates(report: dict[str, Any], mesh: MeshSpec, options: Options,
     """Changes worth compiling, for the `top` costliest collectives and
     every finding, at most `limit`."""
     builder = _Builder(report, mesh, options)
+    # A program that does not fit: first what would bring it under.
+    if (report.get("memory") or {}).get("fits") is False:
+        builder.from_memory()
     for f in report.get("findings", []):
         builder.from_finding(f)
     for c in costliest(report, top):
@@ -294,49 +304,6 @@ def candidates(report: dict[str, Any], mesh: MeshSpec, options: Options,
 
 # ---------------------------------------------------------------------------
 # Compiling candidates
-
-
-def compile_in_process(lowered) -> Callable[[Candidate], dict[str, Any]]:
-    """A function that compiles a candidate from the traced program: its
-    StableHLO with the candidate's shardings and constraints."""
-    from irshard.backend import shardy
-    from irshard.ir.annotation import annotate
-    constrain_pass = pass_class("irshard-constrain")
-
-    def compile_candidate(candidate: Candidate) -> dict[str, Any]:
-        module = shardy.clone_module(lowered.module)
-        annotate(module, lowered.info.mesh,
-                 {i: parse_sharding(s) for i, s in candidate.inputs},
-                 {i: parse_sharding(s) for i, s in candidate.outputs})
-        for match, spec in candidate.constraints:
-            constrain_pass(match=match, sharding=spec).apply(module)
-        stage = dataclasses.replace(lowered, module=module)
-        return stage.compile().report().to_json()
-    return compile_candidate
-
-
-def compile_in_processes(argv: Sequence[str], jobs: int
-                         ) -> Callable[[Sequence[Candidate]], list[Any]]:
-    """Compiles candidates in `jobs` processes at once, each running
-    `irshard compile ARGV FLAGS --format json`."""
-    import concurrent.futures
-    import json
-    import subprocess
-    import sys
-
-    def one(candidate: Candidate):
-        done = subprocess.run([sys.executable, "-m", "irshard", "compile", *argv,
-                               *candidate.flags, "--format", "json"],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["failed"])[0]
-            return first.removeprefix(ERROR_PREFIX)
-        return json.loads(done.stdout)
-
-    def run(found: Sequence[Candidate]) -> list[Any]:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(one, found))
-    return run
 
 
 # ---------------------------------------------------------------------------
@@ -405,6 +372,9 @@ class Suggestions:
         if outcome.report is None:
             return False
         base, after = _summary(self.baseline), _summary(outcome.report)
+        if base.get("fits") is False:
+            # What does not fit helps only by fitting.
+            return after.get("fits") is True
         if after.get("fits") is False and base.get("fits") is not False:
             return False
         if "time_s" in base and "time_s" in after:
@@ -433,8 +403,11 @@ class Suggestions:
                                  "reason": o.error or "failed"})
             elif not self.helps(o):
                 e = self._entry(o)
-                rejected.append({"change": e["change"], "reason": "does not help",
+                rejected.append({"change": e["change"], "reason": "does not help"
+                                 if e.get("fits", True) else "does not fit",
                                  "delta_bytes_per_run": e["delta_bytes_per_run"],
+                                 **({"memory_bytes": e["memory_bytes"]}
+                                    if "memory_bytes" in e else {}),
                                  **({"delta_time_s": e["delta_time_s"]}
                                     if "delta_time_s" in e else {})})
         return {"schema": SCHEMA, "command": list(self.command),
@@ -452,6 +425,8 @@ class Suggestions:
         time = f", {human_time(base['time_s'])}" if "time_s" in base else ""
         memory = f", memory {human_bytes(base['memory_bytes'])}" \
             if "memory_bytes" in base else ""
+        if base.get("fits") is False:
+            memory += " (does not fit: a change helps only by fitting)"
         findings = base["findings"]
         lines = [f"baseline: {base['count']} collectives, "
                  f"{human_bytes(base['bytes_per_run'])} per run{time}{memory}"
@@ -463,7 +438,13 @@ class Suggestions:
                      f"{'s' if len(self.outcomes) != 1 else ''}, "
                      f"{len(helpful)} help" + (":" if helpful else ""))
         for n, e in enumerate(helpful, 1):
-            change = " ".join(shlex.quote(f) for f in e["change"])
+            flags = e["change"]
+            if len(flags) > 8:
+                # A sharding for each of many inputs: the first few here.
+                flags = flags[:6] + [f"... ({len(e['change']) // 2} inputs in "
+                                     f"all; --format json lists every flag)"]
+            change = " ".join(shlex.quote(f) if not f.startswith("... (") else f
+                              for f in flags)
             lines += ["", f"{n}. {change}", f"   {e['description']}"]
             parts = [f"bytes per run {human_bytes(base['bytes_per_run'])} -> "
                      f"{human_bytes(e['bytes_per_run'])}"]
@@ -472,6 +453,8 @@ class Suggestions:
                              f"{human_time(e['time_s'])}")
             if "memory_bytes" in e:
                 fits = "" if e.get("fits", True) else " (does not fit)"
+                if base.get("fits") is False and e.get("fits"):
+                    fits = " (fits)"
                 parts.append(f"memory {human_bytes(base.get('memory_bytes', 0))} -> "
                              f"{human_bytes(e['memory_bytes'])}{fits}")
             lines.append("   " + ", ".join(parts))
@@ -494,11 +477,67 @@ class Suggestions:
         return "\n".join(lines) + "\n"
 
 
+def _fits(report: dict[str, Any] | None) -> bool:
+    return bool(report) and (report.get("memory") or {}).get("fits") is True
+
+
+def _peak_bytes(outcome: Outcome) -> float:
+    return _summary(outcome.report).get("memory_bytes", float("inf")) \
+        if outcome.report is not None else float("inf")
+
+
+def combined(first: Candidate, then: Candidate, report: dict[str, Any],
+             options: Options) -> Candidate:
+    """`then` applied on top of `first`: an input both change takes
+    `then`'s sharding."""
+    names = {i: t["name"] for i, t in enumerate(report["inputs"])}
+    inputs = dict(first.inputs)
+    inputs.update(then.inputs)
+    flags: list[str] = []
+    for index, spec in sorted(inputs.items()):
+        flags += [options.input_flag(names[index]), f"{names[index]}={spec}"]
+    return Candidate(tuple(flags), f"{first.description}; {then.description}",
+                     inputs=tuple(sorted(inputs.items())), memory=True)
+
+
 def suggest(baseline: dict[str, Any], found: Sequence[Candidate],
             compile_one: Callable[[Candidate], dict[str, Any]] | None,
             compile_many: Callable[[Sequence[Candidate]], list[Any]] | None,
-            command: Sequence[str], top: int) -> Suggestions:
-    """Compiles each candidate and keeps what it did."""
+            command: Sequence[str], top: int, mesh: MeshSpec | None = None,
+            options: Options | None = None, limit: int = 16,
+            rounds: int = 2) -> Suggestions:
+    """Compiles each candidate and keeps what it did. For a program that
+    does not fit, where no change alone makes it fit, the change that left
+    the least memory is combined with each change proposed on top of it,
+    and so on for `rounds` more rounds."""
+    outcomes = _compiled(found, compile_one, compile_many)
+    if _fits(baseline) or not (baseline.get("memory") or {}).get("capacity_bytes") \
+            or mesh is None or options is None:
+        rounds = 0
+    tried = {o.candidate.flags for o in outcomes}
+    for _ in range(rounds):
+        if any(_fits(o.report) for o in outcomes):
+            break
+        best = min((o for o in outcomes if o.report is not None and o.candidate.memory),
+                   key=_peak_bytes, default=None)
+        if best is None:
+            break
+        builder = _Builder(best.report, mesh, options)
+        builder.from_memory()
+        more = [c for c in (combined(best.candidate, then, best.report, options)
+                            for then in builder.found) if c.flags not in tried][:limit]
+        if not more:
+            break
+        tried.update(c.flags for c in more)
+        outcomes += _compiled(more, compile_one, compile_many)
+    targets = tuple(_where(c) for c in costliest(baseline, top))
+    return Suggestions(tuple(command), baseline, tuple(outcomes), targets)
+
+
+def _compiled(found: Sequence[Candidate],
+              compile_one: Callable[[Candidate], dict[str, Any]] | None,
+              compile_many: Callable[[Sequence[Candidate]], list[Any]] | None
+              ) -> list[Outcome]:
     outcomes = []
     if compile_many is not None:
         for candidate, result in zip(found, compile_many(found)):
@@ -514,8 +553,7 @@ def suggest(baseline: dict[str, Any], found: Sequence[Candidate],
                 outcomes.append(Outcome(candidate, None,
                                         str(e).splitlines()[0] if str(e) else
                                         type(e).__name__))
-    targets = tuple(_where(c) for c in costliest(baseline, top))
-    return Suggestions(tuple(command), baseline, tuple(outcomes), targets)
+    return outcomes
 
 
 def suggest_for(lowered, source, mesh: MeshSpec | None, *, top: int,
@@ -543,6 +581,7 @@ def suggest_for(lowered, source, mesh: MeshSpec | None, *, top: int,
         cores = os.cpu_count() or 1
         jobs = min(cores, len(found)) if cores > 1 and compile_s > 5 \
             and len(found) > 1 else 1
-    many = compile_in_processes(argv, jobs) if jobs > 1 else None
-    one = compile_in_process(lowered) if many is None else None
-    return suggest(baseline, found, one, many, argv, top)
+    many = trying.compile_in_processes(argv, jobs) if jobs > 1 else None
+    one = trying.compile_in_process(lowered) if many is None else None
+    return suggest(baseline, found, one, many, argv, top,
+                   mesh or lowered.info.mesh, options, max_candidates)
