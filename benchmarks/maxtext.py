@@ -64,6 +64,8 @@ def _plain(step, shaped_args, shaped_kwargs, context) -> dict:
             "memory": {"argument_bytes": memory.argument_size_in_bytes,
                        "output_bytes": memory.output_size_in_bytes,
                        "temp_bytes": memory.temp_size_in_bytes},
+            "alias_bytes": memory.alias_size_in_bytes,
+            "peak_memory_in_bytes": memory.peak_memory_in_bytes,
             "seconds": seconds}
 
 
@@ -74,7 +76,45 @@ def _of(report_json: dict, seconds: float) -> dict:
             "outputs": len(report_json["outputs"]),
             "memory": {k: memory.get(k) for k in
                        ("argument_bytes", "output_bytes", "temp_bytes")},
+            "peak": memory.get("peak"), "inputs": report_json["inputs"],
             "seconds": seconds}
+
+
+_BYTES = {"f32": 4, "s32": 4, "i32": 4, "u32": 4, "bf16": 2, "f16": 2,
+          "s8": 1, "u8": 1, "i8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8}
+
+
+def _peak_lines(plain: dict, row: dict) -> list[str]:
+    """The memory peak read from XLA's buffer assignment, against XLA's own
+    figures, and its parameters and optimizer state against the sharded
+    input leaves' local sizes."""
+    peak = row.get("peak")
+    if not peak:
+        return ["memory peak: not read"]
+    m = plain["memory"]
+    analysed = m["argument_bytes"] + m["output_bytes"] + m["temp_bytes"] \
+        - plain["alias_bytes"]
+    kinds = peak["by_kind"]
+    held = kinds.get("parameter", 0) + kinds.get("optimizer-state", 0)
+    local = 0
+    for t in row["inputs"]:
+        from irshard.collectives.memory import input_kind
+        if input_kind(t["name"], bool(t.get("donated"))) in ("parameter", "optimizer-state"):
+            n = _BYTES.get(t["dtype"], 4)
+            for d in t["local_shape"]:
+                n *= d
+            local += n
+    gib = 2 ** 30
+    return [
+        f"memory peak (XLA's buffer assignment): {peak['bytes'] / gib:.3f} GiB; "
+        f"memory_analysis arguments + outputs + temp - alias: {analysed / gib:.3f} GiB; "
+        f"peak_memory_in_bytes: {plain['peak_memory_in_bytes'] / gib:.3f} GiB",
+        "  by kind: " + ", ".join(f"{k} {v / gib:.3f} GiB" for k, v in kinds.items()),
+        f"  parameters + optimizer state at the peak {held} bytes; their input "
+        f"leaves' local sizes {local} bytes ({100 * (held - local) / max(local, 1):+.2f}%: "
+        f"the allocations' padding to the device's tiles)",
+        f"  arguments at the peak {sum(v for k, v in kinds.items() if k in ('parameter', 'optimizer-state', 'argument', 'donated'))} "
+        f"bytes; memory_analysis arguments {m['argument_bytes']} bytes"]
 
 
 def main() -> None:
@@ -140,6 +180,8 @@ def main() -> None:
               f"{row['outputs']:>7} {memory['argument_bytes'] / 2**20:>9.1f} "
               f"{memory['temp_bytes'] / 2**20:>9.1f} {row['seconds']:>8.1f}  "
               + ("-" if name == "plain JAX" else "yes" if same else "NO"))
+    for line in _peak_lines(plain, rows["irshard compile (command)"]):
+        print(line)
     print("by kind (plain JAX): " + ", ".join(
         f"{k} {v}" for k, v in sorted(plain["totals"]["by_kind"].items())))
     if target is None:

@@ -124,7 +124,8 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", action="append", default=[], metavar="EXPR",
                    help="fail (exit 1) when the report exceeds EXPR: "
                         "QUANTITY[@AXES] OP NUMBER[UNIT], e.g. "
-                        "'all-gather@fsdp<=2' or 'bytes<=64MiB' (repeatable)")
+                        "'all-gather@fsdp<=2', 'bytes<=64MiB' or "
+                        "'peak@activation<=4GiB' (repeatable)")
     p.add_argument("--emit", action="append", default=[], metavar="STAGE",
                    help="print a stage's IR instead of the report: "
                         + ", ".join(STAGES) + " (repeatable)")

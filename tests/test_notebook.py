@@ -133,8 +133,11 @@ def test_compare_gives_a_diff_that_shows_itself(reports, tmp_path):
     fragment = d._repr_html_()
     assert html.unescape(_srcdoc(fragment)) == d.to_html()
     outside = _check_scoped(fragment, "diff")
-    # B moves fewer bytes but its collectives are estimated slower.
-    assert [r.split(":")[0] for r in d.regressions()] == ["B takes longer per run than A"]
+    # B moves fewer bytes but its collectives are estimated slower, and its
+    # parameters, sharded over fsdp=2 only, take more memory.
+    assert [r.split(":")[0] for r in d.regressions()] == [
+        "B takes longer per run than A",
+        "B needs more memory per device at its peak than A"]
     assert f'<p class="irshard-bad">regression: {html.escape(d.regressions()[0])}</p>' \
         in outside
     assert repr(d).startswith("<irshard diff A fsdp  B fsdp+tp\n  collectives 2 -> ")

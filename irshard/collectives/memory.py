@@ -4,7 +4,8 @@ assignment (`irshard.xla.buffers`).
 An executable holds its allocations in the device's main memory (memory
 space 0; on TPU, HBM) for the whole run: the entry parameters, the results,
 the constants and the blocks XLA packs the temporaries into. That sum is
-the per-device footprint, and it is what this module breaks down:
+the per-device footprint (what XLA's memory usage report totals for the
+memory space), and it is what this module breaks down:
 
 - every parameter allocation, as the input it holds: `parameter` or
   `optimizer-state` where its path says so, `donated` for another donated
@@ -19,10 +20,11 @@ the per-device footprint, and it is what this module breaks down:
   row without an instruction (fragmentation, and on TPU what XLA's memory
   space assignment reserves there).
 
-The parts sum to the allocations' sizes exactly, by construction; XLA's own
-totals (`memory_analysis`) are compared with them in the report's notes.
-Fusions' thread-local scratch lives outside these allocations and other
-memory spaces (a TPU's VMEM) are not the device's main memory: neither is
+- fusions' thread-local scratch, as one `temporary` row.
+
+The parts sum to the allocations' sizes exactly, by construction; XLA's
+memory analysis is compared with them in the report's notes. Other memory
+spaces (a TPU's VMEM) are not the device's main memory and are not
 counted.
 """
 
@@ -54,6 +56,7 @@ class PeakBuffer:
     source: Any = None                # SourceLocation of the user's line
     is_input: bool = False
     copy_of: str | None = None        # the input a copy holds (another layout)
+    note: str | None = None           # what a row without a value is
 
     @property
     def scope(self) -> str | None:
@@ -73,6 +76,8 @@ class PeakBuffer:
                 d["scope"] = self.scope
         if self.copy_of:
             d["copy_of"] = self.copy_of
+        if self.note:
+            d["note"] = self.note
         d["source"] = self.source.to_json() if self.source is not None else None
         return d
 
@@ -160,7 +165,12 @@ def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
             found.append(_buffer(own, kind, v, locate, inputs))
             used += own
         if a.size > used:
-            found.append(PeakBuffer(a.size - used, "temporary", ""))
+            found.append(PeakBuffer(a.size - used, "temporary", "",
+                                    note="temporary block, no value at the peak"))
+    scratch = sum(a.size for a in allocations if a.kind == "thread-local")
+    if scratch:
+        found.append(PeakBuffer(scratch, "temporary", "",
+                                note="fusions' thread-local scratch"))
     found.sort(key=lambda b: (-b.bytes, b.kind, b.name))
     at = ranges.sequence[position] if position is not None \
         and position < len(ranges.sequence) else None

@@ -273,7 +273,7 @@ PEAK_KINDS = ("parameter", "optimizer-state", "argument", "donated", "output",
 PEAK_BUFFER = Object({"bytes": _COUNT, "kind": String(PEAK_KINDS)},
                      {"path": String(), "instruction": Null(String()),
                       "shape": String(), "op_name": String(), "scope": String(),
-                      "copy_of": String(),
+                      "copy_of": String(), "note": String(),
                       "source": Null(_SOURCE)})
 PEAK = Object({"bytes": _COUNT, "buffers": List(PEAK_BUFFER)},
               {"source": String(), "by_kind": Map(_COUNT),

@@ -47,8 +47,8 @@ _TIME_UNITS = ("us", "ms", "s")
 _EXPR = re.compile(r"\s*([a-z_\-]+)\s*(?:@\s*([A-Za-z0-9_+:()\s\-]+?))?\s*"
                    r"(<=|==|<)\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
                    r"([A-Za-z]*)\s*\Z")
-_HELP = ("expected QUANTITY[@AXES] OP NUMBER[UNIT], e.g. 'all-gather@fsdp<=2' "
-         "or 'bytes<=64MiB'")
+_HELP = ("expected QUANTITY[@AXES] OP NUMBER[UNIT], e.g. 'all-gather@fsdp<=2', "
+         "'bytes<=64MiB' or 'peak@activation<=4GiB'")
 
 
 @dataclass(frozen=True)
@@ -238,6 +238,8 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
     their bytes per run), for `memory` its parts, for `remat` each
     rematerialization. At most `limit` lines, then how many more."""
     q = outcome.budget.quantity
+    if q == "memory" and (report.memory or {}).get("peak"):
+        q = "peak"                     # what holds it, by the peak's rows
     if q == "memory":
         m = report.memory or {}
         return [f"arguments {human_bytes(m.get('argument_bytes', 0))}, outputs "
@@ -250,7 +252,8 @@ def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
         lines = [f"{where if where != '-' else what}: {human_bytes(n)} {kind}"
                  + (f" ({what})" if where != "-" else "")
                  for n, kind, what, _, where in peak.rows(found)
-                 if not outcome.budget.axes or kind in outcome.budget.axes]
+                 if outcome.budget.quantity != "peak" or not outcome.budget.axes
+                 or kind in outcome.budget.axes]
         if len(lines) > limit:
             lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
         return lines

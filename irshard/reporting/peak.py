@@ -39,7 +39,7 @@ def rows(peak: dict[str, Any]) -> list[tuple[int, str, str, int, str]]:
                 b.get("scope") or _short_op(b.get("op_name")) or b["instruction"]
             key = (b["kind"], what, _where(b))
         else:
-            key = (b["kind"], "(temporary block, no value at the peak)", "-")
+            key = (b["kind"], f"({b.get('note') or 'no value'})", "-")
         found = groups.setdefault(key, [0, 0])
         found[0] += b["bytes"]
         found[1] += 1

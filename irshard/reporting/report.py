@@ -462,11 +462,20 @@ def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
 
 
 def memory_in_use(memory: dict[str, Any]) -> int:
-    """Bytes per device: the peak of XLA's buffer assignment where it was
-    read, else arguments, outputs and temporaries less what the outputs
-    alias (XLA's `memory_analysis`; on TPU it leaves temporaries out)."""
+    """Bytes per device: the larger of XLA's two figures, its buffer
+    assignment's total (the peak, where it was read) and its memory
+    analysis (arguments, outputs and temporaries less what the outputs
+    alias): libtpu's memory analysis leaves some temporaries out, or counts
+    more than its buffer assignment holds."""
+    analysed = analysed_bytes(memory)
     if memory.get("peak"):
-        return memory["peak"]["bytes"]
+        return max(memory["peak"]["bytes"], analysed)
+    return analysed
+
+
+def analysed_bytes(memory: dict[str, Any]) -> int:
+    """XLA's memory analysis: arguments, outputs and temporaries less what
+    the outputs alias."""
     return (memory["argument_bytes"] + memory["output_bytes"]
             + memory["temp_bytes"] - memory.get("alias_bytes", 0))
 
