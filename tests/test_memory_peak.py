@@ -106,6 +106,11 @@ def test_input_kinds_follow_the_path():
     assert kind("state/params/dense/kernel", False) == "parameter"
     assert kind("batch/tokens", False) == "argument"
     assert kind("cache", True) == "donated"
+    # A weight named like a moment is a weight; a moment outside the
+    # parameters is state.
+    assert kind("params/layers/0/attn/v", False) == "parameter"
+    assert kind("params/gaussian/mu", False) == "parameter"
+    assert kind("state/0/mu/w", True) == "optimizer-state"
 
 
 def test_peak_budgets():

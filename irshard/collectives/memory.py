@@ -37,8 +37,14 @@ from typing import Any, Sequence
 from irshard.core.frames import UserCode, scope_of
 from irshard.xla import buffers
 
-_OPTIMIZER = re.compile(r"(^|/)(opt_state|optimizer|optim|opt|adam\w*|mu|nu|"
-                        r"momentum|moments?|ema|exp_avg\w*|m|v)(/|$)", re.I)
+# An optimizer's state by its path (optax's `opt_state`, Flax NNX's
+# `optimizer`, Keras' `adam/...`); its moments' own names (`mu`, `nu`) only
+# outside a parameters' subtree, where they may name a weight.
+_OPTIMIZER = re.compile(r"(^|/)(opt_state|optimizer|optim|opt|adam\w*|"
+                        r"momentum|moments?|exp_avg\w*)(/|$)", re.I)
+_PARAMETERS = re.compile(r"(^|/)(params?|parameters|weights?|model|variables)(/|$)",
+                         re.I)
+_MOMENTS = re.compile(r"(^|/)(mu|nu)(/|$)")
 _COLLECTIVE = re.compile(r"all-gather|all-reduce|reduce-scatter|all-to-all|"
                          r"collective-permute|collective-broadcast|ragged-all-to-all")
 TOP = 10                             # rows of the text report's table
@@ -113,9 +119,10 @@ def input_kind(path: str, donated: bool) -> str:
     else `donated` or `argument`."""
     if _OPTIMIZER.search(path):
         return "optimizer-state"
-    if re.search(r"(^|/)(params?|parameters|weights?|model|variables)(/|$)",
-                 path, re.I):
+    if _PARAMETERS.search(path):
         return "parameter"
+    if _MOMENTS.search(path):
+        return "optimizer-state"
     return "donated" if donated else "argument"
 
 
