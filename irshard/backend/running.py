@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from irshard.backend.compiling import CompiledExecutable
-from irshard.backend.devices import _jax, message, partition_spec, platform_devices
+from irshard.backend.devices import (_jax, first_line, message, partition_spec,
+                                     platform_devices)
 from irshard.core import interrupts
 from irshard.core.errors import BackendError, SpecError
 from irshard.core.specs import ShardingSpec
@@ -36,6 +37,9 @@ def execute(compiled: CompiledExecutable, arguments: Sequence[Any],
     arrays of this process's devices. The call runs on a helper thread so
     that Ctrl-C is heard, unless `timed` (a run already known to finish,
     whose time must not include a thread's start)."""
+    if compiled.executable is None:
+        raise BackendError(f"XLA built no executable to run: "
+                           f"{first_line(compiled.refused or 'none was built')}")
     run = compiled.executable.execute_sharded
     try:
         results = run(list(arguments)) if timed else \
