@@ -198,3 +198,30 @@ def test_a_tpu_slice_s_peak(tmp_path):
     assert m["fits"] is True
     assert any(n.startswith("XLA's figures differ: its memory analysis counts")
                for n in report.get("notes", []))
+
+
+@pytest.mark.tpu
+def test_what_libtpu_refuses_for_memory_is_still_reported(tmp_path):
+    """libtpu refuses to build an executable that runs out of HBM; what it
+    dumped first (the optimized module, its buffer assignment) is the
+    report, which says it does not fit and by how much."""
+    from tests.conftest import require
+    from tests.test_suggest import LLAMA_8B
+    require("libtpu", "compiling for a TPU slice")
+    out = tmp_path / "llama.json"
+    done = run_irshard("compile", *LLAMA_8B, "--format", "json", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    schema.check(report, schema.REPORT, "report")
+    m = report["memory"]
+    assert m["fits"] is False and m["over_bytes"] == \
+        m["peak"]["bytes"] - m["capacity_bytes"] > 0
+    assert any(n.startswith("XLA did not build the executable: RESOURCE_EXHAUSTED")
+               for n in report["notes"])
+    # The replicated optimizer state is what breaks the capacity.
+    kinds = m["peak"]["by_kind"]
+    assert max(kinds, key=kinds.get) == "optimizer-state"
+    assert report["collectives"] and report["step"]["step_s"] > 0
+    # Its stages still print.
+    emitted = run_irshard("compile", *LLAMA_8B, "--emit", "optimized")
+    assert emitted.returncode == 0 and emitted.stdout.startswith("HloModule ")
