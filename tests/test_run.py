@@ -2,6 +2,7 @@
 
 import itertools
 import os
+import textwrap
 
 import numpy as np
 import pytest
@@ -183,6 +184,60 @@ def test_repeat_reports_timings():
     assert len(result.timings) == 3 and min(result.timings) > 0
     text = "\n".join(result.render_text_lines())
     assert "timing: 3 runs after a warm-up: median" in text
+
+
+def test_xla_s_input_output_aliasing_is_read_from_its_module():
+    import jax
+    import jax.numpy as jnp
+    from irshard.backend.compiling import _aliases
+
+    def aliases(f, donate, *args):
+        compiled = jax.jit(f, donate_argnums=donate).lower(*args).compile()
+        module = compiled.runtime_executable().hlo_modules()[0]
+        return _aliases(module.as_serialized_hlo_module_proto())
+
+    x = jnp.ones((8, 4))
+    assert aliases(lambda a: a + 1, 0, x) == {0: 0}
+    # An output reuses a donated input of its shape: JAX pairs them in
+    # order, so with both donated b * 2 is written over a.
+    assert aliases(lambda a, b: (a.sum(), b * 2), (1,), x, x) == {1: 1}
+    assert aliases(lambda a, b: (a.sum(), b * 2), (0, 1), x, x) == {1: 0}
+    assert aliases(lambda a, b: (a.sum(), b * 2), (), x, x) == {}
+
+
+def test_repeat_runs_a_donated_step_as_a_training_loop(write):
+    """Each timed run is given the run before's outputs for the inputs XLA
+    writes them over (as a training loop passes its state on): the state
+    moves on, run after run."""
+    path = write("state.py", textwrap.dedent("""
+        import jax.numpy as jnp
+
+        def step(state: "f32[8,4]", lr: "f32[]"):
+            return state + lr, state.sum()
+    """))
+    program = load_program(path, mesh=parse_mesh("x=2"), fn_name="step",
+                           shards=["state=x,_"], donate=("state",))
+    lowered = stages.trace(program)
+    compiled = lowered.compile()
+    seen = []
+    original = execution.backend.execute
+
+    def execute(exe, arguments, timed=False):
+        seen.append(np.asarray(arguments[0]).copy())
+        return original(exe, arguments, timed)
+
+    execution.backend.execute, saved = execute, original
+    try:
+        result = execution.run(lowered, compiled, execution.RunOptions(
+            repeat=3, inputs=()))
+    finally:
+        execution.backend.execute = saved
+    assert len(result.timings) == 3
+    # The warm-up and the first timed run start from the same state; every
+    # timed run after starts from the state the run before returned.
+    timed = seen[1:]
+    step = timed[1] - timed[0]
+    assert np.allclose(timed[2] - timed[1], step) and not np.allclose(step, 0)
 
 
 def test_layout_of_a_2d_and_a_3d_array():

@@ -115,6 +115,17 @@ class CompiledExecutable:
             return _printed_shardings(self.optimized_text, count, outputs=False)
         return _shardings(self.executable.get_parameter_shardings(), count)
 
+    def output_aliases(self) -> dict[int, int]:
+        """Output index -> the parameter whose buffer XLA writes it into (a
+        donated input the output replaces), from the executable's module
+        (`input_output_alias`)."""
+        if self.executable is None:
+            return {}
+        modules = self.hlo_modules()
+        if not modules:
+            return {}
+        return _aliases(modules[0].as_serialized_hlo_module_proto())
+
     def output_shardings(self, count: int) -> list[Any]:
         if self.executable is None:
             return _printed_shardings(self.optimized_text, count, outputs=True)
@@ -349,6 +360,42 @@ def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:
                            "jaxlib may name its passes differently")
     with open(files[0], encoding="utf-8") as f:
         return f.read()
+
+
+def _aliases(serialized: bytes) -> dict[int, int]:
+    """`HloModuleProto.input_output_alias` (field 8: entries of output
+    shape index, parameter number, parameter shape index), read with
+    protobuf from a declaration of those fields (unknown ones are skipped):
+    output k -> parameter p, for whole (not tuple-element) parameters of a
+    flat result tuple, or of a result that is one array (output 0)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    Field = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name="irshard_alias.proto", package="irshard.alias", syntax="proto3")
+    entry = file.message_type.add(name="Entry")
+    for name, number, label in (("output_shape_index", 1, "REPEATED"),
+                                ("parameter_number", 2, "OPTIONAL"),
+                                ("parameter_shape_index", 3, "REPEATED")):
+        entry.field.add(name=name, number=number, type=Field.TYPE_INT64,
+                        label=getattr(Field, f"LABEL_{label}"))
+    alias = file.message_type.add(name="Alias")
+    alias.field.add(name="entries", number=1, type=Field.TYPE_MESSAGE,
+                    label=Field.LABEL_REPEATED, type_name=".irshard.alias.Entry")
+    module = file.message_type.add(name="Module")
+    module.field.add(name="input_output_alias", number=8, type=Field.TYPE_MESSAGE,
+                     label=Field.LABEL_OPTIONAL, type_name=".irshard.alias.Alias")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    proto = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("irshard.alias.Module"))()
+    proto.ParseFromString(serialized)
+    found = {}
+    for e in proto.input_output_alias.entries:
+        # A result that is one array has the empty index.
+        index = list(e.output_shape_index)
+        if len(index) <= 1 and not e.parameter_shape_index:
+            found[int(index[0]) if index else 0] = int(e.parameter_number)
+    return found
 
 
 # How XLA says a module needs more memory than the device has (libtpu:

@@ -431,7 +431,10 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
                 for t, source in zip(ins, sources)]
 
     outputs = _execute(exe, fresh(), info.outputs, [t.sharding for t in outs])
-    timings = _time(exe, fresh, options) if options.repeat else []
+    timings = []
+    if options.repeat:
+        steady = _steady(exe, fresh, info, outs)
+        timings = _time(exe, steady, options)
     if options.trace:
         _profile(exe, fresh, options.trace)
 
@@ -485,17 +488,69 @@ def _profile(exe, arguments: Callable[[], list[Any]], path: str) -> None:
         files.write(path, found, option="--trace")
 
 
-def _time(exe, arguments: Callable[[], list[Any]],
+def _steady(exe, fresh: Callable[[], list[Any]], info, outs
+            ) -> Callable[[list[list[Any]] | None], list[Any]]:
+    """The arguments of each timed run, as a training loop gives them: a
+    donated input XLA writes an output into (the executable's
+    input/output aliasing) is that output of the run before; any other
+    donated input is made anew; the rest are the same arrays each run.
+    Called with the run before's per-device results (None for the first)."""
+    import jax
+    donated = [i for i, d in enumerate(info.inputs) if d.donated]
+    if not donated:
+        first = fresh()
+        return lambda results: first
+    aliases = {o: p for o, p in exe.output_aliases().items()
+               if p in donated and o < len(outs)}
+    anew = [i for i in donated if i not in aliases.values()]
+    state: dict[str, list[Any]] = {}
+
+    def arguments(results):
+        if results is None or "given" not in state:
+            state["given"] = fresh()
+            return state["given"]
+        given = list(state["given"])
+        if anew:
+            made = fresh()
+            for i in anew:
+                given[i] = made[i]
+        for o, p in aliases.items():
+            given[p] = jax.make_array_from_single_device_arrays(
+                info.outputs[o].shape, outs[o].sharding, results[o])
+        state["given"] = given
+        return given
+    return arguments
+
+
+def _time(exe, arguments: Callable[[list[list[Any]] | None], list[Any]],
           options: RunOptions) -> list[float]:
-    """Times `options.repeat` runs (each on `arguments()`, made before its
-    clock starts); on a terminal (stdout and stderr both), a run that takes
-    more than half a second shows a progress bar."""
+    """Times `options.repeat` runs, each on `arguments(the run before's
+    results)`, made before its clock starts (`_steady`), with Python's
+    garbage collector held off while they run (as `timeit` does: a
+    collection of irshard's own objects is no part of the step); on a
+    terminal (stdout and stderr both), a run that takes more than half a
+    second shows a progress bar."""
+    import gc
     timings = []
     terminal = options.progress and sys.stderr.isatty() and files.STDOUT.isatty()
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        _timed_runs(exe, arguments, options, timings, terminal)
+    finally:
+        if collecting:
+            gc.enable()
+    return timings
+
+
+def _timed_runs(exe, arguments, options: RunOptions, timings: list[float],
+                terminal: bool) -> None:
     show = False
     begin = time.perf_counter()
+    results = None
     for step in range(options.repeat):
-        given = arguments()
+        given = arguments(results)
         backend.block_until_ready(given)
         start = time.perf_counter()
         results = backend.execute(exe, given, timed=True)
@@ -509,7 +564,6 @@ def _time(exe, arguments: Callable[[], list[Any]],
             sys.stderr.flush()
     if show:
         sys.stderr.write("\r" + " " * 50 + "\r")
-    return timings
 
 
 def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
