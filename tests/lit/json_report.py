@@ -34,8 +34,22 @@
 # CHECK-NEXT: "wire_bytes_per_run": 36,
 # CHECK-NEXT: "time_s": {{[0-9.e-]+}}
 # CHECK-NEXT: },
-# CHECK-NEXT: "memory": {"argument_bytes": 48, "output_bytes": 24, "alias_bytes": 0, "temp_bytes": {{[0-9]+}}},
-# CHECK-NEXT: "step": {
+# CHECK-NEXT: "memory": {
+# CHECK-NEXT: "argument_bytes": 48,
+# CHECK-NEXT: "output_bytes": 24,
+# CHECK-NEXT: "alias_bytes": 0,
+# CHECK-NEXT: "temp_bytes": {{[0-9]+}},
+# CHECK-NEXT: "peak": {
+# CHECK-NEXT: "bytes": {{[0-9]+}},
+# CHECK-NEXT: "source": "XLA buffer assignment",
+# CHECK-NEXT: "schedule_position": {{[0-9]+}},
+# CHECK-NEXT: "instruction": "{{.+}}",
+# CHECK-NEXT: "schedule_length": {{[0-9]+}},
+# CHECK-NEXT: "curve": [{{.*}}],
+# CHECK-NEXT: "by_kind": {{{.*}}"argument": 48, "output": 24},
+# CHECK-NEXT: "buffers": [
+# CHECK-NEXT: {"bytes": 48, "kind": "argument", "path": "a", "shape": "f32[2,6]", "source": null},
+# CHECK: "step": {
 # CHECK-NEXT: "step_s": {{[0-9.e-]+}},
 # CHECK-NEXT: "launch_s": {{[0-9.e-]+}},
 # CHECK-NEXT: "compute_s": {{[0-9.e-]+}},
