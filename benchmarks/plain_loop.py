@@ -21,7 +21,10 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# This folder's modules would hide packages of the same name (maxtext.py).
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 sys.path.insert(0, ROOT)
 
 
@@ -60,7 +63,8 @@ def main() -> int:
     arguments = [jax.device_put(value(t.decl), t.sharding) for t in ins]
     donated = tuple(i for i, d in enumerate(lowered.info.inputs) if d.donated)
     step = jax.jit(lowered.function, in_shardings=tuple(t.sharding for t in ins),
-                   out_shardings=tuple(t.sharding for t in outs),
+                   out_shardings=jax.tree_util.tree_unflatten(
+                       lowered.out_tree, [t.sharding for t in outs]),
                    donate_argnums=donated)
     executable = step.lower(*arguments).compile()
     aliases = _aliases(executable.runtime_executable().hlo_modules()[0]
@@ -69,8 +73,9 @@ def main() -> int:
 
     def next_arguments(given, results):
         given = list(given)
+        leaves = jax.tree_util.tree_leaves(results)
         for o, p in aliases.items():
-            given[p] = results[o]
+            given[p] = leaves[o]
         for i in fresh:
             given[i] = jax.device_put(value(ins[i].decl), ins[i].sharding)
         return given
