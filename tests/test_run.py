@@ -186,6 +186,9 @@ def test_repeat_reports_timings():
     assert "timing: 3 runs after a warm-up: median" in text
 
 
+# Donating both of two same-shaped inputs where one output can reuse only
+# one: JAX warns about the other, which is what the test asks for.
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
 def test_xla_s_input_output_aliasing_is_read_from_its_module():
     import jax
     import jax.numpy as jnp
