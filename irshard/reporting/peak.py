@@ -54,6 +54,8 @@ def _short_op(op_name: str | None) -> str | None:
     transformation it is under."""
     if not op_name:
         return None
+    if "/(" in op_name:              # a combiner's `prefix/(a:b)`: its parts
+        return op_name[op_name.index("/(") + 1:]
     parts = [p for p in op_name.split("/") if not p.startswith("jit(")]
     return "/".join(parts[-2:]) if parts else op_name
 
