@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import subprocess
+import sys
 from typing import Any, Sequence
 
 from irshard.core.errors import SpecError
@@ -222,6 +224,11 @@ def own_mesh_devices(values, names: Sequence[str], shape: Sequence[int],
 
 
 _SLICES: dict[tuple[str, int], list[Any]] = {}
+# The chips whose two TensorCores JAX runs as one device (megacore), as a
+# slice of them runs: libtpu describes them so only when asked. Described
+# by default, a v4 chip is two devices, and a program compiled for one of
+# them runs on one core, at half the chip's rate.
+_MEGACORE = ("v4", "v5p")
 
 
 def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
@@ -230,6 +237,8 @@ def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
     if (topology, slices) in _SLICES:
         return _SLICES[topology, slices]
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if not _SLICES:
+        _check_libtpu_flags(topology)
     _jax()
     try:
         import libtpu  # noqa: F401
@@ -240,6 +249,8 @@ def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
     with quiet_native_stderr() as noise:
         try:
             kwargs = {"num_slices": slices} if slices > 1 else {}
+            if topology.split(":")[0] in _MEGACORE:
+                kwargs["chip_config_name"] = "megacore"
             topo = topologies.get_topology_desc(topology_name=topology,
                                                 platform="tpu", **kwargs)
         except Exception as e:
@@ -250,11 +261,34 @@ def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
         raise SpecError(f"--target {what}: libtpu cannot describe '{topology}': "
                         f"{first_line(error)}") from None
     del noise
-    # libtpu describes a v4 chip as its two cores; JAX on a v4 slice runs
-    # one device per chip (megacore), and meshes must be built that way.
     chips = [d for d in topo.devices if getattr(d, "core_on_chip", 0) == 0]
     _SLICES[topology, slices] = chips
     return chips
+
+
+def _check_libtpu_flags(topology: str) -> None:
+    """Ends in a SpecError where libtpu refuses `LIBTPU_INIT_ARGS`: it reads
+    them when it loads and, for a flag it does not know, prints one line and
+    exits the process. So the first load in a process with flags set is
+    tried in a process of its own."""
+    flags = os.environ.get("LIBTPU_INIT_ARGS", "").strip()
+    if not flags:
+        return
+    code = ("import os, sys\n"
+            "os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')\n"
+            "from jax.experimental import topologies\n"
+            "topologies.get_topology_desc(topology_name=sys.argv[1], platform='tpu')\n")
+    try:
+        tried = subprocess.run([sys.executable, "-c", code, topology],
+                               capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    refused = [line.strip() for line in tried.stderr.splitlines()
+               if line.startswith("ERROR:")]
+    if tried.returncode != 0 and refused:
+        raise SpecError(f"LIBTPU_INIT_ARGS: libtpu refuses its flags: "
+                        f"{refused[0].removeprefix('ERROR:').strip()}; give only "
+                        f"flags this libtpu knows")
 
 
 class visible_devices:
