@@ -521,9 +521,22 @@ def hlo_module_from_text(text: str):
     if problem:
         raise ValueError(problem)
     try:
-        return _hlo.hlo_module_from_text(text)
+        return _hlo.hlo_module_from_text(_unscheduled(text))
     except RuntimeError as e:
         raise ValueError(str(e)) from None
+
+
+_SCHEDULED = re.compile(r"^(HloModule [^\n]*?),?[ \t]*is_scheduled=true")
+
+
+def _unscheduled(text: str) -> str:
+    """`text` with its header's `is_scheduled=true` left out. For a
+    scheduled module XLA's parser makes a schedule of the printed order and
+    aborts the process (a CHECK, not an error) where that order fails its
+    checks, as libtpu's SparseCore offload prints it (a `call-update` that
+    gives the offloaded call its operand). Parsed unscheduled, each
+    computation keeps its printed order, the order the executable runs."""
+    return _SCHEDULED.sub(r"\1", text, count=1)
 
 
 def hlo_module_from_proto(data: bytes):
