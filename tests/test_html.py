@@ -133,6 +133,13 @@ def test_the_timeline_draws_the_simulated_step(gpt, open_page):
         "document.querySelector('#step-verdict').textContent.split(' ')[1] + ' '"
         " + document.querySelector('#step-verdict').textContent.split(' ')[2]"))
     assert "exposed communication" in page.page.inner_text("#step-verdict")
+    # What the step is made of, as the text report says it: the heaviest
+    # kind of compute and each mesh axis's communication.
+    made_of = page.page.inner_text("#step-made-of")
+    heaviest = next(iter(report["step"]["compute"]["by_kind"]))
+    assert made_of.startswith("Compute: ") and f"by kind: {heaviest} " in made_of
+    for axes in report["step"].get("comm_by_axes", {}):
+        assert f"{axes} " in made_of.split("Communication by mesh axes: ")[1]
 
 
 def _sizes(texts: list[str]) -> list[float]:

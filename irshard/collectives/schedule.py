@@ -13,11 +13,17 @@ device's compute stream and its collective stream:
   stacked arrays read across their rows at their own, measured rate:
   `costs.Cost.sliced`); matrix products, a GPU's library calls for them
   included, at a measured rate by their size and their type where the
-  profile has one (`Rates.flops_curve`);
+  profile has one (`Rates.flops_curve`); on a TPU, an instruction libtpu's
+  cost model estimates takes its estimated cycles at the chip's clock
+  (`tpufusions.estimated_cycles`), and a Pallas kernel what it declares it
+  costs (`tpufusions.kernel_cost`);
 - a collective takes the link model's time (`cost.CostModel`); a
   synchronous one stops compute until it ends (exposed), an async
   `-start` runs beside the compute scheduled before its `-done`, which
-  waits only for what is left of it;
+  waits only for what is left of it (one stream, or with `lanes` one per
+  set of links: a TPU's collectives over other mesh axes, or the other way
+  round a ring, run side by side); a collective a TPU offloads to its
+  SparseCore starts when its `-update` gives it its operand;
 - a `while` runs its condition and body as many times as it loops (its
   trip count; once where that is unknown, and the step says so), each
   trip taking what the runtime takes to go round; calls,
@@ -29,7 +35,9 @@ array it returns (measured: a CPU host's dispatch to the devices' threads,
 a GPU's launch). What has no cost to read (a custom call other than a
 library's product) is timed by its memory traffic
 alone, and the step says how many such instructions it holds and that
-lower bound of their time. The events of the walk, loops
+lower bound of their time. The step's compute is kept by what timed it and
+by what ran, its communication by collective (`Step.compute_by_source`,
+`compute_by_kind`, `exposed_by`, `overlapped_by`). The events of the walk, loops
 drawn up to `DRAWN_TRIPS` iterations and summarized past them, make the
 predicted timeline (`trace.py`).
 """
@@ -37,7 +45,7 @@ predicted timeline (`trace.py`).
 from __future__ import annotations
 
 import math
-import os
+import re
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
@@ -45,6 +53,7 @@ from typing import Any, Callable, NamedTuple
 from irshard.collectives import loops
 from irshard.collectives.analysis import collective_kind
 from irshard.collectives.costs import FREE, Cost, Costs
+from irshard.collectives.rates import Rates
 from irshard.xla import tpufusions
 from irshard.xla.hlo import HloModuleView, Instruction, shape_leaves
 
@@ -53,83 +62,6 @@ from irshard.xla.hlo import HloModuleView, Instruction, shape_leaves
 DRAWN_TRIPS = 3
 # Events kept for the timeline, at most.
 MAX_EVENTS = 20000
-
-@dataclass(frozen=True)
-class Rates:
-    """What a device does per second, and what each instruction costs on
-    top (the runtime's dispatch of a kernel or thunk)."""
-
-    peak_flops: float
-    memory_bandwidth: float
-    overhead_s: float = 0.0
-    transcendentals: float | None = None     # per second; peak_flops if None
-    launch_s: float = 0.0        # once per execution: the runtime's start
-    first_collective_s: float = 0.0   # more for an execution's first collective
-    # At most this much more for a collective after compute: the wait for
-    # the devices a CPU host's scheduler ran last.
-    rendezvous_skew_s: float = 0.0
-
-    # Memory bandwidth by the bytes an instruction moves: (bytes, rate)
-    # points, log-interpolated; `memory_bandwidth` where there are none.
-    bandwidth_curve: tuple[tuple[float, float], ...] = ()
-    # Bytes per second of large slices of larger arrays read out of their
-    # layout's order (through a transpose: `costs.Cost.sliced`); as any
-    # other bytes where None.
-    sliced_strided_bandwidth: float | None = None
-    # FLOPs per second of matrix products by their size (`Cost.products`
-    # of one instruction): (flops, rate) points, log-interpolated;
-    # `peak_flops` where there are none. A GPU reaches its peak only with
-    # large products.
-    flops_curve: tuple[tuple[float, float], ...] = ()
-    # The same for products of 32- or 64-bit floats (`Cost.wide`), where
-    # they differ (a GPU's f32 products: TF32): a rate, and by size.
-    wide_flops: float | None = None
-    wide_curve: tuple[tuple[float, float], ...] = ()
-    # Once per execution for each array it returns (the runtime makes each
-    # result buffer), counted into `launch_s`'s part of the step.
-    output_s: float = 0.0
-    # Each trip of a while loop beyond its instructions (the runtime reads
-    # the condition back: a GPU's host waits for it).
-    loop_trip_s: float = 0.0
-
-    def bandwidth(self, nbytes: float) -> float:
-        return along(self.bandwidth_curve, nbytes, self.memory_bandwidth)
-
-    def seconds(self, flops: float, transcendentals: float, nbytes: float,
-                sliced: float = 0.0, wide: float = 0.0,
-                products: float = 0.0) -> float:
-        products = max(products, wide)
-        narrow = products - wide
-        compute = (flops - products) / self.peak_flops
-        if narrow:
-            compute += narrow / along(self.flops_curve, narrow, self.peak_flops)
-        if wide:
-            compute += wide / along(self.wide_curve, wide,
-                                    self.wide_flops or self.peak_flops)
-        compute += transcendentals / (self.transcendentals or self.peak_flops)
-        if not nbytes:
-            return self.overhead_s + compute
-        stream = self.bandwidth(nbytes)
-        memory = nbytes / stream
-        if sliced and self.sliced_strided_bandwidth:
-            sliced = min(sliced, nbytes)
-            memory += sliced / self.sliced_strided_bandwidth - sliced / stream
-        return self.overhead_s + max(compute, memory)
-
-
-def along(curve: tuple[tuple[float, float], ...], x: float, default: float) -> float:
-    """The rate at `x` on `curve`'s (x, rate) points, log-interpolated and
-    held at its ends; `default` where it has none."""
-    if not curve:
-        return default
-    if x <= curve[0][0]:
-        return curve[0][1]
-    for (b0, r0), (b1, r1) in zip(curve, curve[1:]):
-        if x <= b1:
-            t = math.log(x / b0) / math.log(b1 / b0)
-            return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
-    return curve[-1][1]
-
 
 class Event(NamedTuple):
     """One interval of the predicted timeline."""
@@ -162,6 +94,26 @@ class Step:
     unknown_trips: int = 0
     events: list[Event] = field(default_factory=list)
     dropped_events: int = 0
+    # compute_s by what timed it (`ESTIMATE`, `ROOFLINE`, `TRAFFIC`,
+    # `TRIPS`) and by what ran (a fusion by its kind, `kOutput fusion`,
+    # else the opcode); exposed and overlapped communication by the
+    # report's name of the collective (None: one the report does not name).
+    compute_by_source: dict[str, float] = field(default_factory=dict)
+    compute_by_kind: dict[str, float] = field(default_factory=dict)
+    exposed_by: dict[str | None, float] = field(default_factory=dict)
+    overlapped_by: dict[str | None, float] = field(default_factory=dict)
+    # The communication by the mesh axes it crosses, where the report maps
+    # its collectives to them (`by_axes`): axes -> (exposed, overlapped).
+    comm_by_axes: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def by_axes(self, axes_of: Callable[[str | None], str]) -> None:
+        """Sums the communication by `axes_of` each collective's name."""
+        found: dict[str, list[float]] = {}
+        for i, part in enumerate((self.exposed_by, self.overlapped_by)):
+            for name, seconds in part.items():
+                found.setdefault(axes_of(name), [0.0, 0.0])[i] += seconds
+        self.comm_by_axes = {k: (v[0], v[1]) for k, v in sorted(found.items())
+                             if v[0] > 0 or v[1] > 0}
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -170,6 +122,12 @@ class Step:
             "exposed_comm_s": self.exposed_comm_s,
             "overlapped_comm_s": self.overlapped_comm_s,
         }
+        d["compute"] = {
+            "by_source": _heaviest(self.compute_by_source),
+            "by_kind": _heaviest(self.compute_by_kind)}
+        if self.comm_by_axes:
+            d["comm_by_axes"] = {k: {"exposed_s": e, "overlapped_s": o}
+                                 for k, (e, o) in self.comm_by_axes.items()}
         if self.untimed:
             d["untimed"] = {"instructions": dict(sorted(self.untimed.items())),
                             "min_s": self.untimed_s}
@@ -177,6 +135,36 @@ class Step:
             d["unknown_trip_counts"] = self.unknown_trips
         return d
 
+
+# What timed an instruction (`Step.compute_by_source`): libtpu's cost
+# model's cycles at the chip's clock, the rates' roofline of what a
+# kernel declares it costs (a Pallas kernel's `CostEstimate`) or of what
+# the instruction is read to compute, its memory traffic alone (nothing to
+# read its arithmetic from: a lower bound), or the runtime's turn of a loop.
+ESTIMATE, KERNEL, ROOFLINE, TRAFFIC, TRIPS = (
+    "libtpu-estimate", "kernel-estimate", "roofline", "traffic-only",
+    "loop-trips")
+
+
+def _heaviest(part: dict[str, float]) -> dict[str, float]:
+    """`part` without zeros, the largest first (ties by name)."""
+    return dict(sorted(((k, v) for k, v in part.items() if v > 0),
+                       key=lambda kv: (-kv[1], kv[0])))
+
+
+def _kind(inst: Instruction) -> str:
+    """What ran, for `Step.compute_by_kind`: a fusion by XLA's kind of it
+    (`kLoop`, `kInput`, `kOutput`, `kCustom`), else its opcode."""
+    if inst.opcode == "fusion":
+        m = _FUSION_KIND.search(inst.text)
+        return f"{m.group(1)} fusion" if m else "fusion"
+    return inst.opcode
+
+
+_FUSION_KIND = re.compile(r"\bkind=(k[A-Za-z]+)")
+
+# The collective stream when there are no lanes: every collective's.
+_ONE_LANE = ("",)
 
 # What an instruction's runs after its first take (`_Walk.computation`).
 _SEEN, _IDLE, _COMPUTE, _OTHER = range(4)
@@ -188,7 +176,8 @@ _CALLERS = {"while", "call", "async-start", "conditional", "fusion"}
 class _Walk:
     def __init__(self, view: HloModuleView, rates: Rates,
                  collective_s: Callable[[Instruction], tuple[float, str | None]],
-                 source_of: Callable[[Instruction], str | None] | None = None):
+                 source_of: Callable[[Instruction], str | None] | None = None,
+                 lanes: Callable[[Instruction, str | None], tuple] | None = None):
         self.view = view
         self.source_of = source_of
         self.rates = rates
@@ -196,13 +185,25 @@ class _Walk:
         self.costs = Costs(view)
         self.timed: dict[str, array] = {}
         self.kinds: dict[str, bytearray] = {}
+        # Each instruction's (what ran, what timed it), on its first run.
+        self.labels: dict[str, list] = {}
+        # What `Step`'s by-source, by-kind, exposed and overlapped parts add
+        # up so far, keyed (part, key).
+        self.parts: dict[tuple[str, Any], float] = {}
         self.step = Step()
         self.now = 0.0             # the compute stream's clock
-        self.comm_free = 0.0       # when the collective stream is free
-        # start (or chain) -> (end, seconds, seconds exposed already)
+        # When each collective stream is free: one, or one for each set of
+        # links (`lanes`).
+        self.comm_free: dict[Any, float] = {}
+        self.lanes = lanes
+        # start (or chain) -> (end, seconds, seconds exposed already, the
+        # report's name of the collective)
         self.pending: dict = {}
         # Asynchronous fusion chains started (`tpufusions.chain`).
         self.chains: set[tuple[str, str]] = set()
+        # Offloaded collectives whose start gave no operand: start -> the
+        # collective, begun at the update that gives it one.
+        self.deferred: dict[str, Instruction] = {}
         self.draw = True
         self.untimed: set[tuple[str, str, str]] = set()
         self.woken = False          # whether a collective has run yet
@@ -235,19 +236,21 @@ class _Walk:
         if timed is None or len(timed) != 3 * len(body):
             timed = self.timed[name] = array("d", [math.nan]) * (3 * len(body))
             self.kinds[name] = bytearray(len(body))
-        kinds = self.kinds[name]
+            self.labels[name] = [None] * len(body)
+        kinds, labels = self.kinds[name], self.labels[name]
         for i, inst in enumerate(body):
             kind = kinds[i]
             if kind == _IDLE:
                 continue
             if kind == _COMPUTE:
                 self.compute(inst, iteration, timed[3 * i], timed[3 * i + 1],
-                             timed[3 * i + 2])
+                             timed[3 * i + 2], labels[i])
                 continue
-            kinds[i] = self.instruction(inst, iteration, depth, timed, 3 * i)
+            kinds[i] = self.instruction(inst, iteration, depth, timed, 3 * i,
+                                        labels)
 
     def instruction(self, inst: Instruction, iteration, depth, timed=None,
-                    at: int = 0) -> int:
+                    at: int = 0, labels=None) -> int:
         """Runs `inst`; says what its later runs take."""
         op = inst.opcode
         if op in FREE:
@@ -256,6 +259,17 @@ class _Walk:
         if op == "while":
             self.loop(inst, called, iteration, depth)
             return _OTHER
+        if op == "async-start" and collective_kind(inst) is None:
+            held = _offloaded(self.view, called)
+            if held is not None:
+                # A collective another core runs (libtpu's SparseCore
+                # offload: `call-start`, `call-update` giving it its
+                # operand, `call-done`): it starts with its operand.
+                if inst.operands:
+                    self.collective(held, iteration, inst.name)
+                else:
+                    self.deferred[inst.name] = held
+                return _OTHER
         if op in ("call", "async-start") and collective_kind(inst) is None \
                 and not _wraps_collective(self.view, inst, called):
             target = called.get("to_apply") or called.get("calls")
@@ -275,6 +289,13 @@ class _Walk:
             self.done(inst)
             return _OTHER
         if op.endswith("-update"):
+            begun = inst.operands[0] if inst.operands else None
+            if begun in self.deferred:
+                self.collective(self.deferred.pop(begun), iteration, inst.name)
+                return _OTHER
+            if begun in self.pending:
+                self.pending[inst.name] = self.pending.pop(begun)
+                return _OTHER
             return _IDLE
         kind = _COMPUTE
         if op == "fusion":
@@ -302,40 +323,65 @@ class _Walk:
                         self.collective(inner, iteration, chain
                                         if role == tpufusions.START else None)
                         kind = _OTHER
-        unknown = op == "custom-call" and not self.costs.known(inst)
+        cycles = tpufusions.estimated_cycles(inst) if self.rates.clock_hz \
+            else None
+        declared = tpufusions.kernel_cost(inst) if op == "custom-call" else None
+        if cycles is None and tpufusions.allocates(inst):
+            return _IDLE
+        unknown = cycles is None and declared is None and op == "custom-call" \
+            and not self.costs.known(inst)
         if unknown:
             # Its arithmetic is unknown: timed by its memory traffic alone,
             # a lower bound the step reports apart.
             self.untimed.add((op, inst.computation, inst.name))
+        label = labels[at // 3] if labels is not None else None
+        if label is None:
+            label = (_kind(inst), ESTIMATE if cycles is not None
+                     else KERNEL if declared is not None
+                     else TRAFFIC if unknown else ROOFLINE)
+            if labels is not None:
+                labels[at // 3] = label
         if timed is not None and timed[at] == timed[at]:
             seconds, work, moved = timed[at], timed[at + 1], timed[at + 2]
         else:
-            cost = Cost(bytes=self.costs.memory(inst)) if unknown \
-                else self.costs.of(inst, called.get("calls"))
-            seconds = self.rates.seconds(cost.flops, cost.transcendentals,
-                                         cost.bytes, cost.sliced, cost.wide,
-                                         cost.products)
+            if declared is not None:
+                cost = Cost(flops=declared[0], transcendentals=declared[1],
+                            bytes=declared[2])
+            elif unknown:
+                cost = Cost(bytes=self.costs.memory(inst))
+            else:
+                cost = self.costs.of(inst, called.get("calls"))
+            if cycles is not None:
+                seconds = self.rates.overhead_s + cycles / self.rates.clock_hz
+            else:
+                seconds = self.rates.seconds(cost.flops, cost.transcendentals,
+                                             cost.bytes, cost.sliced, cost.wide,
+                                             cost.products)
             work, moved = cost.flops + cost.transcendentals, cost.bytes
             if timed is not None:
                 timed[at], timed[at + 1], timed[at + 2] = seconds, work, moved
         if unknown:
             self.step.untimed_s += seconds
             kind = _OTHER
-        self.compute(inst, iteration, seconds, work, moved)
+        self.compute(inst, iteration, seconds, work, moved, label)
         return kind
 
     def compute(self, inst: Instruction, iteration, seconds: float,
-                work: float, moved: float) -> None:
+                work: float, moved: float, label=None) -> None:
         self.event(inst, "compute", self.now, seconds, iteration)
         self.now += seconds
         self.step.compute_s += seconds
+        if label is not None:
+            self.add(("kind", label[0]), seconds)
+            self.add(("source", label[1]), seconds)
         self.step.flops += work
         self.step.bytes_accessed += moved
 
     def collective(self, inst, iteration, chain=None):
         """Runs collective `inst`; one that `-start`s or starts an
         asynchronous fusion `chain` runs beside compute until its done."""
-        seconds, name = self.collective_s(_wrapped(self.view, inst) or inst)
+        performed = _wrapped(self.view, inst) or inst
+        seconds, name = self.collective_s(performed)
         if not self.woken:
             self.woken = True
             seconds += self.rates.first_collective_s
@@ -343,21 +389,28 @@ class _Walk:
             seconds += min(self.rates.rendezvous_skew_s,
                            self.step.compute_s - self.computed)
             self.computed = self.step.compute_s
-        start = max(self.now, self.comm_free)
+        lanes = self.lanes(performed, name) if self.lanes is not None \
+            else _ONE_LANE
+        start = max([self.now] + [self.comm_free.get(k, 0.0) for k in lanes])
         end = start + seconds
-        self.comm_free = end
+        for k in lanes:
+            self.comm_free[k] = end
         self.event(inst, "collectives", start, seconds, iteration, collective=name)
         if inst.opcode.endswith("-start") or chain is not None:
-            self.pending[chain or inst.name] = (end, seconds, 0.0)
+            self.pending[chain or inst.name] = (end, seconds, 0.0, name)
             return
         # Compute stops until it ends; while it waits for the stream, the
         # asynchronous ones still on it are what is exposed.
-        for other, (until, took, exposed) in list(self.pending.items()):
+        for other, (until, took, exposed, named) in list(self.pending.items()):
             shared = min(until, start) - max(until - took, self.now)
             if shared > 0:
-                self.pending[other] = (until, took, exposed + shared)
+                self.pending[other] = (until, took, exposed + shared, named)
         self.step.exposed_comm_s += end - self.now
+        self.add(("exposed", name), end - self.now)
         self.now = end
+
+    def add(self, key: tuple[str, Any], seconds: float) -> None:
+        self.parts[key] = self.parts.get(key, 0.0) + seconds
 
     def done(self, inst):
         start = inst.operands[0] if inst.operands else None
@@ -365,12 +418,16 @@ class _Walk:
             return
         self.finish(*self.pending.pop(start))
 
-    def finish(self, end: float, seconds: float, exposed: float) -> None:
+    def finish(self, end: float, seconds: float, exposed: float,
+               name: str | None = None) -> None:
         """An asynchronous collective's end waited for: what was not waited
         for (now or by a collective queued behind it) ran beside compute."""
         waited = max(0.0, end - self.now)
+        overlapped = max(0.0, seconds - waited - exposed)
         self.step.exposed_comm_s += waited
-        self.step.overlapped_comm_s += max(0.0, seconds - waited - exposed)
+        self.step.overlapped_comm_s += overlapped
+        self.add(("exposed", name), waited)
+        self.add(("overlapped", name), overlapped)
         self.now = max(self.now, end)
 
     def loop(self, inst, called, iteration, depth):
@@ -406,9 +463,12 @@ class _Walk:
         self.computation(body, iteration + (drawn,), depth + 1)
         self.draw = drawing
         after = self.totals()
-        self.set_totals([b + (a - b) * rest for b, a in zip(before, after)])
+        parts, done = before[-1], after[-1]
+        self.set_totals([b + (a - b) * rest for b, a in zip(before[:-1], after[:-1])]
+                        + [{k: parts.get(k, 0.0) + (v - parts.get(k, 0.0)) * rest
+                            for k, v in done.items()}])
         start = before[0]
-        self.comm_free = max(self.comm_free, self.now)
+        self.comm_free = {k: max(v, self.now) for k, v in self.comm_free.items()}
         if self.draw and self.now > start:
             self.step.events.append(Event(inst.name, "while", "compute", start,
                                           self.now - start,
@@ -417,28 +477,35 @@ class _Walk:
 
     def trip(self) -> None:
         """What one trip of a loop takes beyond its instructions."""
+        if not self.rates.loop_trip_s:
+            return
         self.now += self.rates.loop_trip_s
         self.step.compute_s += self.rates.loop_trip_s
+        self.add(("kind", "loop trips"), self.rates.loop_trip_s)
+        self.add(("source", TRIPS), self.rates.loop_trip_s)
 
     _TOTALS = ("compute_s", "exposed_comm_s", "overlapped_comm_s", "flops",
                "bytes_accessed", "untimed_s")
 
-    def totals(self) -> list[float]:
-        """The clock and what the step has added up so far."""
-        return [self.now] + [getattr(self.step, f) for f in self._TOTALS]
+    def totals(self) -> list:
+        """The clock and what the step has added up so far, its parts
+        last."""
+        return [self.now] + [getattr(self.step, f) for f in self._TOTALS] \
+            + [dict(self.parts)]
 
     def set_totals(self, values) -> None:
         self.now = values[0]
-        for f, value in zip(self._TOTALS, values[1:]):
+        for f, value in zip(self._TOTALS, values[1:-1]):
             setattr(self.step, f, value)
+        self.parts = dict(values[-1])
 
     def branches(self, inst, called, iteration, depth):
         """A conditional costs its costliest branch."""
         best = None
-        start, free, drawn = self.totals(), self.comm_free, len(self.step.events)
+        start, free, drawn = self.totals(), dict(self.comm_free), len(self.step.events)
         for role, target in inst.called_computations():
             self.set_totals(start)
-            self.comm_free = free
+            self.comm_free = dict(free)
             del self.step.events[drawn:]
             self.computation(target, iteration, depth + 1)
             state = (self.totals(), self.comm_free, self.step.events[drawn:])
@@ -451,50 +518,6 @@ class _Walk:
             self.step.events.extend(best[2])
 
 
-def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
-    """What one device of `placement`'s target computes per second: the
-    profile's measured compute numbers where it has them, else its peak
-    numbers; None where it has neither. A CPU host's numbers are for one
-    device while as many run as measured nearest to `devices` (its
-    `by_devices`), or else for the whole host, shared by the simulated
-    devices that run on its cores."""
-    profile = placement.profile
-    cpu = placement.target.kind == "cpu"
-    if cpu:
-        profile = profile.for_devices(devices)
-    found = profile.compute
-    if found.get("flops") and found.get("bandwidth"):
-        bandwidth = found["bandwidth"]
-        curve = _points(bandwidth) if isinstance(bandwidth, list) else ()
-        flat = curve[-1][1] if curve else float(bandwidth)
-        overhead = found.get("op_overhead", 0.0)
-        if cpu and not found.get("devices"):
-            cores = cores or os.cpu_count() or 1
-            share = max(1, devices)
-            return Rates(found["flops"] / share, flat / share,
-                         overhead * max(1.0, devices / cores),
-                         launch_s=profile.launch)
-        return Rates(found["flops"], flat, overhead, launch_s=profile.launch,
-                     bandwidth_curve=curve,
-                     sliced_strided_bandwidth=found.get("sliced_strided_bandwidth"),
-                     flops_curve=_points(found.get("flops_by_size")),
-                     wide_flops=found.get("flops_f32"),
-                     wide_curve=_points(found.get("flops_f32_by_size")),
-                     output_s=found.get("output", 0.0),
-                     loop_trip_s=found.get("loop_trip", 0.0),
-                     first_collective_s=found.get("first_collective", 0.0),
-                     rendezvous_skew_s=found.get("rendezvous_skew", 0.0))
-    if profile.peak_flops and profile.hbm_bandwidth:
-        return Rates(profile.peak_flops, profile.hbm_bandwidth,
-                     launch_s=profile.launch)
-    return None
-
-
-def _points(found) -> tuple[tuple[float, float], ...]:
-    """A profile's `[x, rate]` points, in order of x."""
-    return tuple((float(x), float(r)) for x, r in sorted(found or ()))
-
-
 def _wrapped(view: HloModuleView, inst: Instruction) -> Instruction | None:
     """The collective an `async-start` runs (the report names it), if any."""
     if inst.opcode != "async-start":
@@ -502,6 +525,24 @@ def _wrapped(view: HloModuleView, inst: Instruction) -> Instruction | None:
     calls = dict(inst.called_computations()).get("calls")
     return next((i for i in view.instructions_of(calls or "")
                  if collective_kind(i) is not None), None)
+
+
+def _offloaded(view: HloModuleView, called) -> Instruction | None:
+    """The collective an `async-start` runs on another core (libtpu's
+    collectives offloaded to its SparseCore: `call-start`, whose computation
+    is the collective's, or a call of it), if any."""
+    for inner in view.instructions_of(called.get("to_apply") or ""):
+        if collective_kind(inner) is not None:
+            return inner
+    for inner in view.instructions_of(called.get("calls") or ""):
+        if inner.opcode != "call":
+            continue
+        target = dict(inner.called_computations()).get("to_apply")
+        found = next((i for i in view.instructions_of(target or "")
+                      if collective_kind(i) is not None), None)
+        if found is not None:
+            return found
+    return None
 
 
 def _wraps_collective(view: HloModuleView, inst: Instruction, called) -> bool:
@@ -514,22 +555,35 @@ def _wraps_collective(view: HloModuleView, inst: Instruction, called) -> bool:
 
 def simulate(view: HloModuleView, rates: Rates,
              collective_s: Callable[[Instruction], tuple[float, str | None]],
-             source_of: Callable[[Instruction], str | None] | None = None
+             source_of: Callable[[Instruction], str | None] | None = None,
+             lanes: Callable[[Instruction, str | None], tuple] | None = None
              ) -> Step:
     """The step of `view`'s entry computation on one device: `collective_s`
     gives each collective instruction's seconds per run and the report's
-    name for it, `source_of` a drawn compute instruction's user line."""
-    walk = _Walk(view, rates, collective_s, source_of)
+    name for it, `source_of` a drawn compute instruction's user line.
+
+    Collectives run one after another on one stream, or, with `lanes`
+    (a collective instruction and its report's name -> the links it uses,
+    e.g. its mesh axes on a TPU's torus, each way round), one after another
+    on each link and side by side on links apart: a collective starts when
+    every link it uses is free."""
+    walk = _Walk(view, rates, collective_s, source_of, lanes)
     launch = rates.launch_s
     if rates.output_s:
         root = view.root(view.entry)
         launch += rates.output_s * (len(shape_leaves(root.shape)) if root else 1)
-    walk.now = walk.comm_free = walk.step.launch_s = launch
+    walk.now = walk.step.launch_s = launch
+    walk.comm_free = {k: launch for k in _ONE_LANE}
     walk.computation(view.entry, ())
     # What is still in flight at the end is waited for.
     for start in list(walk.pending):
         walk.finish(*walk.pending.pop(start))
     walk.step.step_s = walk.now
+    step = walk.step
+    parts = {"kind": step.compute_by_kind, "source": step.compute_by_source,
+             "exposed": step.exposed_by, "overlapped": step.overlapped_by}
+    for (part, key), seconds in walk.parts.items():
+        parts[part][key] = seconds
     for op, _, _ in walk.untimed:
         walk.step.untimed[op] = walk.step.untimed.get(op, 0) + 1
     return walk.step

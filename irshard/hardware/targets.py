@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +100,9 @@ class Profile:
     by_devices: dict[int, dict[str, Any]] = field(default_factory=dict,
                                                   compare=False)
     data: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # A TPU's clock: what turns the cycles libtpu's cost model estimates for
+    # an instruction into seconds; None where no figure is sourced.
+    clock_hz: float | None = None
 
     def for_devices(self, devices: int) -> "Profile":
         """The profile as measured with `devices` devices, or with the
@@ -250,7 +254,8 @@ def profile_from_json(name: str, data: dict[str, Any]) -> Profile:
                             if k not in ("kinds", "rendezvous")}, kinds,
                            {int(g): float(v) for g, v
                             in (values.get("rendezvous") or {}).items()})
-    numbers = {k: data.get(k) for k in ("hbm_bytes", "hbm_bandwidth", "peak_flops")}
+    numbers = {k: data.get(k) for k in ("hbm_bytes", "hbm_bandwidth", "peak_flops",
+                                        "clock_hz")}
     return Profile(
         name=name,
         hbm_bytes=int(_number(numbers["hbm_bytes"])) if numbers["hbm_bytes"] else None,
@@ -259,6 +264,7 @@ def profile_from_json(name: str, data: dict[str, Any]) -> Profile:
         peak_flops=float(_number(numbers["peak_flops"]))
         if numbers["peak_flops"] else None,
         links=links,
+        clock_hz=float(_number(numbers["clock_hz"])) if numbers["clock_hz"] else None,
         wraparound=(data.get("torus") or {}).get("wraparound"),
         sources={k: _source(v) for k, v in numbers.items() if v},
         compute={k: _number(v) for k, v in (data.get("compute") or {}).items()},
@@ -326,7 +332,19 @@ class Placement:
                              f"estimated and cannot run; use irshard compile")
 
     def to_json(self) -> dict[str, Any]:
-        return self.target.to_json(self.estimated)
+        d = self.target.to_json(self.estimated)
+        if self.profile.clock_hz:
+            d["clock_hz"] = self.profile.clock_hz
+        if self.target.kind == "tpu":
+            d["libtpu_flags"] = libtpu_flags()
+        return d
+
+
+def libtpu_flags() -> list[str]:
+    """The flags libtpu compiles with: `LIBTPU_INIT_ARGS`, read by libtpu
+    when this process first loads it (MaxText's scripts set their
+    `--xla_tpu_...` flags there)."""
+    return shlex.split(os.environ.get("LIBTPU_INIT_ARGS", ""))
 
 
 def place(target: str | None, platform: str = "cpu",

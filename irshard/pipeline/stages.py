@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar, Sequence
 from irshard import backend
 from irshard.collectives import analysis, findings, schedule
 from irshard.collectives import memory as peaks
+from irshard.collectives import rates as compute_rates
 from irshard.core import files, tree
 from irshard.core.frames import UserCode
 from irshard.core.errors import BackendError
@@ -38,7 +39,7 @@ from irshard.pipeline.lowerings import (JittedProgram, lower_jitted_program,
 from irshard.reporting.report import (CollectiveReport, TensorInfo, analysed_bytes,
                                       memory_in_use,
                                       tensor_info)
-from irshard.xla import hloscan
+from irshard.xla import hloscan, replica_groups
 from irshard.xla.hlo import HloModuleView
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
                 notes += (f"XLA's figures differ: its memory analysis counts "
                           f"{analysed} bytes per device, its buffer assignment "
                           f"holds {found.bytes} (the peak's breakdown); "
-                          f"memory per device and fits take the larger",)
+                          f"memory per device and fits take the buffer "
+                          f"assignment's",)
     if profile.hbm_bytes:
         memory["capacity_bytes"] = profile.hbm_bytes
         memory["fits"] = memory_in_use(memory) <= profile.hbm_bytes
@@ -266,7 +268,7 @@ def peak_of(compiled: backend.CompiledExecutable, info: ProgramInfo, view):
 def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     """One step of `view` simulated in its schedule, its collectives timed
     as the report times them; None where the target has no compute rates."""
-    rates = schedule.rates(info.placement, info.mesh.num_devices)
+    rates = compute_rates.rates(info.placement, info.mesh.num_devices)
     if rates is None:
         return None
     times = {c.name: (c.time_s or 0.0, c.name) for c in collectives}
@@ -274,8 +276,44 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     def collective_s(inst):
         return times.get(inst.name) or (0.0, None)
 
-    return schedule.simulate(view, rates, collective_s, analysis.user_line(
-        view, UserCode(info.user_dir)))
+    axes = {c.name: c.mesh_axes or ("?",) for c in collectives}
+    # A TPU's collectives over different mesh axes run over different links
+    # of its torus (and across slices, the data-center network), side by
+    # side; a host's or a GPU's run one after another.
+    lanes = _torus_lanes(info.mesh, axes) \
+        if info.placement.target.kind == "tpu" else None
+    step = schedule.simulate(view, rates, collective_s, analysis.user_line(
+        view, UserCode(info.user_dir)), lanes)
+    step.by_axes(lambda name: ",".join(axes.get(name, ("?",))))
+    return step
+
+
+def _torus_lanes(mesh, axes: dict[str, tuple[str, ...]]):
+    """The links a TPU collective uses, for the step simulation: each mesh
+    axis it spans, both ways round the axis's ring (a ring collective sends
+    each way at once), or, for a collective-permute, the way round each
+    of its pairs goes."""
+    found: dict[str, tuple] = {}
+
+    def lanes(inst, name):
+        if inst.name in found:
+            return found[inst.name]
+        ways = set()
+        if inst.opcode.startswith("collective-permute") \
+                and "source_target_pairs" in inst.attrs:
+            try:
+                ways = replica_groups.pair_directions(
+                    replica_groups.parse_pairs(inst.attrs["source_target_pairs"]),
+                    mesh)
+            except ValueError:
+                ways = set()
+        if not ways:
+            ways = {(axis, way) for axis in axes.get(name, ("?",))
+                    for way in "+-"}
+        found[inst.name] = tuple(sorted(ways))
+        return found[inst.name]
+
+    return lanes
 
 
 def _read(text_of: Callable[[], str], parsed, use):

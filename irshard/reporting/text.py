@@ -357,6 +357,7 @@ def _step_lines(report: CollectiveReport) -> list[str]:
              f"{human_time(s['exposed_comm_s'])}"
              + (f" ({human_time(s['overlapped_comm_s'])} more overlapped "
                 f"with compute)" if s["overlapped_comm_s"] else "")]
+    lines += _made_of(s, report.target or {})
     untimed = s.get("untimed")
     if untimed:
         ops = ", ".join(f"{n} {op}{'' if n == 1 else 's'}"
@@ -367,6 +368,41 @@ def _step_lines(report: CollectiveReport) -> list[str]:
         n = s["unknown_trip_counts"]
         lines.append(f"  {n} loop{'' if n == 1 else 's'} whose trip count is "
                      f"not known counted once: the step is a lower bound")
+    return lines
+
+
+# What timed the step's compute, as the text says it (`schedule`'s sources).
+_SOURCES = {"libtpu-estimate": "libtpu's estimated cycles",
+            "kernel-estimate": "kernels' declared costs", "roofline": "roofline", "traffic-only": "memory traffic only",
+            "loop-trips": "loop trips"}
+
+
+def _made_of(s: dict, target: dict) -> list[str]:
+    """`compute: 2.1 ms libtpu's estimated cycles at 1.75 GHz, 31 us
+    roofline; kOutput fusion 1.6 ms, ...` and `communication by axes: fsdp
+    231 us exposed, 1.2 ms overlapped`: why the step is what it is."""
+    compute = s.get("compute") or {}
+    sources, kinds = compute.get("by_source") or {}, compute.get("by_kind") or {}
+    lines = []
+    if sources:
+        clock = target.get("clock_hz")
+        said = []
+        for source, seconds in sources.items():
+            what = _SOURCES.get(source, source)
+            if source == "libtpu-estimate" and clock:
+                what += f" at {clock / 1e9:.3g} GHz"
+            said.append(f"{human_time(seconds)} {what}")
+        top = list(kinds.items())[:4]
+        rest = sum(list(kinds.values())[4:])
+        by_kind = ", ".join(f"{k} {human_time(v)}" for k, v in top) \
+            + (f", other {human_time(rest)}" if rest else "")
+        lines.append(f"  compute: {', '.join(said)}; {by_kind}")
+    axes = s.get("comm_by_axes")
+    if axes:
+        lines.append("  communication by axes: " + ", ".join(
+            f"{k} {human_time(v['exposed_s'])} exposed"
+            + (f", {human_time(v['overlapped_s'])} overlapped"
+               if v["overlapped_s"] else "") for k, v in axes.items()))
     return lines
 
 

@@ -251,3 +251,21 @@ def pair_axes(pairs: list[tuple[int, int]], mesh: MeshSpec) -> list[str] | None:
         s, t = mesh.coords(source), mesh.coords(target)
         axes.update(a for a in range(len(mesh.axes)) if s[a] != t[a])
     return [mesh.axes[a].name for a in sorted(axes)]
+
+
+def pair_directions(pairs: list[tuple[int, int]], mesh: MeshSpec
+                    ) -> set[tuple[str, str]]:
+    """The mesh axes a collective-permute moves data along, each with the
+    way round its ring it goes: `+` to higher coordinates (wrapping round),
+    `-` to lower. A link carries each way at once, so shifts the two ways
+    use different halves of it. Empty where the pairs are not on the mesh."""
+    if any(max(p) >= mesh.num_devices or min(p) < 0 for p in pairs):
+        return set()
+    found = set()
+    for source, target in pairs:
+        s, t = mesh.coords(source), mesh.coords(target)
+        for a, axis in enumerate(mesh.axes):
+            if s[a] != t[a]:
+                step = (t[a] - s[a]) % axis.size
+                found.add((axis.name, "-" if 2 * step > axis.size else "+"))
+    return found

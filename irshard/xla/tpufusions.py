@@ -39,6 +39,7 @@ inside none.
 
 from __future__ import annotations
 
+import json
 import re
 
 START, DONE = "start", "done"
@@ -103,3 +104,49 @@ def reduce_scatter(view, inst):
             return None
         found = summed.name
     return view.get(found, callee) if found else None
+
+
+# libtpu's cost model: the cycles it estimates an instruction takes, in the
+# `window_config` of its backend config (a fusion, a copy, a slice of a
+# loop's body): `"window_config":{..., "estimated_cycles":"276236", ...}`.
+_CYCLES = re.compile(r'"window_config":\{[^{}]*?"estimated_cycles":"(\d+)"')
+
+
+def estimated_cycles(inst) -> int | None:
+    """The cycles libtpu's cost model estimates `inst` takes on one chip,
+    the figure its latency-hiding scheduler plans with; None where it gives
+    none (or gives 0, its figure for an instruction it did not estimate)."""
+    if "estimated_cycles" not in inst.text:
+        return None
+    m = _CYCLES.search(inst.text)
+    return int(m.group(1)) or None if m else None
+
+
+# A Pallas kernel's declared cost (`pl.CostEstimate`), which the custom
+# call keeps in its backend config through compilation:
+# `"custom_call_config":{..., "cost_estimate":{"flops":"123","transcendentals":"0",
+# "bytes_accessed":"456", ...}, ...}` (numbers quoted once compiled).
+_KERNEL_COST = re.compile(r'"cost_estimate":\s*\{([^{}]*)\}')
+
+
+def kernel_cost(inst) -> tuple[float, float, float] | None:
+    """(flops, transcendentals, bytes accessed) a Mosaic kernel's custom
+    call declares, else None."""
+    if inst.opcode != "custom-call" or "cost_estimate" not in inst.text:
+        return None
+    m = _KERNEL_COST.search(inst.text)
+    if m is None:
+        return None
+    try:
+        declared = json.loads("{" + m.group(1) + "}")
+        return tuple(float(declared.get(k, 0)) for k in
+                     ("flops", "transcendentals", "bytes_accessed"))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def allocates(inst) -> bool:
+    """libtpu's `AllocateBuffer` custom call: a buffer set aside, nothing
+    computed or moved."""
+    return inst.opcode == "custom-call" and \
+        'custom_call_target="AllocateBuffer"' in inst.text

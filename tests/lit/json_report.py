@@ -54,7 +54,14 @@
 # CHECK-NEXT: "launch_s": {{[0-9.e-]+}},
 # CHECK-NEXT: "compute_s": {{[0-9.e-]+}},
 # CHECK-NEXT: "exposed_comm_s": {{[0-9.e-]+}},
-# CHECK-NEXT: "overlapped_comm_s": 0.0
+# CHECK-NEXT: "overlapped_comm_s": 0.0,
+# CHECK-NEXT: "compute": {
+# CHECK-NEXT: "by_source": {"roofline": {{[0-9.e-]+}}},
+# CHECK-NEXT: "by_kind": {"kLoop fusion": {{[0-9.e-]+}}}
+# CHECK-NEXT: },
+# CHECK-NEXT: "comm_by_axes": {
+# CHECK-NEXT: "x,y": {"exposed_s": {{[0-9.e-]+}}, "overlapped_s": 0.0}
+# CHECK-NEXT: }
 # CHECK-NEXT: },
 # CHECK-NEXT: "findings": []
 # CHECK-NEXT: }
