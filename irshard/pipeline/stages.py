@@ -284,7 +284,12 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
         if info.placement.target.kind == "tpu" else None
     step = schedule.simulate(view, rates, collective_s, analysis.user_line(
         view, UserCode(info.user_dir)), lanes)
-    step.by_axes(lambda name: ",".join(axes.get(name, ("?",))))
+    # Named in the mesh's order: the links of `fsdp,tensor` and
+    # `tensor,fsdp` are the same.
+    order = {axis.name: i for i, axis in enumerate(info.mesh.axes)}
+    step.by_axes(lambda name: ",".join(sorted(
+        axes.get(name, ("?",)),
+        key=lambda a: (order.get(a.split(":")[0], len(order)), a))))
     return step
 
 

@@ -380,7 +380,8 @@ _SOURCES = {"libtpu-estimate": "libtpu's estimated cycles",
 def _made_of(s: dict, target: dict) -> list[str]:
     """`compute: 2.1 ms libtpu's estimated cycles at 1.75 GHz, 31 us
     roofline; kOutput fusion 1.6 ms, ...` and `communication by axes: fsdp
-    231 us exposed, 1.2 ms overlapped`: why the step is what it is."""
+    231 us exposed, 1.2 ms overlapped; tensor ...`: why the step is what
+    it is."""
     compute = s.get("compute") or {}
     sources, kinds = compute.get("by_source") or {}, compute.get("by_kind") or {}
     lines = []
@@ -399,7 +400,7 @@ def _made_of(s: dict, target: dict) -> list[str]:
         lines.append(f"  compute: {', '.join(said)}; {by_kind}")
     axes = s.get("comm_by_axes")
     if axes:
-        lines.append("  communication by axes: " + ", ".join(
+        lines.append("  communication by axes: " + "; ".join(
             f"{k} {human_time(v['exposed_s'])} exposed"
             + (f", {human_time(v['overlapped_s'])} overlapped"
                if v["overlapped_s"] else "") for k, v in axes.items()))
