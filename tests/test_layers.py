@@ -137,6 +137,18 @@ def test_no_library_module_is_over_600_lines():
     assert long == {}
 
 
+def test_no_two_public_classes_share_a_name():
+    """A class name says which class it is: two public classes of one name
+    (a `Step` of the simulation and one of a pass pipeline) make a reader
+    look up which module a name came from."""
+    homes: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(open(path).read()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(module)
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+
+
 def test_no_import_goes_up_a_floor():
     upward = []
     for module, targets in sorted(GRAPH.items()):

@@ -24,12 +24,12 @@ def gpt_leaves(layers=2, d=128, ff=512, vocab=512, batch=16, seq=64):
         params += [(f"layers/{i}/attn/{w}", (d, d)) for w in ("wq", "wk", "wv", "wo")]
         params += [(f"layers/{i}/mlp/w_in", (d, ff)), (f"layers/{i}/mlp/w_out", (ff, d)),
                    (f"layers/{i}/norm1", (d,)), (f"layers/{i}/norm2", (d,))]
-    leaves = [R.Leaf(f"params/{p}", s, F32) for p, s in params]
+    leaves = [R.LeafShape(f"params/{p}", s, F32) for p, s in params]
     for moment in ("mu", "nu"):
-        leaves += [R.Leaf(f"opt_state/{moment}/{p}", s, F32) for p, s in params]
-    leaves.append(R.Leaf("opt_state/count", (), "i32"))
-    leaves += [R.Leaf("batch/targets", (batch, seq), "i32"),
-               R.Leaf("batch/tokens", (batch, seq), "i32")]
+        leaves += [R.LeafShape(f"opt_state/{moment}/{p}", s, F32) for p, s in params]
+    leaves.append(R.LeafShape("opt_state/count", (), "i32"))
+    leaves += [R.LeafShape("batch/targets", (batch, seq), "i32"),
+               R.LeafShape("batch/tokens", (batch, seq), "i32")]
     return leaves
 
 
@@ -40,9 +40,9 @@ def llama_leaves(L=4, d=64, heads=8, kv=2, head=8, ff=256, vocab=1024, batch=8, 
               ("layers/wo", (L, heads, head, d)), ("layers/mlp_norm", (L, d)),
               ("layers/w_gate", (L, d, ff)), ("layers/w_up", (L, d, ff)),
               ("layers/w_down", (L, ff, d))]
-    leaves = [R.Leaf(f"params/{p}", s, F32) for p, s in params]
-    leaves += [R.Leaf(f"opt_state/mu/{p}", s, F32) for p, s in params]
-    leaves += [R.Leaf("batch/tokens", (batch, seq), "i32")]
+    leaves = [R.LeafShape(f"params/{p}", s, F32) for p, s in params]
+    leaves += [R.LeafShape(f"opt_state/mu/{p}", s, F32) for p, s in params]
+    leaves += [R.LeafShape("batch/tokens", (batch, seq), "i32")]
     return leaves
 
 
@@ -146,10 +146,11 @@ def test_rules_pick_exactly_the_leaves_meant(leaves, axes):
 
 
 def test_a_glob_that_would_pick_another_leaf_gets_exact_rules():
-    leaves = [R.Leaf("params/a/w", (8, 8), F32), R.Leaf("params/b/w", (8, 8), F32),
-              R.Leaf("params/a/v", (8, 4), F32),
-              R.Leaf("state/w", (8, 8), F32),     # no parameter's mirror by path
-              R.Leaf("batch/x", (16, 8), F32)]
+    leaves = [R.LeafShape("params/a/w", (8, 8), F32),
+              R.LeafShape("params/b/w", (8, 8), F32),
+              R.LeafShape("params/a/v", (8, 4), F32),
+              R.LeafShape("state/w", (8, 8), F32),     # no parameter's mirror by path
+              R.LeafShape("batch/x", (16, 8), F32)]
     s = R.Structure(leaves)
     rules = R.build_rules(s, R.Plan((("fsdp", 2), ("tensor", 2))))
     for leaf in leaves:
@@ -409,8 +410,8 @@ def test_search_gpt_for_a_tpu_slice_in_processes(tmp_path):
 
 def test_progress_line_on_a_terminal(capsys):
     progress = S.Progress(total=4, enabled=True)
-    outcome = S.Outcome(C.Candidate("FSDP", (("fsdp", 4),), ()), "ok",
-                        fake_report(0.0025, 10))
+    outcome = S.SearchOutcome(C.Candidate("FSDP", (("fsdp", 4),), ()), "ok",
+                              fake_report(0.0025, 10))
     progress.update(outcome, outcome)
     progress.close()
     err = capsys.readouterr().err
@@ -427,9 +428,9 @@ def test_the_runner_up_is_another_strategy_not_a_move_of_the_winner():
     move = C.Candidate("DP", base.mesh, base.rules, "move", "constrained",
                        (("scatter@gpt.py:66", "_,_"),))
     other = C.Candidate("FSDP", (("fsdp", 8),), (("batch/*", "fsdp,_"),))
-    outcomes = (S.Outcome(base, "ok", fake_report(0.002, 10)),
-                S.Outcome(other, "ok", fake_report(0.003, 10)),
-                S.Outcome(move, "ok", fake_report(0.001, 10)))
+    outcomes = (S.SearchOutcome(base, "ok", fake_report(0.002, 10)),
+                S.SearchOutcome(other, "ok", fake_report(0.003, 10)),
+                S.SearchOutcome(move, "ok", fake_report(0.001, 10)))
     result = S.SearchResult(("gpt.py",), "cpu", 8, ("data", "fsdp"), outcomes,
                             (), (), 1.0, 60.0)
     assert result.winner.candidate is move

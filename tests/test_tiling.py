@@ -39,12 +39,12 @@ def test_uneven_tiles_round_up():
 
 
 def test_layout_grids():
-    places = [layout.Placement(d, 0, ((r * 4, r * 4 + 4),)) for d, r in
+    places = [layout.DeviceSlice(d, 0, ((r * 4, r * 4 + 4),)) for d, r in
               [(0, 0), (1, 1), (2, 0), (3, 1)]]
     assert layout.render((8,), places, indent="") == [
         "index   0:4  4:8", "device  0,2  1,3"]
     assert layout.device_list([0, 1, 2, 3, 6, 8, 9]) == "0-3,6,8-9"
-    one = [layout.Placement(0, 0, ())]
+    one = [layout.DeviceSlice(0, 0, ())]
     assert layout.render((), one, indent="") == ["on device 0"]
 
 

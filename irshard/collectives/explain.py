@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from irshard.collectives import analysis
-from irshard.collectives.origins import Propagated
+from irshard.collectives.origins import PropagationSites
 from irshard.collectives.readers import Hlo
 from irshard.collectives.values import (INDEXED, Value, _axes, _only, _primitive,
                                         _sharded, agreeing, array_dims, fit, is_token,
@@ -55,7 +55,7 @@ class _Explainer:
     """Explains the collectives of the partitioned HLO, in program order
     (a collective that reads another's result reads the sharding it made)."""
 
-    def __init__(self, report, hlo: Hlo, prop: Propagated, collectives):
+    def __init__(self, report, hlo: Hlo, prop: PropagationSites, collectives):
         self.report = report
         self.hlo = hlo
         self.prop = prop
@@ -341,7 +341,7 @@ def explained(report, lowered, stage):
     matches = _match(report.collectives, inserted,
                      None if stage.name == "partitioned" else stage.view())
     propagated = lowered.propagate()
-    prop = Propagated(propagated.operation, lowered.info, users)
+    prop = PropagationSites(propagated.operation, lowered.info, users)
     collectives = []
     with prop.module.context:
         explainer = _Explainer(report, Hlo(view, users), prop, inserted)

@@ -156,7 +156,7 @@ def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
     for a in temps:
         live = [v for v in a.values if position is not None
                 and _live(ranges, v.key, position)]
-        by_extent: dict[tuple[int, int], list[buffers.Value]] = {}
+        by_extent: dict[tuple[int, int], list[buffers.BufferValue]] = {}
         for v in live:
             by_extent.setdefault((v.offset, v.size), []).append(v)
         # Values that share bytes (an in-place update, a tuple and its
@@ -281,7 +281,7 @@ def _in_backward(sequence: Sequence[str], position: int | None, locate) -> bool:
     return bool(op_name and "transpose(" in op_name)
 
 
-def _temp_kind(v: buffers.Value, backward: bool, locate) -> str:
+def _temp_kind(v: buffers.BufferValue, backward: bool, locate) -> str:
     """A collective's buffer; a value of the forward pass (JAX names it
     under `jvp(...)`) live in the backward pass (saved for it: an
     activation); else a temporary."""
@@ -303,7 +303,7 @@ def _input_named(op_name: str | None, inputs: Sequence[Any]) -> str | None:
     return None
 
 
-def _buffer(size: int, kind: str, v: buffers.Value | None, locate,
+def _buffer(size: int, kind: str, v: buffers.BufferValue | None, locate,
             inputs: Sequence[Any] = ()) -> PeakBuffer:
     if v is None:
         return PeakBuffer(size, kind, "")

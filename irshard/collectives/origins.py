@@ -17,7 +17,7 @@ from irshard.core.frames import SourceLocation, UserCode
 # Shardy's propagated module: shardings and origins of the user's values
 
 
-class Propagated:
+class PropagationSites:
     """Sites of the propagated module by user line and op, with what
     propagation decided for them."""
 

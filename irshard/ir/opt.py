@@ -107,7 +107,7 @@ def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
     return module
 
 
-def run_steps(module, steps: list[pipeline.Step], print_after_all: bool,
+def run_steps(module, steps: list[pipeline.PassStep], print_after_all: bool,
               stderr: TextIO, debug_info: bool = False, source: str = "-",
               first_line: int = 1, diagnostics: list | None = None) -> None:
     """Runs the steps on `module`; a step run apart in a child process adds
@@ -143,7 +143,7 @@ _ENTRY_SEEKING = ("sdy-basic-propagate", "sdy-aggressive-propagate",
                   "sdy-remove-sub-axes-in-input-output-shardings")
 
 
-def _check_entry(module, step: pipeline.Step) -> list[str]:
+def _check_entry(module, step: pipeline.PassStep) -> list[str]:
     """Shardy's passes look for the module's entry and abort the process
     when there is no public function: say so instead. Where they would
     take the entry by name (a function named main, else the module's only
@@ -167,14 +167,14 @@ def _check_entry(module, step: pipeline.Step) -> list[str]:
     return names if entry_seeking and "@main" not in names and len(names) > 1 else []
 
 
-def _debugging(step: pipeline.Step) -> bool:
+def _debugging(step: pipeline.PassStep) -> bool:
     """Whether `step` gives a Shardy pass a debug option
     (`debug-sharding-origins`...): Shardy has crashed the process with them
     on IR it did not expect, so such a step runs apart."""
     return "sdy-" in step.mlir_text and "debug-" in step.mlir_text
 
 
-def _run_isolated(module, step: pipeline.Step, names: list[str],
+def _run_isolated(module, step: pipeline.PassStep, names: list[str],
                   diagnostics: list | None = None) -> None:
     """Runs `step` on `module` in a child process and takes its result in
     place; a child that dies (Shardy's check for @main, a crash in a debug
@@ -420,7 +420,7 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
     backend.configure(1, "cpu")
     context = backend.ir_context()
     context.allow_unregistered_dialects = allow_unregistered_dialect
-    steps: list[pipeline.Step] = []
+    steps: list[pipeline.PassStep] = []
     if pipeline_text:
         steps = pipeline.plan(pipeline.parse(pipeline_text), pipeline_text,
                               context, _check, print_ir_after_all)

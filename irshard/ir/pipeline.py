@@ -205,7 +205,7 @@ def parse_options(text: str, pass_name: str) -> dict[str, str]:
 
 
 @dataclass
-class Step:
+class PassStep:
     """What runs: an irshard pass, or a group of registered passes."""
 
     label: str                         # for --print-ir-after-all
@@ -230,15 +230,15 @@ def _registered_text(element: Element, context, check) -> str:
 
 
 def plan(elements: list[Element], pipeline_text: str, context,
-         check: Callable[[str, Any], Any], print_after_all: bool) -> list[Step]:
+         check: Callable[[str, Any], Any], print_after_all: bool) -> list[PassStep]:
     """Checks every element and groups them into steps."""
-    steps: list[Step] = []
+    steps: list[PassStep] = []
     pending: list[tuple[Element, str]] = []
 
     def flush():
         if pending:
-            steps.append(Step(",".join(e.name for e, _ in pending),
-                              mlir_text=",".join(t for _, t in pending)))
+            steps.append(PassStep(",".join(e.name for e, _ in pending),
+                                  mlir_text=",".join(t for _, t in pending)))
             pending.clear()
 
     for element in elements:
@@ -255,7 +255,7 @@ def plan(elements: list[Element], pipeline_text: str, context,
             cls = pass_class(element.name)
             instance = cls.from_options(parse_options(element.options, element.name))
             flush()
-            steps.append(Step(element.name, irshard_pass=instance))
+            steps.append(PassStep(element.name, irshard_pass=instance))
             continue
         try:
             text = _registered_text(element, context, check)

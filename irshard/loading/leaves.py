@@ -1,5 +1,5 @@
 """A program's inputs as pytree leaves: each leaf's path, type and sharding
-(`Leaf`), a function's parameters (`Parameter`) and the program they make
+(`Leaf`), a function's parameters (`ParameterBinding`) and the program they make
 (`Program`); calling a function with flat leaves, leaves from values, and
 shardings given by rule, by prefix or by the leaf itself.
 """
@@ -52,7 +52,7 @@ class Leaf:
 
 
 @dataclass(frozen=True)
-class Parameter:
+class ParameterBinding:
     """How one parameter of the user's function is called: bound to a static
     value, or rebuilt from leaves `start:start+count` with `treedef`, its
     non-array leaves (functions, strings: `fixed`, by their position among
@@ -78,7 +78,7 @@ class Program:
     fn: Callable[..., Any]
     mesh: MeshSpec
     inputs: tuple[Leaf, ...]
-    parameters: tuple[Parameter, ...] = ()
+    parameters: tuple[ParameterBinding, ...] = ()
     out_shardings: tuple[tuple[int, ShardingSpec], ...] = ()
     # `out_shardings` as `jax.jit` takes them: a pytree prefix of the
     # outputs whose leaves are specs, resolved once the outputs are known.
@@ -129,7 +129,7 @@ class Program:
 
 
 def flat_function(fn: Callable[..., Any], name: str,
-                  parameters: Sequence[Parameter],
+                  parameters: Sequence[ParameterBinding],
                   leaves: Sequence[Leaf]) -> Callable[..., Any]:
     """`fn` taking the leaves positionally (named after their paths, which
     JAX uses for the module's argument names), rebuilding each parameter.
@@ -363,7 +363,7 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
     return result
 
 
-def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[Parameter],
+def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[ParameterBinding],
                    lowered: Sequence[Any]) -> list[Leaf | None]:
     """For each flat input of a jitted object's lowering (`lowered`, each
     with `shape`, `dtype` and `key`), the user's leaf it is, or None for

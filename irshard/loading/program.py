@@ -32,7 +32,7 @@ from irshard.core.errors import InputError, SpecError, UsageError, UserCodeError
 from irshard.core.specs import (MeshSpec, ShardingSpec, parse_sharding, parse_size,
                                 repeated, split_assignment)
 from irshard.loading import loader
-from irshard.loading.leaves import (Leaf, Parameter, Program, annotated_leaf,
+from irshard.loading.leaves import (Leaf, ParameterBinding, Program, annotated_leaf,
                                     apply_shardings, spec_of, leaves_of, parse_overrides,
                                     parse_rules)
 from irshard.loading.loader import describe_user_exception
@@ -45,7 +45,7 @@ from irshard.loading.loader import describe_user_exception
 def bind(fn: Callable[..., Any], fn_name: str, mesh: MeshSpec,
          positional: Sequence[Any] = (), static: Sequence[str] = (),
          types: Mapping[str, str] | None = None,
-         what_args: str = "arguments") -> tuple[list[Parameter], list[Leaf]]:
+         what_args: str = "arguments") -> tuple[list[ParameterBinding], list[Leaf]]:
     """The parameters of `fn` bound to `positional` values (pytrees of
     arrays, `ShapeDtypeStruct`s, scalars), then to `types` (`--arg` and
     string annotations, for plain arrays), then to their defaults (static).
@@ -65,25 +65,25 @@ def bind(fn: Callable[..., Any], fn_name: str, mesh: MeshSpec,
                          f"for '{fn_name}', which takes "
                          f"{len(positional_params)} ({', '.join(names) or 'none'})")
     given = dict(zip((p.name for p in positional_params), positional))
-    bound: list[Parameter] = []
+    bound: list[ParameterBinding] = []
     leaves: list[Leaf] = []
     for p in params:
         if p.name in given and p.name not in types:
             value = given[p.name]
             if p.name in static:
-                bound.append(Parameter(p.name, p.kind, True, value))
+                bound.append(ParameterBinding(p.name, p.kind, True, value))
                 continue
             treedef, found, others = leaves_of(p.name, value, mesh)
             if others and not found:
                 # Nothing JAX can trace: the argument is static (a config).
-                bound.append(Parameter(p.name, p.kind, True, value))
+                bound.append(ParameterBinding(p.name, p.kind, True, value))
                 continue
         else:
             others = []
             text = types.get(p.name, p.annotation)
             if p.name in static or text is None:
                 if p.has_default:
-                    bound.append(Parameter(p.name, p.kind, True, p.default))
+                    bound.append(ParameterBinding(p.name, p.kind, True, p.default))
                     continue
                 raise InputError(
                     f"argument '{p.name}' of '{fn_name}' has no type; pass "
@@ -91,8 +91,8 @@ def bind(fn: Callable[..., Any], fn_name: str, mesh: MeshSpec,
                     f"annotate it: def {fn_name}({p.name}: \"f32[1024]\"), or "
                     f"give the arguments with --args NAME")
             treedef, found = annotated_leaf(p.name, text, mesh)
-        bound.append(Parameter(p.name, p.kind, False, None, treedef,
-                               len(leaves), len(found), tuple(others)))
+        bound.append(ParameterBinding(p.name, p.kind, False, None, treedef,
+                                      len(leaves), len(found), tuple(others)))
         leaves.extend(found)
     return bound, leaves
 
@@ -116,7 +116,7 @@ def argument_names(items: Sequence[str], signature: Sequence[str],
 
 
 def donated_leaves(items: Sequence[str], leaves: Sequence[Leaf],
-                   parameters: Sequence[Parameter], signature: Sequence[str],
+                   parameters: Sequence[ParameterBinding], signature: Sequence[str],
                    fn_name: str, option: str = "--donate") -> tuple[int, ...]:
     """The leaves `--donate` items pick: an argument's number or name (all
     its leaves; an argument with no array leaf, such as an empty tuple,
@@ -150,7 +150,8 @@ def _with_refs(donated: Sequence[int], leaves: Sequence[Leaf]) -> tuple[int, ...
 
 
 def grad_leaves(grad: bool | Sequence[str] | None, leaves: Sequence[Leaf],
-                parameters: Sequence[Parameter], fn_name: str) -> tuple[int, ...] | None:
+                parameters: Sequence[ParameterBinding], fn_name: str
+                ) -> tuple[int, ...] | None:
     """The leaves `--grad` differentiates with respect to: the floating
     leaves of the named parameters (of every parameter with `True`)."""
     if not grad:
@@ -180,14 +181,14 @@ def grad_leaves(grad: bool | Sequence[str] | None, leaves: Sequence[Leaf],
     return chosen
 
 
-def call_values(parameters: Sequence[Parameter], leaves: Sequence[Leaf],
+def call_values(parameters: Sequence[ParameterBinding], leaves: Sequence[Leaf],
                 positional: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments to lower a jitted object with: the `positional` values
     the user gave, as they are; an array typed by `--arg` or an annotation
     as a `jax.ShapeDtypeStruct`; a default only where a later argument
     follows it."""
     ordered = [p for p in parameters if p.kind != "keyword-only"]
-    values: list[tuple[Parameter, Any]] = []
+    values: list[tuple[ParameterBinding, Any]] = []
     for i, p in enumerate(ordered):
         if i < len(positional):
             values.append((p, positional[i]))
@@ -355,7 +356,7 @@ def _keras_fit(model: Any, name: str, batch: Sequence[Any]):
     return step, call, rename, outputs
 
 
-def _jitted(fn: Callable[..., Any], parameters: Sequence[Parameter],
+def _jitted(fn: Callable[..., Any], parameters: Sequence[ParameterBinding],
             leaves: Sequence[Leaf], positional: Sequence[Any],
             grad: tuple[int, ...] | None,
             context: Callable[[], Any] | None) -> dict[str, Any]:
@@ -371,7 +372,7 @@ def _jitted(fn: Callable[..., Any], parameters: Sequence[Parameter],
 
 
 def _same_parameters(fn: Callable[..., Any], name: str,
-                     parameters: Sequence[Parameter]) -> Callable[..., Any]:
+                     parameters: Sequence[ParameterBinding]) -> Callable[..., Any]:
     """The reference function called as the compiled one is: its parameters
     matched by name, else by position."""
     params = loader.parameters(fn, name)
@@ -412,7 +413,7 @@ def _is_spec(x: Any) -> bool:
     return x is None or isinstance(x, (str, ShardingSpec)) or backend.is_sharding(x)
 
 
-def prefixes_of(shardings: Any, parameters: Sequence[Parameter]) -> dict[str, Any]:
+def prefixes_of(shardings: Any, parameters: Sequence[ParameterBinding]) -> dict[str, Any]:
     """`shardings` — one entry per positional argument, each a pytree prefix
     of it whose leaves are specs, as `jax.jit`'s `in_shardings` — as a map
     from path prefixes to specs."""

@@ -27,7 +27,7 @@ class Placed:
     decl: TensorDecl
     info: TensorInfo
     sharding: Any                        # its arrays' jax.sharding.Sharding
-    placements: tuple[layout.Placement, ...]
+    placements: tuple[layout.DeviceSlice, ...]
 
     def to_json(self) -> dict[str, Any]:
         d = self.info.to_json()
@@ -35,11 +35,11 @@ class Placed:
         return d
 
 
-def _placements(sharding, decl: TensorDecl) -> tuple[layout.Placement, ...]:
+def _placements(sharding, decl: TensorDecl) -> tuple[layout.DeviceSlice, ...]:
     found = layout.placements(sharding.devices_indices_map(tuple(decl.shape)),
                               decl.shape)
     if decl.key:     # a key array's blocks, not its key data's
-        found = [layout.Placement(p.device, p.process, p.ranges[:-1])
+        found = [layout.DeviceSlice(p.device, p.process, p.ranges[:-1])
                  for p in found]
     return tuple(found)
 

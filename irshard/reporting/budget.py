@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from irshard.core.errors import BudgetExceeded, SpecError, UsageError
+from irshard.core.schema import COLLECTIVE_KINDS
 from irshard.core.specs import repeated
 from irshard.reporting import peak
 from irshard.reporting.report import memory_in_use
 from irshard.reporting.text import human_bytes, human_time
 
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-         "collective-permute", "ragged-all-to-all", "collective-broadcast")
+KINDS = COLLECTIVE_KINDS
 QUANTITIES = KINDS + ("collectives", "bytes", "wire_bytes", "time", "step",
                       "memory", "peak", "remat")
 # Quantities of the whole program, not sums over collectives.
@@ -171,7 +171,7 @@ def measure(report, budget: Budget) -> float:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BudgetCheck:
     budget: Budget
     value: float
 
@@ -214,14 +214,14 @@ class Outcome:
                 "passed": self.passed}
 
 
-def recorded(report, outcomes: Sequence[Outcome]):
+def recorded(report, outcomes: Sequence[BudgetCheck]):
     """The report carrying its budgets' outcomes (JSON and text `budgets`)."""
     import dataclasses
     return dataclasses.replace(
         report, extra=dict(report.extra, budgets=[o.to_json() for o in outcomes]))
 
 
-def breach_lines(report, outcomes: Sequence[Outcome]) -> list[str]:
+def breach_lines(report, outcomes: Sequence[BudgetCheck]) -> list[str]:
     """Every exceeded budget, each followed by where its value comes from
     (indented): what a test failure shows."""
     failed = [o for o in outcomes if not o.passed]
@@ -232,7 +232,7 @@ def breach_lines(report, outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
-def culprits(report, outcome: Outcome, limit: int = 10) -> list[str]:
+def culprits(report, outcome: BudgetCheck, limit: int = 10) -> list[str]:
     """Where a budget's value comes from, largest share first: for sums
     over collectives one line per source line (its collectives by kind and
     their bytes per run), for `memory` its parts, for `remat` each
@@ -295,12 +295,12 @@ def _human(n: float) -> str:
     return human_bytes(int(n))
 
 
-def evaluate(report, budgets: Sequence[str | Budget]) -> list[Outcome]:
+def evaluate(report, budgets: Sequence[str | Budget]) -> list[BudgetCheck]:
     parsed = [b if isinstance(b, Budget) else parse_budget(b) for b in budgets]
-    return [Outcome(b, measure(report, b)) for b in parsed]
+    return [BudgetCheck(b, measure(report, b)) for b in parsed]
 
 
-def breach_error(outcomes: Sequence[Outcome]) -> BudgetExceeded | None:
+def breach_error(outcomes: Sequence[BudgetCheck]) -> BudgetExceeded | None:
     """The error listing every breach, or None when all budgets hold."""
     failed = [o for o in outcomes if not o.passed]
     if not failed:
@@ -311,7 +311,7 @@ def breach_error(outcomes: Sequence[Outcome]) -> BudgetExceeded | None:
     return BudgetExceeded("\n".join(lines), [o.describe() for o in failed])
 
 
-def check(report, budgets: Sequence[str | Budget]) -> list[Outcome]:
+def check(report, budgets: Sequence[str | Budget]) -> list[BudgetCheck]:
     """Raises `BudgetExceeded` listing every breach; returns the outcomes."""
     outcomes = evaluate(report, budgets)
     error = breach_error(outcomes)

@@ -18,7 +18,7 @@ Range = tuple[int, int]
 
 
 @dataclass(frozen=True)
-class Placement:
+class DeviceSlice:
     """One device's slice of an array."""
 
     device: int
@@ -31,7 +31,7 @@ class Placement:
 
 
 def placements(indices_map: dict[Any, tuple[slice, ...]],
-               shape: Sequence[int]) -> list[Placement]:
+               shape: Sequence[int]) -> list[DeviceSlice]:
     """Placements from a `{device: index}` map, ordered by device id."""
     result = []
     for device, index in indices_map.items():
@@ -39,8 +39,8 @@ def placements(indices_map: dict[Any, tuple[slice, ...]],
         for s, n in zip(index, shape):
             start, stop, _ = s.indices(n)
             ranges.append((start, stop))
-        result.append(Placement(device.id, getattr(device, "process_index", 0),
-                                tuple(ranges)))
+        result.append(DeviceSlice(device.id, getattr(device, "process_index", 0),
+                                  tuple(ranges)))
     return sorted(result, key=lambda p: p.device)
 
 
@@ -61,7 +61,7 @@ def _range_label(r: Range) -> str:
     return f"{r[0]}:{r[1]}"
 
 
-def render(shape: Sequence[int], places: list[Placement],
+def render(shape: Sequence[int], places: list[DeviceSlice],
            indent: str = "  ") -> list[str]:
     """The grid (1-D, 2-D) or per-device table (3-D and above)."""
     if not places:

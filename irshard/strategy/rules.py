@@ -49,7 +49,7 @@ _FLOAT = ("f16", "bf16", "f32", "f64")
 
 
 @dataclass(frozen=True)
-class Leaf:
+class LeafShape:
     path: str
     shape: tuple[int, ...]
     dtype: str
@@ -73,7 +73,7 @@ def _segments(path: str) -> list[str]:
 class Structure:
     """The roles of a program's input leaves."""
 
-    def __init__(self, leaves: Sequence[Leaf]):
+    def __init__(self, leaves: Sequence[LeafShape]):
         self.leaves = tuple(leaves)
         by_arg: Counter[str] = Counter()
         for leaf in self.leaves:
@@ -101,10 +101,10 @@ class Structure:
                 else ("scalar" if not leaf.shape else "other")
             self.roles[leaf.path] = Role(kind)
 
-    def _key(self, leaf: Leaf) -> str:
+    def _key(self, leaf: LeafShape) -> str:
         return "/".join(_segments(leaf.path)[1:])
 
-    def _mirrored(self, leaf: Leaf, params: dict[str, Leaf]) -> str | None:
+    def _mirrored(self, leaf: LeafShape, params: dict[str, LeafShape]) -> str | None:
         parts = _segments(leaf.path)
         for i in range(1, len(parts)):
             key = "/".join(parts[i:])
@@ -113,9 +113,9 @@ class Structure:
         return None
 
     @staticmethod
-    def _stacked_prefixes(params: dict[str, Leaf]) -> frozenset[str]:
+    def _stacked_prefixes(params: dict[str, LeafShape]) -> frozenset[str]:
         """Subtrees whose leaves share a first (layer) dimension."""
-        children: dict[str, list[Leaf]] = {}
+        children: dict[str, list[LeafShape]] = {}
         for key, leaf in params.items():
             parts = key.split("/")
             for depth in range(len(parts) - 1):
@@ -133,7 +133,7 @@ class Structure:
     def is_stacked(self, key: str) -> bool:
         return any(key.startswith(p + "/") for p in self.stacked)
 
-    def _model_dim(self, params: dict[str, Leaf]) -> int | None:
+    def _model_dim(self, params: dict[str, LeafShape]) -> int | None:
         counts: Counter[int] = Counter()
         for key, leaf in params.items():
             body = leaf.shape[1:] if self.is_stacked(key) else leaf.shape
@@ -142,7 +142,7 @@ class Structure:
                     counts[size] += 1
         return max(sorted(counts), key=lambda n: counts[n]) if counts else None
 
-    def _param_role(self, leaf: Leaf, key: str) -> Role:
+    def _param_role(self, leaf: LeafShape, key: str) -> Role:
         stacked = self.is_stacked(key)
         body = leaf.shape[1:] if stacked else leaf.shape
         kind = "weight" if len(body) >= 2 and leaf.dtype in _FLOAT else (
@@ -154,7 +154,7 @@ class Structure:
     # -----------------------------------------------------------------
     # Specs
 
-    def weight_dims(self, leaf: Leaf, role: Role, fsdp_hidden: bool = False,
+    def weight_dims(self, leaf: LeafShape, role: Role, fsdp_hidden: bool = False,
                     tensor_axis: bool = True
                     ) -> tuple[int | None, int | None, int | None]:
         """(tensor dim, fsdp dim, expert dim) candidates of a weight, before
@@ -210,7 +210,7 @@ def _fit(size: int, axes: Sequence[tuple[str, int]]) -> list[str]:
     return chosen
 
 
-def leaf_spec(structure: Structure, leaf: Leaf, plan: Plan) -> list[str]:
+def leaf_spec(structure: Structure, leaf: LeafShape, plan: Plan) -> list[str]:
     """The spec entries (`_`, `fsdp`, `data+fsdp`) of one leaf."""
     role = structure.roles.get(leaf.path, Role("other"))
     entries: list[list[str]] = [[] for _ in leaf.shape]

@@ -41,7 +41,7 @@ SCHEMA = 1
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SearchOutcome:
     candidate: Candidate
     status: str                      # ok, does not fit, failed, pruned, skipped
     report: dict[str, Any] | None = None
@@ -73,7 +73,7 @@ class Outcome:
         return self.status == "ok" and self.numbers.get("fits") is not False
 
 
-def _rank_key(outcome: Outcome, order: int) -> tuple[Any, ...]:
+def _rank_key(outcome: SearchOutcome, order: int) -> tuple[Any, ...]:
     n = outcome.numbers
     step = n.get("step_s")
     return (0 if outcome.fits else 1,
@@ -81,7 +81,7 @@ def _rank_key(outcome: Outcome, order: int) -> tuple[Any, ...]:
             n.get("memory_bytes") or 0, n.get("bytes_per_step") or 0, order)
 
 
-def ranked(outcomes: Sequence[Outcome]) -> list[Outcome]:
+def ranked(outcomes: Sequence[SearchOutcome]) -> list[SearchOutcome]:
     """The compiled outcomes, best first: those that fit by simulated
     step (then memory, bytes, the order tried), then those that do not."""
     order = {id(o): i for i, o in enumerate(outcomes)}
@@ -90,15 +90,15 @@ def ranked(outcomes: Sequence[Outcome]) -> list[Outcome]:
 
 
 def _outcome_of(candidate: Candidate, result: Any, seconds: float,
-                cached: bool = False) -> Outcome:
+                cached: bool = False) -> SearchOutcome:
     if isinstance(result, dict):
         fits = (result.get("memory") or {}).get("fits")
-        return Outcome(candidate, "does not fit" if fits is False else "ok",
-                       result, None, seconds, cached)
+        return SearchOutcome(candidate, "does not fit" if fits is False else "ok",
+                             result, None, seconds, cached)
     reason = result if isinstance(result, str) else str(result)
     status = "does not fit" if "RESOURCE_EXHAUSTED" in reason \
         or "Ran out of memory" in reason else "failed"
-    return Outcome(candidate, status, None, reason, seconds, cached)
+    return SearchOutcome(candidate, status, None, reason, seconds, cached)
 
 
 # ---------------------------------------------------------------------------
@@ -114,7 +114,8 @@ class Progress:
     done: int = 0
     best: str = ""
 
-    def update(self, outcome: Outcome | None = None, best: Outcome | None = None) -> None:
+    def update(self, outcome: SearchOutcome | None = None,
+               best: SearchOutcome | None = None) -> None:
         if outcome is not None:
             self.done += 1
         if best is not None:
@@ -145,7 +146,7 @@ class Search:
     cache: Cache
     deadline: float
     progress: Progress
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[SearchOutcome] = field(default_factory=list)
     explained: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
 
     def _finish(self, candidate: Candidate, explain: bool, result: Any,
@@ -193,15 +194,15 @@ class Search:
                        if o.report is not None and not o.cached)
         return times[len(times) // 2] if times else 0.0
 
-    def ranked(self) -> list[Outcome]:
+    def ranked(self) -> list[SearchOutcome]:
         return ranked(self.outcomes)
 
-    def best(self) -> Outcome | None:
+    def best(self) -> SearchOutcome | None:
         ranked = self.ranked()
         return ranked[0] if ranked and ranked[0].fits else None
 
 
-def moves(best: Outcome, explained: dict[str, Any], limit: int) -> list[Candidate]:
+def moves(best: SearchOutcome, explained: dict[str, Any], limit: int) -> list[Candidate]:
     """Local moves from `suggest`'s explanations of `best`'s collectives:
     an input sharded as the collective's reader needs it, as a rule for its
     path ahead of the others."""
@@ -235,21 +236,21 @@ class SearchResult:
     target: str
     devices: int
     axes: tuple[str, ...]
-    outcomes: tuple[Outcome, ...]       # compiled, in the order compiled
+    outcomes: tuple[SearchOutcome, ...]       # compiled, in the order compiled
     pruned: tuple[Pruned, ...]
     skipped: tuple[Candidate, ...]
     seconds: float
     budget_s: float
 
-    def ranked(self) -> list[Outcome]:
+    def ranked(self) -> list[SearchOutcome]:
         return ranked(self.outcomes)
 
     @property
-    def winner(self) -> Outcome | None:
+    def winner(self) -> SearchOutcome | None:
         ranked = self.ranked()
         return ranked[0] if ranked and ranked[0].fits else None
 
-    def best_canonical(self) -> Outcome | None:
+    def best_canonical(self) -> SearchOutcome | None:
         return next((o for o in self.ranked()
                      if o.fits and o.candidate.origin == "canonical"), None)
 
@@ -260,7 +261,7 @@ class SearchResult:
     def command_text(self, candidate: Candidate) -> str:
         return "irshard compile " + " ".join(shlex.quote(a) for a in self.args(candidate))
 
-    def runner_up(self) -> Outcome | None:
+    def runner_up(self) -> SearchOutcome | None:
         """The best candidate that fits with another mesh or other rules
         than the winner's (a move of the winner that only adds a
         constraint is the same strategy)."""
@@ -287,7 +288,7 @@ class SearchResult:
     # -----------------------------------------------------------------
     # Output
 
-    def _entry(self, outcome: Outcome, rank: int | None) -> dict[str, Any]:
+    def _entry(self, outcome: SearchOutcome, rank: int | None) -> dict[str, Any]:
         c = outcome.candidate
         entry: dict[str, Any] = {
             "rank": rank, "strategy": c.strategy, "origin": c.origin,
@@ -312,10 +313,11 @@ class SearchResult:
         entries = [self._entry(o, i + 1) for i, o in enumerate(ranked)]
         entries += [self._entry(o, None) for o in self.outcomes
                     if o.report is None]
-        entries += [self._entry(Outcome(p.candidate, "pruned", reason=p.reason), None)
+        entries += [self._entry(SearchOutcome(p.candidate, "pruned",
+                                              reason=p.reason), None)
                     for p in self.pruned]
-        entries += [self._entry(Outcome(c, "skipped",
-                                        reason="the time budget ran out"), None)
+        entries += [self._entry(SearchOutcome(c, "skipped",
+                                              reason="the time budget ran out"), None)
                     for c in self.skipped]
         winner, canonical = self.winner, self.best_canonical()
         why = self.why()
@@ -462,7 +464,7 @@ def run_search(structure: rulesets.Structure, *, command: Sequence[str], target:
                         time.monotonic() - started, budget_s)
 
 
-def _check_some_compiled(outcomes: Sequence[Outcome]) -> None:
+def _check_some_compiled(outcomes: Sequence[SearchOutcome]) -> None:
     """A search whose every compile failed (the program's own error, most
     often, the same for every candidate) is that error, not a report of
     failures."""
@@ -499,8 +501,8 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def leaves_of(program) -> list[rulesets.Leaf]:
-    return [rulesets.Leaf(leaf.path, tuple(leaf.type.shape), leaf.type.dtype.name)
+def leaves_of(program) -> list[rulesets.LeafShape]:
+    return [rulesets.LeafShape(leaf.path, tuple(leaf.type.shape), leaf.type.dtype.name)
             for leaf in program.inputs]
 
 

@@ -44,7 +44,7 @@ SCHEMA = 1
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Suggestion:
     """A change to the command: its flags and what they do to the module."""
 
     flags: tuple[str, ...]
@@ -105,10 +105,10 @@ class _Builder:
         self.mesh = mesh
         self.options = options
         self.inputs = {t["name"]: (i, t) for i, t in enumerate(report["inputs"])}
-        self.found: list[Candidate] = []
+        self.found: list[Suggestion] = []
         self.seen: set[tuple[str, ...]] = set()
 
-    def add(self, candidate: Candidate) -> None:
+    def add(self, candidate: Suggestion) -> None:
         if candidate.flags and candidate.flags not in self.seen:
             self.seen.add(candidate.flags)
             self.found.append(candidate)
@@ -129,8 +129,8 @@ class _Builder:
             flags += [self.options.input_flag(name), f"{name}={spec_text(entries)}"]
             inputs.append((index, spec_text(entries)))
         if inputs:
-            self.add(Candidate(tuple(flags), description, inputs=tuple(inputs),
-                               memory=memory))
+            self.add(Suggestion(tuple(flags), description, inputs=tuple(inputs),
+                                memory=memory))
 
     def fits(self, entries: Sequence[str], shape: Sequence[int]) -> bool:
         if len(entries) != len(shape):
@@ -186,10 +186,10 @@ class _Builder:
                        if t.get("name") == name]
             if outputs and not self.options.output_given(outputs[0]):
                 spec = spec_text(operand["sharding"])
-                self.add(Candidate(("--out-shard", f"{outputs[0]}={spec}"),
-                                   f"output {name} left sharded {spec}, as it "
-                                   f"is computed, instead of gathered ({where})",
-                                   outputs=((outputs[0], spec),)))
+                self.add(Suggestion(("--out-shard", f"{outputs[0]}={spec}"),
+                                    f"output {name} left sharded {spec}, as it "
+                                    f"is computed, instead of gathered ({where})",
+                                    outputs=((outputs[0], spec),)))
 
     def from_value(self, value, needed, axes, c, where) -> None:
         name = value.get("value") or ""
@@ -214,11 +214,11 @@ class _Builder:
             # (A scalar has no sharding to constrain it to: `op@f:7=`.)
             src = value["source"]
             match = f"{_op_name(name)}@{src['file']}:{src['line']}"
-            self.add(Candidate(("--constrain", f"{match}={spec_text(want)}"),
-                               f"{name} at {src['file']}:{src['line']} computed "
-                               f"{spec_text(want)}, as {_reader(needed)} needs "
-                               f"it ({where})",
-                               constraints=((match, spec_text(want)),)))
+            self.add(Suggestion(("--constrain", f"{match}={spec_text(want)}"),
+                                f"{name} at {src['file']}:{src['line']} computed "
+                                f"{spec_text(want)}, as {_reader(needed)} needs "
+                                f"it ({where})",
+                                constraints=((match, spec_text(want)),)))
         # A partial sum: what it sums over, without the summed axis there.
         for over in value.get("sums_over", []):
             over_name = over.get("value") or ""
@@ -259,10 +259,10 @@ class _Builder:
                                         f"wants them: no rematerialization")
         if f.get("source") and f.get("op") and before is not None:
             match = f"{f['op']}@{f['source']['file']}:{f['source']['line']}"
-            self.add(Candidate(("--constrain", f"{match}={source}"),
-                               f"{f['op']} at {where} computed {source}, as its "
-                               f"operands are",
-                               constraints=((match, source),)))
+            self.add(Suggestion(("--constrain", f"{match}={source}"),
+                                f"{f['op']} at {where} computed {source}, as its "
+                                f"operands are",
+                                constraints=((match, source),)))
 
 
 def _is_op(name: str) -> bool:
@@ -288,7 +288,7 @@ def _op_name(primitive: str) -> str:
 
 
 def candidates(report: dict[str, Any], mesh: MeshSpec, options: Options,
-               top: int = 3, limit: int = 16) -> list[Candidate]:
+               top: int = 3, limit: int = 16) -> list[Suggestion]:
     """Changes worth compiling, for the `top` costliest collectives and
     every finding, at most `limit`."""
     builder = _Builder(report, mesh, options)
@@ -334,8 +334,8 @@ def _removes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, An
 
 
 @dataclass(frozen=True)
-class Outcome:
-    candidate: Candidate
+class SuggestionOutcome:
+    candidate: Suggestion
     report: dict[str, Any] | None
     error: str | None = None
 
@@ -344,10 +344,10 @@ class Outcome:
 class Suggestions:
     command: tuple[str, ...]
     baseline: dict[str, Any]
-    outcomes: tuple[Outcome, ...]
+    outcomes: tuple[SuggestionOutcome, ...]
     targets: tuple[str, ...]          # the collectives looked at
 
-    def _entry(self, outcome: Outcome) -> dict[str, Any]:
+    def _entry(self, outcome: SuggestionOutcome) -> dict[str, Any]:
         base = _summary(self.baseline)
         after = _summary(outcome.report)
         entry = {"change": list(outcome.candidate.flags),
@@ -368,7 +368,7 @@ class Suggestions:
         entry["removes"] = _removes(self.baseline, outcome.report)
         return entry
 
-    def helps(self, outcome: Outcome) -> bool:
+    def helps(self, outcome: SuggestionOutcome) -> bool:
         if outcome.report is None:
             return False
         base, after = _summary(self.baseline), _summary(outcome.report)
@@ -481,13 +481,13 @@ def _fits(report: dict[str, Any] | None) -> bool:
     return bool(report) and (report.get("memory") or {}).get("fits") is True
 
 
-def _peak_bytes(outcome: Outcome) -> float:
+def _peak_bytes(outcome: SuggestionOutcome) -> float:
     return _summary(outcome.report).get("memory_bytes", float("inf")) \
         if outcome.report is not None else float("inf")
 
 
-def combined(first: Candidate, then: Candidate, report: dict[str, Any],
-             options: Options) -> Candidate:
+def combined(first: Suggestion, then: Suggestion, report: dict[str, Any],
+             options: Options) -> Suggestion:
     """`then` applied on top of `first`: an input both change takes
     `then`'s sharding."""
     names = {i: t["name"] for i, t in enumerate(report["inputs"])}
@@ -496,13 +496,13 @@ def combined(first: Candidate, then: Candidate, report: dict[str, Any],
     flags: list[str] = []
     for index, spec in sorted(inputs.items()):
         flags += [options.input_flag(names[index]), f"{names[index]}={spec}"]
-    return Candidate(tuple(flags), f"{first.description}; {then.description}",
-                     inputs=tuple(sorted(inputs.items())), memory=True)
+    return Suggestion(tuple(flags), f"{first.description}; {then.description}",
+                      inputs=tuple(sorted(inputs.items())), memory=True)
 
 
-def suggest(baseline: dict[str, Any], found: Sequence[Candidate],
-            compile_one: Callable[[Candidate], dict[str, Any]] | None,
-            compile_many: Callable[[Sequence[Candidate]], list[Any]] | None,
+def suggest(baseline: dict[str, Any], found: Sequence[Suggestion],
+            compile_one: Callable[[Suggestion], dict[str, Any]] | None,
+            compile_many: Callable[[Sequence[Suggestion]], list[Any]] | None,
             command: Sequence[str], top: int, mesh: MeshSpec | None = None,
             options: Options | None = None, limit: int = 16,
             rounds: int = 2) -> Suggestions:
@@ -534,25 +534,25 @@ def suggest(baseline: dict[str, Any], found: Sequence[Candidate],
     return Suggestions(tuple(command), baseline, tuple(outcomes), targets)
 
 
-def _compiled(found: Sequence[Candidate],
-              compile_one: Callable[[Candidate], dict[str, Any]] | None,
-              compile_many: Callable[[Sequence[Candidate]], list[Any]] | None
-              ) -> list[Outcome]:
+def _compiled(found: Sequence[Suggestion],
+              compile_one: Callable[[Suggestion], dict[str, Any]] | None,
+              compile_many: Callable[[Sequence[Suggestion]], list[Any]] | None
+              ) -> list[SuggestionOutcome]:
     outcomes = []
     if compile_many is not None:
         for candidate, result in zip(found, compile_many(found)):
             if isinstance(result, dict):
-                outcomes.append(Outcome(candidate, result))
+                outcomes.append(SuggestionOutcome(candidate, result))
             else:
-                outcomes.append(Outcome(candidate, None, str(result)))
+                outcomes.append(SuggestionOutcome(candidate, None, str(result)))
     else:
         for candidate in found:
             try:
-                outcomes.append(Outcome(candidate, compile_one(candidate)))
+                outcomes.append(SuggestionOutcome(candidate, compile_one(candidate)))
             except IrshardError as e:
-                outcomes.append(Outcome(candidate, None,
-                                        str(e).splitlines()[0] if str(e) else
-                                        type(e).__name__))
+                outcomes.append(SuggestionOutcome(candidate, None,
+                                                  str(e).splitlines()[0] if str(e) else
+                                                  type(e).__name__))
     return outcomes
 
 

@@ -34,7 +34,7 @@ _SEQUENCE = re.compile(r"^\s*(\d+):(\S+)\s*$")
 
 
 @dataclass(frozen=True)
-class Value:
+class BufferValue:
     """An instruction's result (or one element of a tuple result) placed in
     an allocation."""
 
@@ -54,7 +54,7 @@ class Allocation:
     live_out: bool            # it may hold (part of) the result
     thread_local: bool
     constant: bool
-    values: tuple[Value, ...]
+    values: tuple[BufferValue, ...]
 
     @property
     def kind(self) -> str:
@@ -84,7 +84,7 @@ def parse_assignment(text: str) -> list[Allocation]:
     """The allocations of a buffer assignment dump."""
     allocations: list[Allocation] = []
     current: dict | None = None
-    values: list[Value] = []
+    values: list[BufferValue] = []
 
     def close() -> None:
         if current is not None:
@@ -109,8 +109,8 @@ def parse_assignment(text: str) -> list[Allocation]:
             continue
         v = _VALUE.match(line)
         if v:
-            values.append(Value(_key(v.group(1), v.group(2)), v.group(1),
-                                int(v.group(4)), int(v.group(5)), v.group(6)))
+            values.append(BufferValue(_key(v.group(1), v.group(2)), v.group(1),
+                                      int(v.group(4)), int(v.group(5)), v.group(6)))
         elif line.strip() and not line.startswith(" "):
             close()                  # the summary after the allocations
             current = None
