@@ -26,19 +26,9 @@ from irshard.core.specs import MeshSpec, lookup_dtype, shown
 from irshard.reporting.report import PackedCollectives
 from irshard.xla import hlo, tpufusions
 from irshard.xla import replica_groups as rg
-from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_leaves
+from irshard.xla.hlo import (COLLECTIVE_OPCODES, ArrayShape, HloModuleView, Instruction,
+                             shape_leaves)
 
-# Printed opcode -> report kind. `-start` forms are the async halves; their
-# `-done` partners are not counted again.
-COLLECTIVE_OPCODES = {
-    "all-reduce": "all-reduce", "all-reduce-start": "all-reduce",
-    "all-gather": "all-gather", "all-gather-start": "all-gather",
-    "reduce-scatter": "reduce-scatter",
-    "all-to-all": "all-to-all", "ragged-all-to-all": "ragged-all-to-all",
-    "collective-permute": "collective-permute",
-    "collective-permute-start": "collective-permute",
-    "collective-broadcast": "collective-broadcast",
-}
 
 # Collectives between TPU slices, which the megascale runtime carries over the
 # data-center network: a `send` to the host with these transfer types.

@@ -20,6 +20,7 @@ from typing import Any
 
 from irshard import backend
 from irshard.core.frames import Frame
+from irshard.core.schema import COLLECTIVE_KINDS
 from irshard.core.specs import lookup_dtype
 from irshard.core.syntax import (attribute_pairs, matching_bracket, split_top_level,
                                  unquote)
@@ -282,6 +283,15 @@ class Instruction:
 
     def __repr__(self) -> str:
         return f"Instruction({self.text!r})"
+
+
+# The collectives a report counts, by printed opcode, and the report's kind
+# of each: every kind of `schema.COLLECTIVE_KINDS`, and the `-start` half of
+# those XLA prints as their own async pair (their `-done` is not counted
+# again).
+ASYNC_COLLECTIVES = ("all-reduce", "all-gather", "collective-permute")
+COLLECTIVE_OPCODES = {**{kind: kind for kind in COLLECTIVE_KINDS},
+                      **{f"{kind}-start": kind for kind in ASYNC_COLLECTIVES}}
 
 
 # Long tuples are printed with `/*index=5*/` markers between elements.

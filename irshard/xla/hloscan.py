@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator, TypeVar
 from irshard.core.syntax import matching_bracket
 from irshard.xla import forms
 from irshard.xla.blocks import ModuleText
-from irshard.xla.hlo import (Instruction, StackFrameTable, operands_end,
-                              printed_calls, root_of)
+from irshard.xla.hlo import (COLLECTIVE_OPCODES, Instruction, StackFrameTable,
+                             operands_end, printed_calls, root_of)
 
 T = TypeVar("T")
 
@@ -66,16 +66,14 @@ _OWN_ASYNC = {"all-gather-start", "all-gather-done", "all-reduce-start",
               "all-reduce-done", "collective-permute-start",
               "collective-permute-done", "copy-start", "copy-done",
               "send-done", "recv-done"}
-_COLLECTIVES = {"all-reduce", "all-reduce-start", "all-gather",
-                "all-gather-start", "reduce-scatter", "all-to-all",
-                "ragged-all-to-all", "collective-permute",
-                "collective-permute-start", "collective-broadcast"}
+_COLLECTIVES = set(COLLECTIVE_OPCODES)
 # A collective's line, read in the scan's bytes without decoding: where it
 # is, its name (to pair a `-start` with its `-done`) and its opcode.
 _COLLECTIVE_LINE = re.compile(
-    rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +"
-    rb"(all-reduce(?:-start)?|all-gather(?:-start)?|reduce-scatter|all-to-all"
-    rb"|ragged-all-to-all|collective-permute(?:-start)?|collective-broadcast)\(")
+    rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +("
+    + b"|".join(re.escape(op).encode() for op in
+                sorted(COLLECTIVE_OPCODES, key=len, reverse=True))
+    + rb")\(")
 # What a fusion calls, after `calls=` (the last of its call attributes).
 _FUSED = re.compile(rb"%?([\w.\-]+)(?=[,\n]|$)")
 _FORM_BYTES = 1 << 20     # of distinct forms kept
