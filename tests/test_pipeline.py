@@ -1,5 +1,7 @@
 """The textual pipeline: parsing, option syntax, and planning."""
 
+import re
+
 import pytest
 
 from irshard import backend
@@ -162,3 +164,31 @@ def test_memory_stats_worked_out_beside_the_report():
     later = CompiledExecutable(Executable(True), (), None).memory_stats_later()
     with pytest.raises(RuntimeError, match="no stats"):
         later()
+
+
+def test_the_propagated_stage_runs_shardys_own_registered_pipeline():
+    """The propagated stage's passes are this jaxlib's registered
+    `sdy-propagation-pipeline` as the registry expands it, in its order, up
+    to where Shardy dumps `after_propagation` (its module dumps left out,
+    its last pass's drop of sharding rules kept), recording origins."""
+    from jaxlib.mlir import passmanager
+
+    from irshard.backend import shardy
+    from irshard.backend.lowering import ir_context
+    from irshard.core.syntax import split_top_level
+    with ir_context():
+        expanded = str(passmanager.PassManager.parse(
+            "builtin.module(sdy-propagation-pipeline)"))
+    upstream = split_top_level(expanded[expanded.index("(") + 1:-1])
+    ours = split_top_level(shardy.propagation_pipeline())
+    plain = split_top_level(shardy.propagation_pipeline(origins=False))
+    no_dumps = [p for p in upstream if p != "sdy-save-module"]
+    cut = [p.split("{")[0] for p in no_dumps].index("sdy-close-shardings") + 1
+    assert plain == no_dumps[:cut] + [p for p in no_dumps[cut:]
+                                      if "sdy-drop-sharding-rules" in p]
+    assert "sdy-user-priority-propagate" in "".join(plain)
+    # Origins recorded where propagation decides, and only that changed.
+    recorded = [re.sub(r"debug-sharding-origins=true", "debug-sharding-origins=false", p)
+                for p in ours]
+    assert recorded == plain
+    assert sum("debug-sharding-origins=true" in p for p in ours) == 3

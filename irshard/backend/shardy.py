@@ -7,6 +7,7 @@ locations. Callers hold the module's context.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterator, Sequence
 
@@ -16,42 +17,50 @@ from jaxlib.mlir.dialects import func, sdy
 from irshard.core.errors import IRError
 from irshard.core.frames import Frame
 from irshard.core.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
+from irshard.core.syntax import split_top_level
 
 SHARDING = "sdy.sharding"
 SHARDING_ORIGINS = "sdy.sharding_origins"
 
-# Shardy's propagation, as its own `sdy-propagation-pipeline` runs it, with
-# the debug options that record why each axis is where it is
-# (`sdy.sharding_origins`), and stopping where Shardy dumps its
-# `after_propagation` module: before the export passes drop those records.
-PROPAGATION_PIPELINE = ",".join([
-    # Import: lift inlined meshes, add data-flow edges, sharding groups...
-    "sdy-import-pipeline",
-    # Calls: one function per call site, so each can get its own shardings.
-    "sdy-flatten-call-graph", "symbol-dce",
-    "sdy-import-func-calls", "symbol-dce",
-    # User constraints, then shardings that must agree (sharding groups).
-    "sdy-apply-sharding-constraints{debug-sharding-origins=true}",
-    "sdy-sharding-group-import",
-    # Propagation proper: callees first, then by user priority.
-    "sdy-pre-order-funcs",
-    "sdy-user-priority-propagate{debug-sharding-origins=true}",
-    # Back to functions and calls.
-    "sdy-export-named-computations", "sdy-propagate-to-func-results",
-    "sdy-unflatten-call-graph", "symbol-dce",
-    "sdy-insert-func-call-reshards",
-    # The first export steps: move shardings from data-flow edges onto the
-    # values (keeping origins), and close the shardings.
-    "func.func(sdy-sink-data-flow-edges{sink-debug-sharding-origins=true})",
-    "sdy-remove-sharding-groups",
-    "func.func(sdy-sharding-constraint-to-reshard)",
-    "sdy-close-shardings",
-])
+# Where Shardy's `sdy-propagation-pipeline` stops for irshard: where Shardy
+# dumps its `after_propagation` module, before the export passes drop the
+# records of why each axis is where it is.
+_LAST_PROPAGATION_PASS = "sdy-close-shardings"
+# Its options that record those (`sdy.sharding_origins`).
+_ORIGINS = re.compile(r"\b((?:sink-)?debug-sharding-origins)=false")
 
-# The same passes without the debug options: where recording origins
-# crashes (Shardy does not expect some IR there), propagation still runs.
-PROPAGATION_PIPELINE_WITHOUT_ORIGINS = re.sub(
-    r"\{(sink-)?debug-sharding-origins=true\}", "", PROPAGATION_PIPELINE)
+
+@functools.cache
+def propagation_pipeline(origins: bool = True) -> str:
+    """Shardy's propagation as this jaxlib's registered
+    `sdy-propagation-pipeline` runs it (its passes as the registry expands
+    them: import, call graph, sharding constraints and groups, propagation
+    by user priority, the first export steps), up to where Shardy dumps
+    its `after_propagation` module, without its module dumps; with
+    `origins`, recording where each sharding came from; the sharding rules
+    it keeps for the passes after it dropped. Raises IRError
+    where this Shardy registers no such pipeline or stops elsewhere."""
+    from jaxlib.mlir import passmanager
+
+    from irshard.backend.lowering import ir_context
+    with ir_context():
+        try:
+            expanded = str(passmanager.PassManager.parse(
+                "builtin.module(sdy-propagation-pipeline)"))
+        except Exception as e:
+            raise IRError(f"Shardy registers no propagation pipeline: {e}") from None
+    inner = expanded[expanded.index("(") + 1:expanded.rindex(")")]
+    passes = [p for p in split_top_level(inner) if p != "sdy-save-module"]
+    names = [p.split("{")[0] for p in passes]
+    if _LAST_PROPAGATION_PASS not in names:
+        raise IRError(f"Shardy's propagation pipeline has no "
+                      f"{_LAST_PROPAGATION_PASS}: {expanded}")
+    last = names.index(_LAST_PROPAGATION_PASS) + 1
+    # The sharding rules propagation keeps for the passes after it are
+    # dropped, as the pipeline's own last pass drops them.
+    kept = passes[:last] + [p for p in passes[last:] if "sdy-drop-sharding-rules" in p]
+    text = ",".join(kept)
+    return _ORIGINS.sub(r"\1=true", text) if origins else text
 
 
 def functions(module: ir.Module) -> Iterator[func.FuncOp]:

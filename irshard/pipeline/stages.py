@@ -141,14 +141,14 @@ class StableHLO(Stage):
         notes: tuple[str, ...] = ()
         try:
             propagated, crash = backend.run_registered_passes_isolated(
-                inlined_copy(), f"builtin.module({shardy.PROPAGATION_PIPELINE})")
+                inlined_copy(), f"builtin.module({shardy.propagation_pipeline()})")
             if crash is not None:
                 notes = (f"Shardy crashed ({crash}) recording where each "
                          "sharding came from; shardings are shown without "
                          "their origins",)
                 propagated = inlined_copy()
                 backend.run_registered_passes(propagated, "builtin.module("
-                    f"{shardy.PROPAGATION_PIPELINE_WITHOUT_ORIGINS})")
+                    f"{shardy.propagation_pipeline(origins=False)})")
         except backend.PassFailure as e:
             raise BackendError(f"Shardy propagation failed: {e}") from None
         return Propagated(self.info, propagated, notes)
