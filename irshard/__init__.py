@@ -35,6 +35,16 @@ _API = {"compile": "irshard.api", "run": "irshard.api", "compare": "irshard.api"
         "Source": "irshard.frontend"}
 
 
+__all__ = ["BackendError", "BudgetExceeded", "CheckFailed", "InputError",
+           "IRError", "IrshardError", "REPORT_STAGES", "Report", "STAGES",
+           "Source", "SpecError", "UsageError", "UserCodeError", "compare",
+           "compile", "configure", "load", "report", "run", "search"]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))
+
+
 def __getattr__(name):
     if name in _API:
         import importlib

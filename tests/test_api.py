@@ -214,3 +214,16 @@ def test_64_bit_inputs_leave_the_callers_64_bit_mode_alone():
     done = irshard.run(wide, mesh="x=2")
     assert [np.asarray(r).dtype for r in done.results] == [np.int64, np.float64]
     assert not jax.config.jax_enable_x64
+
+
+def test_the_public_api_is_listed_and_each_name_resolves():
+    """`__all__` names the API (what `compile` and `run` return included),
+    each name resolves, and `dir(irshard)` lists them."""
+    import irshard
+    assert {"compile", "run", "report", "Report", "search", "compare",
+            "IrshardError"} <= set(irshard.__all__)
+    for name in irshard.__all__:
+        assert getattr(irshard, name) is not None, name
+    assert set(irshard.__all__) <= set(dir(irshard))
+    from irshard.api import Report
+    assert irshard.Report is Report
