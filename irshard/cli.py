@@ -137,12 +137,11 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
                         "value it reads and where it was made, the sharding "
                         "its reader needs, and where propagation got each "
                         "mesh axis from")
-    p.add_argument("--format", choices=("text", "json", "html", "trace"),
-                   default="text",
-                   help="report format (default: text); html: one "
-                        "self-contained page (implies --explain); trace: the "
-                        "step simulated in the executable's schedule, as a "
-                        "Chrome/Perfetto trace (ui.perfetto.dev)")
+    _format_option(p, ("text", "json", "html", "trace"),
+                   "report format (default: text); html: one "
+                   "self-contained page (implies --explain); trace: the "
+                   "step simulated in the executable's schedule, as a "
+                   "Chrome/Perfetto trace (ui.perfetto.dev)")
     p.add_argument("--full", action="store_true",
                    help="on a terminal, list every row of long tables and "
                         "(run) every layout; by default they are folded "
@@ -155,8 +154,7 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
                         "caller (the line that called a helper many rows "
                         "share); a folded table is summed by line unless "
                         "given")
-    p.add_argument("-o", "--output", metavar="PATH",
-                   help="write the output to PATH instead of stdout")
+    _output_option(p, "write the output to PATH instead of stdout")
     p.add_argument("--debug-info", action="store_true",
                    help="print MLIR stages with their source locations")
 
@@ -261,8 +259,7 @@ def add_opt_arguments(p: argparse.ArgumentParser) -> None:
                         "sdy-propagation-pipeline,irshard-print-shardings'; "
                         "or each pass as a flag, as mlir-opt takes them: "
                         "--sdy-propagation-pipeline --canonicalize")
-    p.add_argument("-o", "--output", metavar="PATH",
-                   help="write the module to PATH instead of stdout")
+    _output_option(p, "write the module to PATH instead of stdout")
     p.add_argument("--list-passes", action="store_true",
                    help="list irshard's passes and their options, then the "
                         "passes MLIR has registered")
@@ -297,6 +294,18 @@ def _jobs(text: str) -> int | str:
     raise argparse.ArgumentTypeError(f"'{text}' is not a positive number or auto")
 
 
+def _format_option(p, formats: tuple[str, ...], help: str | None = None) -> None:
+    """`--format`, one of `formats`, text by default: every command's."""
+    p.add_argument("--format", choices=formats, default="text",
+                   **({"help": help} if help else {}))
+
+
+def _output_option(p, help: str | None = None) -> None:
+    """`-o PATH`: every command that writes a report or a module."""
+    p.add_argument("-o", "--output", metavar="PATH",
+                   **({"help": help} if help else {}))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="irshard",
@@ -327,8 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="which device holds which slice of every "
                        "input and output, from the shardings alone")
     _add_program_options(p)
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="PATH")
+    _format_option(p, ("text", "json"))
+    _output_option(p)
     p.set_defaults(handler=commands.cmd_show)
 
     p = sub.add_parser("devices", help="the platform's devices, per process")
@@ -336,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mesh", metavar="SPEC",
                    help="simulate as many CPU devices as this mesh needs "
                         "(default: one per process)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    _format_option(p, ("text", "json"))
     _add_process_options(p)
     p.set_defaults(handler=commands.cmd_devices)
 
@@ -351,13 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", default="optimized", metavar="STAGE",
                    help="in a dump directory, read each module's optimized "
                         "(default) or partitioned HLO")
-    p.add_argument("--format", choices=("text", "json", "html"), default="text",
-                   help="report format (default: text); html shows one "
-                        "module: a file's, or a dump's only sharded one")
+    _format_option(p, ("text", "json", "html"),
+                   "report format (default: text); html shows one "
+                   "module: a file's, or a dump's only sharded one")
     p.add_argument("--group-by", choices=GROUPINGS, metavar="KEY",
                    help="sum each module's collectives by KEY under their "
                         "table: line, scope or caller (as compile's)")
-    p.add_argument("-o", "--output", metavar="PATH")
+    _output_option(p)
     p.set_defaults(handler=commands.cmd_collectives)
 
     p = sub.add_parser("suggest", help="try changes that would remove the "
@@ -373,8 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile N changes at once in separate processes, or "
                         "auto (default: when compiling takes longer than "
                         "tracing again, on as many cores as there are)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="PATH")
+    _format_option(p, ("text", "json"))
+    _output_option(p)
     p.set_defaults(handler=commands.cmd_suggest)
 
     p = sub.add_parser("search", help="find the sharding strategy for a "
@@ -420,8 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "$XDG_CACHE_HOME/irshard/search)")
     p.add_argument("--no-cache", action="store_true",
                    help="compile every candidate, reading and writing no cache")
-    p.add_argument("--format", choices=("text", "json", "html"), default="text")
-    p.add_argument("-o", "--output", metavar="PATH")
+    _format_option(p, ("text", "json", "html"))
+    _output_option(p)
     p.set_defaults(handler=commands.cmd_search)
 
     p = sub.add_parser("diff", help="compare two reports by source line and "
@@ -439,8 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", default="optimized", choices=REPORT_STAGES,
                    help="in a dump directory, read the optimized (default) or "
                         "partitioned HLO")
-    p.add_argument("--format", choices=("text", "json", "html"), default="text")
-    p.add_argument("-o", "--output", metavar="PATH")
+    _format_option(p, ("text", "json", "html"))
+    _output_option(p)
     p.set_defaults(handler=commands.cmd_diff)
 
     p = sub.add_parser("calibrate", help="time each collective kind on the "
@@ -457,9 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the devices measured: simulated CPU devices "
                         "(default) or the GPUs present; a mesh of one "
                         "device measures its compute alone")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="PATH",
-                   help="save the fitted profile for --profile PATH")
+    _format_option(p, ("text", "json"))
+    _output_option(p, "save the fitted profile for --profile PATH")
     p.set_defaults(handler=commands.cmd_calibrate)
 
     p = sub.add_parser("opt", help="run a pass pipeline (irshard's passes and "
