@@ -29,27 +29,38 @@ class InlinePass(ModulePass):
     Options:
       default-pipeline  the pipeline run after inlining (default
                         canonicalize; empty for none).
+      only-private      inline calls of private functions only (default
+                        false), as XLA inlines a JAX module's outlined
+                        functions before Shardy propagates.
     """
 
     name: ClassVar[str] = "inline"
     default_pipeline: str = "canonicalize"
+    only_private: bool = False
 
     def apply(self, module: ir.Module) -> None:
-        with module.context, ir.Location.unknown(module.context):
+        operation = module.operation          # a module, or its operation
+        with operation.context, ir.Location.unknown(operation.context):
             functions = {ir.StringAttr(op.operation.attributes["sym_name"]).value:
-                         op.operation for op in module.body.operations
+                         op.operation
+                         for op in operation.regions[0].blocks[0].operations
                          if op.operation.name == "func.func"}
-            recursive = _recursive(functions)
+            # Calls of these stay: functions on a cycle of calls, and with
+            # only-private the public ones.
+            kept = _recursive(functions)
+            if self.only_private:
+                kept |= {name for name, fn in functions.items()
+                         if not _private(fn)}
             while True:
-                site = next((c for c in _calls(module.operation)
-                             if _inlinable(c, functions, recursive)), None)
+                site = next((c for c in _calls(operation)
+                             if _inlinable(c, functions, kept)), None)
                 if site is None:
                     break
                 _inline(site, functions[_callee(site)])
-            _erase_dead(module, functions)
+            _erase_dead(operation, functions)
         if self.default_pipeline.strip():
             try:
-                backend.run_pipeline(module.operation,
+                backend.run_pipeline(operation,
                                       f"builtin.module({self.default_pipeline})")
             except Exception as e:
                 raise PassError(f"pass 'inline': its default pipeline "
@@ -95,9 +106,9 @@ def _recursive(functions: dict[str, Any]) -> set[str]:
     return found
 
 
-def _inlinable(call, functions: dict[str, Any], recursive: set[str]) -> bool:
+def _inlinable(call, functions: dict[str, Any], kept: set[str]) -> bool:
     name = _callee(call)
-    return name in functions and name not in recursive \
+    return name in functions and name not in kept \
         and _body(functions[name]) is not None
 
 
@@ -133,11 +144,11 @@ def _remap(operation, mapping: dict, call_location) -> None:
                 _remap(op.operation, mapping, call_location)
 
 
-def _erase_dead(module, functions: dict[str, Any]) -> None:
+def _erase_dead(operation, functions: dict[str, Any]) -> None:
     """Private functions no symbol reference names any more."""
     while True:
         used = set()
-        for op in _walk(module.operation):
+        for op in _walk(operation):
             attributes = op.attributes
             for i in range(len(attributes)):
                 used.update(_symbols(attributes[i].attr))

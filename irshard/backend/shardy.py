@@ -40,10 +40,10 @@ def propagation_pipeline(origins: bool = True) -> str:
     `origins`, recording where each sharding came from; the sharding rules
     it keeps for the passes after it dropped. Raises IRError
     where this Shardy registers no such pipeline or stops elsewhere."""
+    from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import passmanager
-
-    from irshard.backend.lowering import ir_context
-    with ir_context():
+    # A context as JAX makes it, with Shardy's passes registered.
+    with jax_mlir.make_ir_context():
         try:
             expanded = str(passmanager.PassManager.parse(
                 "builtin.module(sdy-propagation-pipeline)"))
@@ -438,78 +438,6 @@ def name_locations(module: ir.Module, source: str | None = None) -> int:
                                                           childLoc=frame)
                     count += 1
     return count
-
-
-def inline_calls(module) -> None:
-    """Inlines every call of a private function, as XLA does before Shardy
-    propagates (a function JAX outlined — a nested `jit`, a loop body —
-    would otherwise be propagated on its own and get other shardings). An
-    inlined op is located where it was, as called from the call's
-    location."""
-    operation = getattr(module, "operation", module)
-    with operation.context:
-        for _ in range(1024):
-            found = _private_functions(operation)
-            calls = []
-            for fn in functions_of(operation):
-                for op in walk(fn.operation):
-                    if op.name == "func.call":
-                        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
-                        if callee in found:
-                            calls.append((op, found[callee]))
-            if not calls:
-                break
-            for call, callee in calls:
-                _inline(call, callee)
-        for fn in list(_private_functions(operation).values()):
-            if not _is_called(operation, fn.sym_name.value):
-                fn.operation.erase()
-
-
-def functions_of(operation) -> list[func.FuncOp]:
-    return [op.opview for op in operation.regions[0].blocks[0].operations
-            if op.operation.name == "func.func"]
-
-
-def _private_functions(operation) -> dict[str, func.FuncOp]:
-    return {fn.sym_name.value: fn for fn in functions_of(operation)
-            if not is_public(fn) and not fn.is_external}
-
-
-def _is_called(operation, name: str) -> bool:
-    for fn in functions_of(operation):
-        for op in walk(fn.operation):
-            if op.name == "func.call" and \
-                    ir.FlatSymbolRefAttr(op.attributes["callee"]).value == name:
-                return True
-    return False
-
-
-def _inline(call: ir.Operation, callee: func.FuncOp) -> None:
-    """Replaces `call` by a copy of `callee`'s body."""
-    copy = callee.operation.clone(ip=ir.InsertionPoint(call))
-    block = copy.regions[0].blocks[0]
-    for argument, value in zip(block.arguments, call.operands):
-        argument.replace_all_uses_with(value)
-    where = call.location
-    returned = []
-    for op in list(block.operations):
-        op = op.operation
-        if op.name == "func.return":
-            returned = list(op.operands)
-            continue
-        op.move_before(call)
-        _relocate(op, where)
-    for result, value in zip(call.results, returned):
-        result.replace_all_uses_with(value)
-    call.erase()
-    copy.erase()
-
-
-def _relocate(op: ir.Operation, caller: ir.Location) -> None:
-    op.location = ir.Location.callsite(op.location, [caller])
-    for nested in walk(op):
-        nested.location = ir.Location.callsite(nested.location, [caller])
 
 
 def clone_module(module) -> ir.Module:

@@ -25,6 +25,9 @@ where `wire` is what one device sends with a ring (the report's
 torus dimension the group spans, doubled when that dimension has wraparound
 links (a ring both ways); elsewhere W. A link's `base` latency is added once.
 On a TPU a ring over a dimension with wraparound takes n/2 steps, not n-1.
+A TPU's collectives over different mesh axes use different links of its
+torus, and a link carries each way at once (`torus_lanes`): the step
+simulation runs those side by side.
 
 The roofline compares the executable's FLOPs at the chip's peak, its bytes
 accessed at HBM bandwidth, and the communication time: whichever is
@@ -40,6 +43,7 @@ from typing import Any, Sequence
 
 from irshard import backend
 from irshard.hardware.targets import Link, Profile, Target
+from irshard.xla import replica_groups
 
 
 @dataclass(frozen=True)
@@ -171,3 +175,31 @@ def roofline(profile: Profile, flops: float | None, bytes_accessed: float | None
         "step_s": [max(local, comm_s), local + comm_s],
         "exposed_comm_s": [max(0.0, comm_s - local), comm_s],
     }
+
+
+def torus_lanes(mesh, axes: dict[str, tuple[str, ...]]):
+    """The links a TPU collective uses, for the step simulation: each mesh
+    axis it spans, both ways round the axis's ring (a ring collective sends
+    each way at once), or, for a collective-permute, the way round each
+    of its pairs goes."""
+    found: dict[str, tuple] = {}
+
+    def lanes(inst, name):
+        if inst.name in found:
+            return found[inst.name]
+        ways = set()
+        if inst.opcode.startswith("collective-permute") \
+                and "source_target_pairs" in inst.attrs:
+            try:
+                ways = replica_groups.pair_directions(
+                    replica_groups.parse_pairs(inst.attrs["source_target_pairs"]),
+                    mesh)
+            except ValueError:
+                ways = set()
+        if not ways:
+            ways = {(axis, way) for axis in axes.get(name, ("?",))
+                    for way in "+-"}
+        found[inst.name] = tuple(sorted(ways))
+        return found[inst.name]
+
+    return lanes

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
-from irshard import backend
+from irshard import backend, passes
 from irshard.collectives import analysis, findings, schedule
 from irshard.collectives import memory as peaks
 from irshard.collectives import rates as compute_rates
@@ -39,7 +39,7 @@ from irshard.pipeline.lowerings import (JittedProgram, lower_jitted_program,
 from irshard.reporting.report import (CollectiveReport, TensorInfo, analysed_bytes,
                                       memory_in_use,
                                       tensor_info)
-from irshard.xla import hloscan, replica_groups
+from irshard.xla import hloscan
 from irshard.xla.hlo import HloModuleView
 
 @dataclass(frozen=True)
@@ -133,9 +133,12 @@ class StableHLO(Stage):
         and the stage says so in `notes`."""
         from irshard.backend import shardy
 
+        inline = passes.pass_class("inline")(default_pipeline="",
+                                             only_private=True)
+
         def inlined_copy():
             copy = self.module.operation.clone()
-            shardy.inline_calls(copy)
+            inline.apply(copy)
             return copy
 
         notes: tuple[str, ...] = ()
@@ -280,7 +283,7 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     # A TPU's collectives over different mesh axes run over different links
     # of its torus (and across slices, the data-center network), side by
     # side; a host's or a GPU's run one after another.
-    lanes = _torus_lanes(info.mesh, axes) \
+    lanes = cost.torus_lanes(info.mesh, axes) \
         if info.placement.target.kind == "tpu" else None
     step = schedule.simulate(view, rates, collective_s, analysis.user_line(
         view, UserCode(info.user_dir)), lanes)
@@ -291,34 +294,6 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
         axes.get(name, ("?",)),
         key=lambda a: (order.get(a.split(":")[0], len(order)), a))))
     return step
-
-
-def _torus_lanes(mesh, axes: dict[str, tuple[str, ...]]):
-    """The links a TPU collective uses, for the step simulation: each mesh
-    axis it spans, both ways round the axis's ring (a ring collective sends
-    each way at once), or, for a collective-permute, the way round each
-    of its pairs goes."""
-    found: dict[str, tuple] = {}
-
-    def lanes(inst, name):
-        if inst.name in found:
-            return found[inst.name]
-        ways = set()
-        if inst.opcode.startswith("collective-permute") \
-                and "source_target_pairs" in inst.attrs:
-            try:
-                ways = replica_groups.pair_directions(
-                    replica_groups.parse_pairs(inst.attrs["source_target_pairs"]),
-                    mesh)
-            except ValueError:
-                ways = set()
-        if not ways:
-            ways = {(axis, way) for axis in axes.get(name, ("?",))
-                    for way in "+-"}
-        found[inst.name] = tuple(sorted(ways))
-        return found[inst.name]
-
-    return lanes
 
 
 def _read(text_of: Callable[[], str], parsed, use):

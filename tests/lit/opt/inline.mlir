@@ -5,6 +5,7 @@
 // RUN: irshard opt %s --split-input-file -p inline | filecheck %s
 // RUN: irshard opt %s --split-input-file -inline='default-pipeline=' --mlir-print-debuginfo | filecheck %s --check-prefix=LOC
 // RUN: irshard opt --list-passes | filecheck %s --check-prefix=LIST
+// RUN: irshard opt %s --split-input-file -inline='only-private=true default-pipeline=' | filecheck %s --check-prefix=PRIVATE
 
 // LIST: irshard's passes:
 // LIST-NEXT: inline
@@ -54,7 +55,12 @@ func.func private @g(%arg0: tensor<8xf32>) -> tensor<8xf32> {
 // -----
 
 // A recursive function and a declaration stay called; a public callee
-// stays after its calls are inlined.
+// stays after its calls are inlined. With only-private (how the propagated
+// stage inlines a JAX module's outlined functions), its calls stay too.
+// PRIVATE-LABEL: func.func public @main(%arg0: tensor<4xf32>)
+// PRIVATE-NEXT: call @rec
+// PRIVATE-NEXT: call @ext
+// PRIVATE-NEXT: call @kept
 // CHECK-LABEL: func.func public @main
 // CHECK-NEXT: call @rec
 // CHECK-NEXT: call @ext
