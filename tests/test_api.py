@@ -2,6 +2,7 @@
 prefixes, static arguments, typed keys, gradients by name, budgets."""
 
 import dataclasses
+import os
 from typing import NamedTuple
 
 import jax
@@ -227,3 +228,42 @@ def test_the_public_api_is_listed_and_each_name_resolves():
     assert set(irshard.__all__) <= set(dir(irshard))
     from irshard.api import Report
     assert irshard.Report is Report
+
+
+def _heat():
+    import importlib.util
+    from tests.conftest import EXAMPLES
+    path = os.path.join(EXAMPLES, "heat1d.py")
+    spec = importlib.util.spec_from_file_location("heat1d_for_api", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+def test_the_command_line_and_the_api_write_the_same_json(tmp_path):
+    """`compile`, `run --check` and `diff` give the same JSON, byte for
+    byte, from the command line and from Python, for the same program."""
+    import subprocess
+    import sys
+    path, heat = _heat()
+    rod = jax.ShapeDtypeStruct((1024,), jnp.float32)
+
+    def command(*args):
+        done = subprocess.run([sys.executable, "-m", "irshard", *args,
+                               "--format", "json"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    roll = irshard.compile(heat.simulate_roll, rod, mesh="x=8", rules=[("*", "x")])
+    assert roll.to_json_text() == command("compile", path, "--fn", "simulate_roll",
+                                          "--mesh", "x=8")
+    checked = irshard.run(heat.simulate_roll, rod, mesh="x=8", rules=[("*", "x")],
+                          check=True)
+    assert checked.to_json_text() == command("run", path, "--fn", "simulate_roll",
+                                             "--mesh", "x=8", "--check")
+    a, b = tmp_path / "roll.json", tmp_path / "set.json"
+    a.write_text(roll.to_json_text())
+    b.write_text(irshard.compile(heat.simulate_set, rod, mesh="x=8",
+                                 rules=[("*", "x")]).to_json_text())
+    assert irshard.compare(str(a), str(b)).render_json() == \
+        command("diff", str(a), str(b))
