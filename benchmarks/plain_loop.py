@@ -10,6 +10,13 @@ minimum seconds per call as JSON (each call blocked on, after warm-up
 calls), which `benchmarks/timemodel.py` sets beside `irshard run --repeat`.
 
     python benchmarks/plain_loop.py --repeat 20 -- examples/mlp.py --mesh dp=2,tp=2 --grad
+
+With `--interleave` it also times each step as `irshard run --repeat` does
+(irshard's executable of the same program, its donated inputs fed back as
+`running.execution` feeds them), one irshard call after each plain call in
+the same process, and prints both medians and their ratio: this machine's
+process-to-process noise (the scheduling of the device threads on its
+cores) is then shared by both instead of told apart as a difference.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--interleave", action="store_true",
+                        help="time irshard's execution of the same program "
+                             "after each plain call, in this process")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="after --: the arguments of irshard run")
     options = parser.parse_args()
@@ -80,8 +90,10 @@ def main() -> int:
             given[i] = jax.device_put(value(ins[i].decl), ins[i].sharding)
         return given
 
+    ours = _irshard_runs(compiled.compiled, lowered.info, ins, outs, value) \
+        if options.interleave else None
     given = arguments
-    times = []
+    times, theirs = [], []
     for n in range(options.warmup + options.repeat):
         start = time.perf_counter()
         results = executable(*given)
@@ -89,9 +101,44 @@ def main() -> int:
         if n >= options.warmup:
             times.append(time.perf_counter() - start)
         given = next_arguments(given, results)
-    print(json.dumps({"median_s": statistics.median(times), "min_s": min(times),
-                      "runs": len(times)}))
+        if ours is not None:
+            seconds = ours()
+            if n >= options.warmup:
+                theirs.append(seconds)
+    found = {"median_s": statistics.median(times), "min_s": min(times),
+             "runs": len(times)}
+    if theirs:
+        found.update(irshard_median_s=statistics.median(theirs),
+                     irshard_min_s=min(theirs),
+                     ratio=statistics.median(theirs) / statistics.median(times))
+    print(json.dumps(found))
     return 0
+
+
+def _irshard_runs(compiled, info, ins, outs, value):
+    """One timed execution of irshard's executable a call, as `irshard run
+    --repeat` times it (`running.execution`): its arguments made before the
+    clock starts, a donated input the run before's aliased output."""
+    import jax
+
+    from irshard import backend
+    from irshard.running.execution import _steady
+
+    def fresh():
+        return [jax.device_put(value(t.decl), t.sharding) for t in ins]
+
+    arguments = _steady(compiled, fresh, info, outs)
+    state = {"results": None}
+
+    def run() -> float:
+        given = arguments(state["results"])
+        backend.block_until_ready(given)
+        start = time.perf_counter()
+        results = backend.execute(compiled, given, timed=True)
+        backend.block_until_ready([a for arrays in results for a in arrays])
+        state["results"] = results
+        return time.perf_counter() - start
+    return run
 
 
 if __name__ == "__main__":
