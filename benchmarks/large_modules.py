@@ -348,7 +348,7 @@ _COMPILE_REPORT = """
 import json, os, statistics, sys, time, tracemalloc
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 from irshard import backend, frontend
-from irshard.pipeline import output
+from irshard.stages import output
 path, runs = sys.argv[1], int(sys.argv[2])
 source = frontend.Source(path, mesh="x=4", fn="step", args_fn="example_args",
                          shards=("params/*=x,_", "batch=_,x,_"), grad=("params",))

@@ -49,12 +49,12 @@ def main() -> int:
 
     from irshard import cli, commands
     from irshard.backend.compiling import _aliases
-    from irshard.pipeline import show
+    from irshard.stages import placing
 
     args = cli.build_parser().parse_args(["run", *command])
     lowered = commands._load(commands._source(args))   # sets up the devices
     compiled = lowered.compile()
-    ins, outs = show.placed(compiled)
+    ins, outs = placing.placed(compiled)
 
     import jax
     import numpy as np

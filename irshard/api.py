@@ -60,9 +60,11 @@ class Report(CollectiveReport):
 
     def to_html(self) -> str:
         """The HTML report (`--format html`): one self-contained page."""
-        from irshard.pipeline import htmlreport
-        compiled = getattr(self.stages, "compiled", None)
-        return htmlreport.render_report(self, compiled, self.run)
+        from irshard.reporting import htmlreport
+        from irshard.stages import output
+        parts = output.page_parts(self, getattr(self.stages, "compiled", None),
+                                  self.run)
+        return htmlreport.render_report(self, parts, self.run)
 
     # How a report shows itself: a few lines in a console; in a notebook,
     # its summary and the full page (irshard.reporting.notebook).
@@ -106,11 +108,12 @@ def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     HLO file or XLA dump. `labels` name the sides (default: the program and
     its mesh). The result prints as text, shows itself in a notebook, and
     has `to_json()`, `to_html()` and `regressions()`."""
-    from irshard.pipeline import diff as diffing
+    from irshard.collectives import dumps
+    from irshard.reporting import diff as diffing
     if labels is not None and len(labels) != 2:
         raise UsageError(f"labels: expected two, one per side, not {len(labels)}")
     name_a, name_b = labels if labels is not None else (None, None)
-    return diffing.compare(diffing.side(a, name_a), diffing.side(b, name_b))
+    return diffing.compare(dumps.diff_side(a, name_a), dumps.diff_side(b, name_b))
 
 
 # ---------------------------------------------------------------------------
@@ -194,7 +197,7 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
     from irshard import frontend
     from irshard.core import frames
     from irshard.loading import program
-    from irshard.pipeline import stages
+    from irshard.stages import staged
     frames.note_callers()
     rules, static_argnums, constraints = check_common(
         rules, static_argnums, grad, out_shardings, target, profile,
@@ -218,7 +221,7 @@ def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
                               grad=grad, out_shardings=out_shardings,
                               reference=reference, context=_context(context),
                               keras_fit=keras_fit)
-    lowered = stages.trace(prog, place.placement, devices)
+    lowered = staged.trace(prog, place.placement, devices)
     frontend.constrain(lowered, frontend.parse_constraints(
         f"{match}={spec}" for match, spec in constraints))
     compiled = lowered.compile(partitioned=True)
@@ -292,7 +295,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     (`x, y`): the report is of the train step its `fit` runs, inputs named
     by Keras' variable paths."""
     from irshard.collectives import explain as explaining
-    from irshard.pipeline import stages
+    from irshard.stages import staged
     if not isinstance(explain, bool):
         raise wrong("explain", explain, "True or False")
     if not isinstance(keras_fit, bool):
@@ -313,7 +316,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     report = read.report()
     if explain:
         report = explaining.explained(report, lowered, read)
-    return _given(Report.of(report, stages=stages.Pipeline(lowered, compiled)))
+    return _given(Report.of(report, stages=staged.Pipeline(lowered, compiled)))
 
 
 def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
@@ -332,7 +335,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     from irshard.backend import shardy
     from irshard.collectives import explain as explaining
     from irshard.hardware import targets
-    from irshard.pipeline import stages
+    from irshard.stages import staged
     check_platform(platform)
     if hasattr(lowered, "runtime_executable") and not hasattr(lowered, "compile"):
         return _report_compiled(lowered, mesh, target, profile, platform)
@@ -359,19 +362,19 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         from irshard import frontend
         devices = frontend.Hosting(place).devices(spec)
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
-    lowered_stage = stages.from_lowering(lowered, spec, place, devices, name)
+    lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
     compiled = lowered_stage.compile(partitioned=True)
     result = compiled.report()
     if explain:
         result = explaining.explained(result, lowered_stage, compiled)
-    return _given(Report.of(result, stages=stages.Pipeline(lowered_stage, compiled)))
+    return _given(Report.of(result, stages=staged.Pipeline(lowered_stage, compiled)))
 
 
 def _report_compiled(compiled: Any, mesh: Any, target, profile, platform):
     """`report` of a `jax.stages.Compiled`: its own executable, read."""
     from irshard import backend
     from irshard.hardware import targets
-    from irshard.pipeline import stages
+    from irshard.stages import staged
     try:
         step = backend.compiled_of(compiled)
     except (TypeError, AttributeError) as e:
@@ -387,9 +390,9 @@ def _report_compiled(compiled: Any, mesh: Any, target, profile, platform):
         raise UsageError(f"report: mesh {spec} has {spec.num_devices} devices; "
                          f"the executable runs on {len(step.devices)}")
     place = targets.place(target, platform, profile)
-    optimized = stages.from_compiled(step, spec, place, "compiled")
+    optimized = staged.from_compiled(step, spec, place, "compiled")
     return _given(Report.of(optimized.report(),
-                            stages=stages.Pipeline(None, optimized)))
+                            stages=staged.Pipeline(None, optimized)))
 
 
 @_x64_kept
@@ -468,7 +471,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     `grad`). With `check`, a mismatch raises `irshard.CheckFailed` (its
     `report` attribute holds the report)."""
     from irshard.running import execution as running
-    from irshard.pipeline import stages
+    from irshard.stages import staged
     check_run(seed, rtol, atol, repeat, ranges, check)
     if not isinstance(keras_fit, bool):
         raise wrong("keras_fit", keras_fit, "True or False")
@@ -488,7 +491,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     found = compiled.report()
     result = running.run(lowered, compiled, options).predicted_by(found)
     report = Report.of(found,
-                       stages=stages.Pipeline(lowered, compiled), run=result,
+                       stages=staged.Pipeline(lowered, compiled), run=result,
                        results=_results(lowered, result, prog.grad is not None))
     _given(report)
     failure = _check_failure(result)
@@ -509,5 +512,5 @@ def _results(lowered, result, grad: bool) -> Any:
 
 
 def _check_failure(result) -> CheckFailed | None:
-    from irshard.pipeline import check
+    from irshard.running import check
     return check.failure(result.checks)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from irshard import REPORT_STAGES, STAGES, __version__, commands
 from irshard.core.errors import IrshardError, UsageError, error_line
@@ -41,83 +42,120 @@ class _Parser(argparse.ArgumentParser):
 # Options shared by the commands
 
 
+@dataclass(frozen=True)
+class _Option:
+    """One option as data: its names and what argparse takes for it."""
+
+    names: tuple[str, ...]
+    kwargs: dict[str, Any]
+
+    @classmethod
+    def of(cls, *names: str, **kwargs: Any) -> "_Option":
+        return cls(names, kwargs)
+
+
+# What names a program and how it is traced, sharded and compiled: compile,
+# run, show and suggest take all of them, search those of a program it
+# shards itself (`_SEARCH_PROGRAM`).
+PROGRAM_OPTIONS = (
+    _Option.of("file", metavar="FILE",
+               help="a .py file (a function is traced) or a .mlir module"),
+    _Option.of("--fn", metavar="NAME",
+               help="the function to compile (default: the file's only "
+                    "public function)"),
+    _Option.of("--mesh", metavar="SPEC",
+               help="the device mesh, major to minor: x=4 or dp=2,tp=4"),
+    _Option.of("--axis-types", metavar="TYPES",
+               help="how the function is traced over the mesh axes: "
+                    "'auto' (default: the compiler propagates shardings) "
+                    "or 'explicit' (shardings in the types, as "
+                    "jax.make_mesh's default; reshard, auto_axes and "
+                    "sharded types work), for every axis or per axis: "
+                    "'explicit,auto' or 'dp=explicit'"),
+    _Option.of("--args", metavar="NAME", dest="args_fn",
+               help="a function in FILE that returns the positional "
+                    "arguments (pytrees of arrays or ShapeDtypeStructs, "
+                    "e.g. from jax.eval_shape); their shardings are used"),
+    _Option.of("--keras-fit", action="store_true",
+               help="--fn names a compiled Keras model: compile the train "
+                    "step its fit() runs on the batch --args returns "
+                    "((x, y)); inputs are named by Keras' variable paths"),
+    _Option.of("--context", metavar="NAME", dest="context_fn",
+               help="a function in FILE that returns a context manager "
+                    "entered around tracing and lowering (e.g. "
+                    "jax.set_mesh(mesh) with logical axis rules, as "
+                    "MaxText's step needs)"),
+    _Option.of("--arg", action="append", default=[], metavar="NAME=TYPE",
+               help="an argument's type, e.g. d=f32[1024] or d=f32[1024@x] "
+                    "(default: the argument's string annotation)"),
+    _Option.of("--shard", action="append", default=[], metavar="PATTERN=SPEC",
+               help="the sharding of the inputs whose path PATTERN matches "
+                    "(a path, or a glob: '*' within a segment, '**' any "
+                    "segments; the first rule that matches applies), one "
+                    "entry per dimension: '_', 'x', 'x+y', with '?' to "
+                    "leave it open, e.g. d=x,_ or 'params/**/w=_,tp'"),
+    _Option.of("--override-shard", action="append", default=[],
+               metavar="PATTERN=SPEC",
+               help="a --shard rule that applies before all --shard rules; "
+                    "the last one given first (so it can be appended to a "
+                    "command, as 'irshard suggest' proposes)"),
+    _Option.of("--out-shard", action="append", default=[],
+               metavar="INDEX=SPEC", help="constrain output INDEX, e.g. 0=_,y"),
+    _Option.of("--constrain", action="append", default=[],
+               metavar="MATCH=SPEC",
+               help="constrain the results of the ops MATCH picks: OP "
+                    "(dot_general), FILE:LINE, or OP@FILE:LINE, with #N "
+                    "for the N-th, e.g. 'dot_general@model.py:12=_,tp' "
+                    "(repeatable)"),
+    _Option.of("--grad", nargs="?", const=True, metavar="NAMES",
+               help="compile the reverse-mode gradient of the (scalar) "
+                    "function: with respect to the named arguments "
+                    "(comma-separated), or all floating-point inputs"),
+    _Option.of("--static", metavar="NAMES",
+               help="arguments that are static (bound to their value, "
+                    "not traced), comma-separated names or numbers, as "
+                    "jit's static_argnames and static_argnums (a jitted "
+                    "function's own count too)"),
+    _Option.of("--donate", action="append", default=[], metavar="ARG",
+               help="donate an argument (its number or name, as jit's "
+                    "donate_argnums and donate_argnames) or the leaves a "
+                    "path pattern picks ('state/opt/**'): XLA may reuse "
+                    "their buffers for outputs (repeatable; a jitted "
+                    "function's own donate_argnums count too)"),
+    _Option.of("--platform", choices=PLATFORMS, default="cpu",
+               help="where the mesh lives: simulated CPU devices "
+                    "(default) or a real accelerator"),
+    _Option.of("--target", metavar="TARGET",
+               help="what to compile for: cpu (default), a TPU slice "
+                    "tpu-v4|v5e|v5p|v6e:TOPOLOGY[,slices=N] (compiled by "
+                    "libtpu, no TPU needed) or a GPU cluster "
+                    "gpu-h100|h200|b200:NODESxGPUS (estimated without "
+                    "GPUs); sets the hardware profile of the times"),
+    _Option.of("--profile", metavar="PATH",
+               help="a hardware profile saved by 'irshard calibrate -o "
+                    "PATH', replacing the target's link numbers"),
+)
+_SEARCH_PROGRAM = ("file", "--fn", "--args", "--arg", "--grad", "--static",
+                   "--donate", "--target", "--profile")
+
+
+def _add_options(p: argparse.ArgumentParser, options: Sequence[_Option],
+                 only: Sequence[str] | None = None,
+                 helps: dict[str, str] | None = None) -> None:
+    """Adds `options` to `p` (those named in `only`, in their order), with
+    the help of any named in `helps` said for `p`'s command."""
+    helps = helps or {}
+    for option in options:
+        name = option.names[0]
+        if only is None or name in only:
+            kwargs = dict(option.kwargs)
+            if name in helps:
+                kwargs["help"] = helps[name]
+            p.add_argument(*option.names, **kwargs)
+
+
 def _add_program_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE",
-                   help="a .py file (a function is traced) or a .mlir module")
-    p.add_argument("--fn", metavar="NAME",
-                   help="the function to compile (default: the file's only "
-                        "public function)")
-    p.add_argument("--mesh", metavar="SPEC",
-                   help="the device mesh, major to minor: x=4 or dp=2,tp=4")
-    p.add_argument("--axis-types", metavar="TYPES",
-                   help="how the function is traced over the mesh axes: "
-                        "'auto' (default: the compiler propagates shardings) "
-                        "or 'explicit' (shardings in the types, as "
-                        "jax.make_mesh's default; reshard, auto_axes and "
-                        "sharded types work), for every axis or per axis: "
-                        "'explicit,auto' or 'dp=explicit'")
-    p.add_argument("--args", metavar="NAME", dest="args_fn",
-                   help="a function in FILE that returns the positional "
-                        "arguments (pytrees of arrays or ShapeDtypeStructs, "
-                        "e.g. from jax.eval_shape); their shardings are used")
-    p.add_argument("--keras-fit", action="store_true",
-                   help="--fn names a compiled Keras model: compile the train "
-                        "step its fit() runs on the batch --args returns "
-                        "((x, y)); inputs are named by Keras' variable paths")
-    p.add_argument("--context", metavar="NAME", dest="context_fn",
-                   help="a function in FILE that returns a context manager "
-                        "entered around tracing and lowering (e.g. "
-                        "jax.set_mesh(mesh) with logical axis rules, as "
-                        "MaxText's step needs)")
-    p.add_argument("--arg", action="append", default=[], metavar="NAME=TYPE",
-                   help="an argument's type, e.g. d=f32[1024] or d=f32[1024@x] "
-                        "(default: the argument's string annotation)")
-    p.add_argument("--shard", action="append", default=[], metavar="PATTERN=SPEC",
-                   help="the sharding of the inputs whose path PATTERN matches "
-                        "(a path, or a glob: '*' within a segment, '**' any "
-                        "segments; the first rule that matches applies), one "
-                        "entry per dimension: '_', 'x', 'x+y', with '?' to "
-                        "leave it open, e.g. d=x,_ or 'params/**/w=_,tp'")
-    p.add_argument("--override-shard", action="append", default=[],
-                   metavar="PATTERN=SPEC",
-                   help="a --shard rule that applies before all --shard rules; "
-                        "the last one given first (so it can be appended to a "
-                        "command, as 'irshard suggest' proposes)")
-    p.add_argument("--out-shard", action="append", default=[],
-                   metavar="INDEX=SPEC", help="constrain output INDEX, e.g. 0=_,y")
-    p.add_argument("--constrain", action="append", default=[],
-                   metavar="MATCH=SPEC",
-                   help="constrain the results of the ops MATCH picks: OP "
-                        "(dot_general), FILE:LINE, or OP@FILE:LINE, with #N "
-                        "for the N-th, e.g. 'dot_general@model.py:12=_,tp' "
-                        "(repeatable)")
-    p.add_argument("--grad", nargs="?", const=True, metavar="NAMES",
-                   help="compile the reverse-mode gradient of the (scalar) "
-                        "function: with respect to the named arguments "
-                        "(comma-separated), or all floating-point inputs")
-    p.add_argument("--static", metavar="NAMES",
-                   help="arguments that are static (bound to their value, "
-                        "not traced), comma-separated names or numbers, as "
-                        "jit's static_argnames and static_argnums (a jitted "
-                        "function's own count too)")
-    p.add_argument("--donate", action="append", default=[], metavar="ARG",
-                   help="donate an argument (its number or name, as jit's "
-                        "donate_argnums and donate_argnames) or the leaves a "
-                        "path pattern picks ('state/opt/**'): XLA may reuse "
-                        "their buffers for outputs (repeatable; a jitted "
-                        "function's own donate_argnums count too)")
-    p.add_argument("--platform", choices=PLATFORMS, default="cpu",
-                   help="where the mesh lives: simulated CPU devices "
-                        "(default) or a real accelerator")
-    p.add_argument("--target", metavar="TARGET",
-                   help="what to compile for: cpu (default), a TPU slice "
-                        "tpu-v4|v5e|v5p|v6e:TOPOLOGY[,slices=N] (compiled by "
-                        "libtpu, no TPU needed) or a GPU cluster "
-                        "gpu-h100|h200|b200:NODESxGPUS (estimated without "
-                        "GPUs); sets the hardware profile of the times")
-    p.add_argument("--profile", metavar="PATH",
-                   help="a hardware profile saved by 'irshard calibrate -o "
-                        "PATH', replacing the target's link numbers")
+    _add_options(p, PROGRAM_OPTIONS)
 
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
@@ -390,29 +428,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "program and a target: mesh shapes times rule sets "
                        "(data, FSDP, tensor parallel and their mixes), each "
                        "compiled for real and ranked by its simulated step")
-    p.add_argument("file", metavar="FILE", help="a .py file")
-    p.add_argument("--fn", metavar="NAME",
-                   help="the step function (default: the file's only public "
-                        "function)")
-    p.add_argument("--args", metavar="NAME", dest="args_fn",
-                   help="a function in FILE that returns the positional "
-                        "arguments (e.g. from jax.eval_shape)")
-    p.add_argument("--arg", action="append", default=[], metavar="NAME=TYPE",
-                   help="an argument's type, e.g. d=f32[1024]")
-    p.add_argument("--grad", nargs="?", const=True, metavar="NAMES",
-                   help="search for the reverse-mode gradient of the function")
-    p.add_argument("--static", metavar="NAMES", help="static arguments")
-    p.add_argument("--donate", action="append", default=[], metavar="ARG",
-                   help="donate an argument or the leaves a pattern picks "
-                        "(repeatable), as for compile")
+    _add_options(p, PROGRAM_OPTIONS, _SEARCH_PROGRAM, {
+        "file": "a .py file",
+        "--fn": "the step function (default: the file's only public function)",
+        "--args": "a function in FILE that returns the positional arguments "
+                  "(e.g. from jax.eval_shape)",
+        "--arg": "an argument's type, e.g. d=f32[1024]",
+        "--grad": "search for the reverse-mode gradient of the function",
+        "--target": "search for a target: a TPU slice (tpu-v5e:4x4, "
+                    "tpu-v5p:2x2x4), a GPU cluster (gpu-h100:1x8, estimated) "
+                    "or cpu with --devices"})
     p.add_argument("--devices", type=_count, metavar="N",
                    help="search for N simulated CPU devices")
-    p.add_argument("--target", metavar="TARGET",
-                   help="search for a target: a TPU slice (tpu-v5e:4x4, "
-                        "tpu-v5p:2x2x4), a GPU cluster (gpu-h100:1x8, "
-                        "estimated) or cpu with --devices")
-    p.add_argument("--profile", metavar="PATH",
-                   help="a hardware profile saved by 'irshard calibrate -o'")
     p.add_argument("--axes", metavar="NAMES",
                    help="the mesh axes to factor the devices over, major to "
                         "minor (default data,fsdp,tensor; also sequence, "

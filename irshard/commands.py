@@ -97,7 +97,7 @@ def _note(text: str) -> None:
 
 
 def cmd_compile(args) -> int:
-    from irshard.pipeline import output
+    from irshard.stages import output
     emits = _stages(args)
     budgets = _budgets(args)
     source = _source(args)
@@ -189,7 +189,7 @@ def cmd_run(args) -> int:
         import dataclasses
         options = dataclasses.replace(options, given=lowered.given)
     _stage("compiling")
-    from irshard.pipeline import output
+    from irshard.stages import output
     args.explain = args.explain or args.format == "html"
     texts, compiled = output.emit(lowered, emits, args.stage, args.debug_info,
                                   compile_anyway=True, explain=args.explain,
@@ -210,7 +210,7 @@ def cmd_run(args) -> int:
         text = output.join_stages(texts) + text
     if _is_reporting_process():
         write_output(args.output, text)
-    from irshard.pipeline import check
+    from irshard.running import check
     failure = check.failure(result.checks) or breach
     if failure is not None:
         raise failure
@@ -228,10 +228,11 @@ def cmd_show(args) -> int:
     check_output_path(args.output)
     lowered = _load(source)
     compiled = lowered.compile()
-    from irshard.pipeline import show
-    inputs, outputs = show.placed(compiled)
-    write_output(args.output, show.render(compiled.info, inputs, outputs,
-                                          args.format))
+    from irshard.reporting import layout
+    from irshard.stages import placing
+    inputs, outputs = placing.placed(compiled)
+    write_output(args.output, layout.render_show(compiled.info, inputs, outputs,
+                                                 args.format))
     return 0
 
 
@@ -252,7 +253,7 @@ def cmd_devices(args) -> int:
 def cmd_calibrate(args) -> int:
     mesh = parse_mesh(args.mesh)
     check_output_path(args.output)
-    from irshard.pipeline import calibrate
+    from irshard.measuring import calibrate
     result = calibrate.calibrate_host(mesh, args.sizes, args.repeats,
                                      note=_note_calibrate, platform=args.platform)
     if args.output:
@@ -274,7 +275,7 @@ def cmd_opt(args) -> int:
     if args.file is None:
         raise UsageError("give a .mlir file (or '-' for stdin), or --list-passes")
     check_output_path(args.output)
-    from irshard.pipeline import irfile
+    from irshard.stages import irfile
     data = irfile.read_bytes(args.file)
     try:
         text = opt.opt(data, args.file, args.pipeline,
@@ -296,7 +297,7 @@ def cmd_opt(args) -> int:
 def cmd_collectives(args) -> int:
     check_output_path(args.output)
     mesh = parse_mesh(args.mesh) if args.mesh else None
-    from irshard.pipeline import output
+    from irshard.stages import output
     write_output(args.output,
                  output.collectives(args.path, args.stage, mesh, args.format,
                                     args.group_by))
@@ -376,12 +377,13 @@ def cmd_search(args) -> int:
 
 def cmd_diff(args) -> int:
     check_output_path(args.output)
-    from irshard.pipeline import diff
-    a = diff.load(args.a, args.module, args.stage)
-    b = diff.load(args.b, args.module, args.stage)
+    from irshard.collectives import dumps
+    from irshard.reporting import diff
+    a = dumps.load_side(args.a, args.module, args.stage)
+    b = dumps.load_side(args.b, args.module, args.stage)
     result = diff.compare(a, b)
     if args.format == "html":
-        from irshard.pipeline import htmlreport
+        from irshard.reporting import htmlreport
         text = htmlreport.render_diff(result)
     else:
         text = result.render_json() if args.format == "json" else result.render_text()

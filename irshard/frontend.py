@@ -80,7 +80,7 @@ class Source:
 
     @property
     def is_module(self) -> bool:
-        from irshard.pipeline import irfile
+        from irshard.stages import irfile
         return irfile.is_mlir(self.path)
 
     def placement(self):
@@ -119,7 +119,7 @@ class Source:
         mesh = self.mesh_spec()
         if mesh is not None:
             return mesh.num_devices
-        from irshard.pipeline import irfile
+        from irshard.stages import irfile
         count = irfile.declared_devices(irfile.read_bytes(self.path))
         if count is None:
             raise UsageError(f"{self.path} declares no mesh in text form; give --mesh")
@@ -203,7 +203,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     """The program of `source` as stage `stablehlo`; with `cluster` (a
     multi-process run), after joining the other processes."""
     from irshard.running import distributed
-    from irshard.pipeline import irfile
+    from irshard.stages import irfile
     from irshard.loading.leaves import replaced_overrides
     mesh = source.mesh_spec()
     constraints = parse_constraints(source.constraints)
@@ -232,7 +232,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
     join()
     from irshard import backend
     from irshard.loading import program
-    from irshard.pipeline import stages
+    from irshard.stages import staged
     with place.visible():
         # The program's import comes before JAX's backends start, so it may
         # still set JAX's options (`jax_num_cpu_devices`).
@@ -251,7 +251,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
                                        mesh.shape, devices[0].platform)
         if own is not None and set(own) <= set(place.all_devices(devices)):
             devices = own
-        traced = stages.trace(prog, place.placement, devices)
+        traced = staged.trace(prog, place.placement, devices)
     return _noted(constrain(traced, constraints), notes)
 
 

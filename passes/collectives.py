@@ -11,7 +11,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from irshard.backend import shardy
-from irshard.collectives import analysis, loops
+from irshard.collectives import analysis
 from irshard.core.errors import IRError, PassError
 from irshard.core.frames import UserCode
 from irshard.core.specs import MeshSpec, ShardingSpec, dtype_from_mlir
@@ -19,6 +19,7 @@ from irshard.passes import ModulePass
 from irshard.reporting.report import Collective, CollectiveReport, tensor_info
 from irshard.reporting.text import render_text
 from irshard.reporting.writer import render_json
+from irshard.xla import loops
 
 
 

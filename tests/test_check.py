@@ -6,10 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from irshard.pipeline import check
 from irshard import cli
 from irshard.core.specs import lookup_dtype
-from irshard.pipeline.stages import TensorDecl
+from irshard.running import check
+from irshard.stages.staged import TensorDecl
 from tests.test_run import PROGRAMS, run_program
 
 MODELS = os.path.join(PROGRAMS, "models.py")

@@ -6,11 +6,11 @@ import os
 import pytest
 
 from irshard.collectives import analysis
-from irshard.collectives import loops
+from irshard.core.specs import parse_mesh
+from irshard.xla import loops
 from irshard.xla.hlo import (ArrayShape, HloModuleView, Instruction, StackFrameTable,
                          opcode_name, parse_instruction_text, parse_metadata,
                          parse_shape, shape_bytes)
-from irshard.core.specs import parse_mesh
 from tests.conftest import run_irshard
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

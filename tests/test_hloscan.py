@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from irshard.collectives import analysis, dumps
+from irshard.core.specs import MeshAxis, MeshSpec
 from irshard.xla import blocks, hloscan
 from irshard.xla.hlo import HloModuleView
-from irshard.core.specs import MeshAxis, MeshSpec
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -465,7 +465,7 @@ def test_few_computations_are_held_read_whole(monkeypatch):
     """A step simulated on the scan (every instruction of every computation
     read, some many times) is the one XLA's objects give, also when the
     scan holds no more than the computation in use and the one before it."""
-    from irshard.collectives import schedule
+    from irshard.timemodel import schedule
     text = _generate([(kind, form, _GROUPS[form % len(_GROUPS)], form % 4, True)
                       for kind in ("plain", "fusion", "call", "loop", "nested")
                       for form in range(3)], True)

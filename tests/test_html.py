@@ -482,7 +482,7 @@ def test_the_python_api_writes_the_same_page():
 
 
 def test_a_long_table_is_drawn_a_page_at_a_time(gpt, tmp_path, open_page):
-    from irshard.pipeline import htmlreport
+    from irshard.reporting import htmlreport
     html, report = gpt
     with open(html) as f:
         data = _data(f.read())
@@ -617,7 +617,7 @@ def test_collectives_html_of_a_dump_with_several_sharded_modules(tmp_path, write
 
 
 def test_non_finite_numbers_reach_the_page_as_strings():
-    from irshard.pipeline import htmlreport
+    from irshard.reporting import htmlreport
     html = htmlreport.page("report", {"report": {"x": [1.0, float("inf"), float("nan")],
                                                  "s": "</script><!--"}}, "t")
     data = _data(html)

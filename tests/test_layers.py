@@ -20,7 +20,9 @@ FLOORS = {
     "backend": ["backend"],
     # HLO as XLA writes it: modules, the streaming scan, tiles, groups.
     "xla": ["xla"],
-    # Targets, profiles, times.
+    # The step-time model: profiles, instruction costs, links, the walk.
+    "timemodel": ["timemodel"],
+    # Targets and where a program's mesh lives.
     "hardware": ["hardware"],
     # The report as a value, its writers, budgets, layouts, notebooks.
     "reporting": ["reporting"],
@@ -31,10 +33,12 @@ FLOORS = {
     "ir": ["ir", "passes"],
     # A program: loaded from a file or given from Python, its inputs' data.
     "loading": ["loading"],
-    # The pipeline's stages and what reads them whole.
-    "pipeline": ["pipeline"],
-    # Running on a mesh, on one host or several.
+    # The staged pipeline: trace, lower, propagate, partition, compile.
+    "stages": ["stages"],
+    # Running on a mesh, on one host or several, and the run checked.
     "running": ["running"],
+    # Measuring the devices present for the time model.
+    "measuring": ["measuring"],
     # Trying other strategies.
     "strategy": ["strategy"],
     # The ways in: files, the Python API, pytest helpers and plugin, the
@@ -197,8 +201,8 @@ def test_no_import_circle():
 def test_the_reading_is_real():
     """The graph has the imports it must: a check that could be false."""
     assert GRAPH["irshard.cli"]["irshard.core.errors"] is False
-    assert "irshard.pipeline.stages" in GRAPH["irshard.api"]
-    assert GRAPH["irshard.api"]["irshard.pipeline.stages"] is True
+    assert "irshard.stages.staged" in GRAPH["irshard.api"]
+    assert GRAPH["irshard.api"]["irshard.stages.staged"] is True
     assert "irshard.passes" in GRAPH["irshard.passes.collectives"]
 
 

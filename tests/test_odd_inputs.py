@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from irshard import cli
-from irshard.reporting.budget import parse_budget
 from irshard.core.errors import SpecError
+from irshard.reporting.budget import parse_budget
 from tests.conftest import EXAMPLES, run_irshard
 
 MATMUL = os.path.join(EXAMPLES, "matmul.py")
@@ -175,7 +175,7 @@ def test_budget_limits_that_are_counts_and_finite():
 
 
 def test_a_long_calibration_says_how_long(monkeypatch, capsys):
-    from irshard.pipeline import calibrate
+    from irshard.measuring import calibrate
     seen = {}
 
     def fake(mesh, sizes, repeats, platform):
@@ -214,7 +214,7 @@ def test_a_path_that_is_not_utf8(tmp_path, capsys):
         assert f.readline().startswith(
             os.fsencode(str(tmp_path)) + b"/mat\\xffmul.py:matmul")
     # The page's source view finds the file behind the shown name.
-    from irshard.pipeline import htmlreport
+    from irshard.reporting import htmlreport
     assert "def matmul" in "\n".join(htmlreport.read_sources(
         report, readable=htmlreport.loaded_files())["mat\\xffmul.py"])
     # A module at such a path, and HLO.
@@ -249,7 +249,7 @@ def test_a_latin1_source_and_python_s_line_numbers(tmp_path, capsys):
     """A coding declaration is honoured (in the import and the source view),
     and lines are numbered as Python numbers them: a form feed or U+2028
     does not end a line."""
-    from irshard.pipeline import htmlreport
+    from irshard.reporting import htmlreport
     path = tmp_path / "lat.py"
     path.write_bytes(SOURCE.replace("\u2028", "").encode("latin-1"))
     report = _compiled_json(path, capsys)

@@ -5,8 +5,8 @@ import re
 import pytest
 
 from irshard import backend
-from irshard.ir import opt, pipeline
 from irshard.core.errors import PassError
+from irshard.ir import opt, pipeline
 
 
 @pytest.mark.parametrize("text, names", [
@@ -127,7 +127,7 @@ def test_a_stablehlo_while_counts_its_trips(start, limit, step, direction, lhs,
     """The StableHLO reader of `for (i = c0; i < N; i += step)` agrees with
     the counting HLO's reader uses; what is not that pattern is no count."""
     from irshard import backend
-    from irshard.collectives import loops
+    from irshard.xla import loops
     from jaxlib.mlir import ir
     text = (WHILE.replace("START", str(start)).replace("LIMIT", str(limit))
             .replace("STEP", str(step)).replace("DIRECTION", direction)

@@ -13,10 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from irshard import cli
-from irshard.pipeline import diff
+from irshard.collectives import dumps
 from irshard.core import schema
-from irshard.hardware import targets
 from irshard.core.errors import InputError, IrshardError
+from irshard.reporting import diff
+from irshard.timemodel import profiles
 
 REPORT = {
     "schema": 1, "source": "m.py", "function": "f",
@@ -101,7 +102,7 @@ def test_a_report_that_does_not_fit_is_one_line(bad, message, tmp_path, capsys):
     assert message in err
     # The same check guards a report given to irshard.compare as a value.
     with pytest.raises(InputError, match="diff: the report"):
-        diff.side(bad)
+        dumps.diff_side(bad)
 
 
 def test_the_minimal_reports_compare(tmp_path, capsys):
@@ -169,7 +170,7 @@ def test_a_profile_that_does_not_fit_is_one_line(content, message, tmp_path):
     path = tmp_path / "p.json"
     path.write_text(content)
     with pytest.raises(InputError) as e:
-        targets.load_saved(str(path))
+        profiles.load_saved(str(path))
     assert str(e.value).startswith(f"--profile {path}")
     assert message in str(e.value) and "\n" not in str(e.value)
 
@@ -190,7 +191,7 @@ def test_a_bad_profile_fails_before_anything_compiles(tmp_path, capsys, monkeypa
 
 
 def test_link_kinds_are_those_of_the_shipped_profiles():
-    shipped = targets._profiles(targets.PROFILES_PATH)
+    shipped = profiles._profiles(profiles.PROFILES_PATH)
     assert set(schema.LINK_KINDS) == {link for p in shipped.values()
                                       for link in p.get("links", {})}
     # And every shipped link fits the schema a saved one is held to.
@@ -201,7 +202,7 @@ def test_link_kinds_are_those_of_the_shipped_profiles():
 def test_a_good_profile_gives_finite_positive_times(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(PROFILE))
-    profile = targets.profile("cpu-host", str(path))
+    profile = profiles.profile("cpu-host", str(path))
     link = profile.links["host"]
     assert link.bandwidth == 1e9 and link.for_kind("all-reduce") == (2e-6, 5e8)
 
@@ -263,7 +264,7 @@ def _one_line_or_fine(read):
 @given(st.data())
 def test_garbage_reports_never_crash_diff(tmp_path_factory, data):
     path = _garbage_file(tmp_path_factory, data, [REPORT, PROFILE, {}])
-    side = _one_line_or_fine(lambda: diff.load(str(path)))
+    side = _one_line_or_fine(lambda: dumps.load_side(str(path)))
     if side is not None:
         # What the schema let through compares without a fault, in finite
         # non-negative numbers.
@@ -279,7 +280,7 @@ def test_garbage_reports_never_crash_diff(tmp_path_factory, data):
 @given(st.data())
 def test_garbage_profiles_never_crash(tmp_path_factory, data):
     path = _garbage_file(tmp_path_factory, data, [PROFILE, REPORT, {}])
-    found = _one_line_or_fine(lambda: targets.profile("cpu-host", str(path)))
+    found = _one_line_or_fine(lambda: profiles.profile("cpu-host", str(path)))
     if found is not None:
         for link in found.links.values():
             for latency, bandwidth in [(link.latency, link.bandwidth),

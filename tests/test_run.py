@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from irshard import cli
-from irshard.loading import data
-from irshard.running import execution
-from irshard.pipeline import show, stages
-from irshard.loading.program import load_program
 from irshard.core.specs import parse_mesh, parse_type
+from irshard.loading import data
+from irshard.loading.program import load_program
+from irshard.reporting import layout
+from irshard.running import execution
+from irshard.stages import staged
 from tests.conftest import EXAMPLES, run_irshard
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -21,7 +22,7 @@ PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 def run_program(path, mesh, fn=None, shards=(), grad=False, **options):
     program = load_program(path, mesh=parse_mesh(mesh), fn_name=fn,
                            shards=list(shards), grad=grad)
-    lowered = stages.trace(program)
+    lowered = staged.trace(program)
     compiled = lowered.compile()
     return execution.run(lowered, compiled, execution.RunOptions(**options))
 
@@ -220,7 +221,7 @@ def test_repeat_runs_a_donated_step_as_a_training_loop(write):
     """))
     program = load_program(path, mesh=parse_mesh("x=2"), fn_name="step",
                            shards=["state=x,_"], donate=("state",))
-    lowered = stages.trace(program)
+    lowered = staged.trace(program)
     compiled = lowered.compile()
     seen = []
     original = execution.backend.execute
@@ -246,7 +247,7 @@ def test_repeat_runs_a_donated_step_as_a_training_loop(write):
 def test_layout_of_a_2d_and_a_3d_array():
     result = run_program(os.path.join(PROGRAMS, "loops.py"), "x=2,y=2", "scan",
                          ["w=_,x,y", "x=_,x"])
-    lines = show.layout_lines(result.inputs)
+    lines = layout.layout_lines(result.inputs)
     text = "\n".join(lines)
     # w is 3-D: a table of index ranges per device.
     assert "device  process  index" in text

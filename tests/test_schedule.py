@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from irshard.collectives import costs, schedule
+from irshard.timemodel import costs, schedule
 from irshard.xla.hlo import HloModuleView
 
 HLO = """HloModule m, is_scheduled=true, num_partitions=2

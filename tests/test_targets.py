@@ -8,9 +8,10 @@ import sys
 import pytest
 
 import irshard
-from irshard.hardware import cost, targets
 from irshard.core.errors import SpecError
+from irshard.hardware import targets
 from irshard.reporting.text import human_time
+from irshard.timemodel import links, profiles
 from tests.conftest import EXAMPLES, require, run_irshard
 
 
@@ -37,9 +38,9 @@ def test_bad_targets(text, message):
 
 
 def test_every_profile_number_has_a_source():
-    with open(targets.PROFILES_PATH) as f:
-        profiles = json.load(f)["profiles"]
-    for name, data in profiles.items():
+    with open(profiles.PROFILES_PATH) as f:
+        shipped = json.load(f)["profiles"]
+    for name, data in shipped.items():
         for key in ("hbm_bytes", "hbm_bandwidth", "peak_flops"):
             if key in data:
                 assert data[key]["source"], (name, key)
@@ -62,7 +63,7 @@ def test_every_profile_number_has_a_source():
 def test_a_host_profile_holds_for_the_devices_measured_nearest():
     """The CPU host's numbers were measured with 2, 4 and 8 devices sharing
     its cores: a mesh gets those of the nearest count (fewer on a tie)."""
-    host = targets.profile("cpu-host")
+    host = profiles.profile("cpu-host")
     measured = sorted(host.by_devices)
     assert measured == [2, 4, 8]
     for devices, nearest in ((1, 2), (3, 2), (4, 4), (6, 4), (7, 8), (64, 8)):
@@ -72,7 +73,7 @@ def test_a_host_profile_holds_for_the_devices_measured_nearest():
         assert found.launch == entry["compute"]["launch"]["value"]
         assert found.links["host"].latency == \
             entry["links"]["host"]["latency"]["value"]
-    assert targets.profile("tpu-v5e").for_devices(4) == targets.profile("tpu-v5e")
+    assert profiles.profile("tpu-v5e").for_devices(4) == profiles.profile("tpu-v5e")
 
 
 def _ring(n):
@@ -82,10 +83,10 @@ def _ring(n):
 def test_ici_times_follow_the_ring_formulas():
     """v5e 16x16: a dimension of 16 chips has wraparound (a ring both
     ways, n/2 steps); a 4x4 slice has none."""
-    profile = targets.profile("tpu-v5e")
+    profile = profiles.profile("tpu-v5e")
     full = targets.parse_target("tpu-v5e:16x16")
-    places = [cost.Place(0, (i % 16, i // 16)) for i in range(256)]
-    model = cost.CostModel(full, profile, places)
+    places = [links.Place(0, (i % 16, i // 16)) for i in range(256)]
+    model = links.CostModel(full, profile, places)
     nbytes = 16 * 2 ** 20                   # the gathered array per device
     wire = nbytes * 15 // 16
     link, seconds = model.estimate("all-gather", nbytes, wire, 16, _ring(16))
@@ -94,8 +95,8 @@ def test_ici_times_follow_the_ring_formulas():
     _, reduce = model.estimate("all-reduce", nbytes, 2 * wire, 16, _ring(16))
     assert reduce == pytest.approx(2 * 1e-6 * 8 + 2 * wire / (2 * 4.5e10))
     small = targets.parse_target("tpu-v5e:4x4")
-    model = cost.CostModel(small, profile,
-                           [cost.Place(0, (i % 4, i // 4)) for i in range(16)])
+    model = links.CostModel(small, profile,
+                           [links.Place(0, (i % 4, i // 4)) for i in range(16)])
     _, seconds = model.estimate("all-gather", nbytes, nbytes * 3 // 4, 4, _ring(4))
     assert seconds == pytest.approx(1e-6 * 3 + nbytes * 3 / 4 / 4.5e10)
     # A group over both dimensions of the torus uses twice the links.
@@ -107,16 +108,16 @@ def test_ici_times_follow_the_ring_formulas():
 
 
 def test_links_between_slices_and_nodes():
-    v5e = targets.profile("tpu-v5e")
+    v5e = profiles.profile("tpu-v5e")
     two = targets.parse_target("tpu-v5e:2x2,slices=2")
-    places = [cost.Place(i // 4, (i % 2, (i // 2) % 2)) for i in range(8)]
-    model = cost.CostModel(two, v5e, places)
+    places = [links.Place(i // 4, (i % 2, (i // 2) % 2)) for i in range(8)]
+    model = links.CostModel(two, v5e, places)
     assert model.link_of([[0, 1, 2, 3]]) == "ici"
     assert model.link_of([[0, 4]]) == "dcn"
     link, seconds = model.estimate("all-reduce", 32768, 32768, 2, [[0, 4]])
     assert (link, seconds) == ("dcn", pytest.approx(2 * 1e-5 + 32768 / 3.125e9))
     gpus = targets.parse_target("gpu-h100:2x4")
-    model = cost.CostModel.for_devices(gpus, targets.profile("gpu-h100"), range(8))
+    model = links.CostModel.for_devices(gpus, profiles.profile("gpu-h100"), range(8))
     assert model.link_of([[0, 1, 2, 3]]) == "nvlink"
     assert model.link_of([[0, 4]]) == "infiniband"
     _, seconds = model.estimate("all-gather", 8192, 6144, 4, [[0, 1, 2, 3]])
@@ -124,12 +125,12 @@ def test_links_between_slices_and_nodes():
 
 
 def test_roofline():
-    profile = targets.profile("tpu-v5e")
-    found = cost.roofline(profile, 1.97e14 * 0.008, 8.19e11 * 0.002, 0.003)
+    profile = profiles.profile("tpu-v5e")
+    found = links.roofline(profile, 1.97e14 * 0.008, 8.19e11 * 0.002, 0.003)
     assert found["bound"] == "compute"
     assert found["step_s"] == pytest.approx([0.008, 0.011])
     assert found["exposed_comm_s"] == pytest.approx([0.0, 0.003])
-    assert cost.roofline(profile, 0.0, 0.0, 0.001)["bound"] == "communication"
+    assert links.roofline(profile, 0.0, 0.0, 0.001)["bound"] == "communication"
 
 
 MLP_RULES = [("w1", "_,tp"), ("w2", "tp,_"), ("x", "dp,_"), ("y", "dp,_")]
@@ -160,7 +161,7 @@ def test_the_simulated_step_in_reports_and_budgets():
                                            + step["exposed_comm_s"])
     assert step["compute_s"] > 0 and step["exposed_comm_s"] > 0
     # The runtime's start of the execution and of its four results.
-    host = targets.profile("cpu-host").for_devices(4)
+    host = profiles.profile("cpu-host").for_devices(4)
     assert step["launch_s"] == pytest.approx(
         host.launch + 4 * host.compute.get("output", 0.0))
     [line] = [x for x in report.to_text().splitlines() if x.startswith("step: ")]
@@ -382,7 +383,7 @@ def test_a_calibration_judges_its_fit_between_sizes_it_fitted():
     """The held-out sizes are every other size between the smallest and
     the largest, which are fitted: the fit is judged by interpolation,
     never by extrapolation past the sizes it saw."""
-    from irshard.pipeline import calibrate
+    from irshard.measuring import calibrate
     assert calibrate.held_out_sizes([4, 1, 3, 2]) == {2}
     assert calibrate.held_out_sizes([1, 2, 3, 4, 5]) == {2, 4}
     assert calibrate.held_out_sizes([1, 2, 3, 4, 5, 6]) == {2, 4}
@@ -399,7 +400,7 @@ def test_a_fit_with_no_size_dependence_stays_finite():
     """Times that do not grow with the size (all latency, as 2 devices'
     small collectives can be) fit a finite bandwidth: the largest message
     moved within the times' spread."""
-    from irshard.pipeline import calibrate
+    from irshard.measuring import calibrate
     points = [calibrate.Measurement("all-gather", "x", 2, b, b // 2, 1, t)
               for b, t in ((4096, 2.2e-5), (16384, 2.1e-5), (65536, 2.0e-5))]
     latency, bandwidth = calibrate.fit(points)
@@ -415,16 +416,16 @@ def test_a_host_collective_waits_for_its_groups_threads():
     threads: a group of 2 of 8 devices takes the latency fitted for all 8
     in the ratio of their measured rendezvous (the nearest size measured,
     the smaller on a tie), whatever the size of the message."""
-    link = targets.Link("host", 1e9, 80e-6,
+    link = profiles.Link("host", 1e9, 80e-6,
                         rendezvous={2: 20e-6, 4: 40e-6, 8: 80e-6})
     assert [link.group_scale(g) for g in (2, 3, 4, 6, 8, 16)] == \
         [0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
-    assert targets.Link("host", 1e9, 80e-6).group_scale(2) == 1.0
-    profile = targets.profile_from_json("host", {"links": {"host": {
+    assert profiles.Link("host", 1e9, 80e-6).group_scale(2) == 1.0
+    profile = profiles.profile_from_json("host", {"links": {"host": {
         "bandwidth": 1e9, "latency": 80e-6,
         "rendezvous": {"2": 20e-6, "4": 40e-6, "8": 80e-6}}}})
-    model = cost.CostModel(targets.parse_target("cpu"), profile,
-                           [cost.Place() for _ in range(8)])
+    model = links.CostModel(targets.parse_target("cpu"), profile,
+                           [links.Place() for _ in range(8)])
     for n, group_latency in ((2, 20e-6), (4, 40e-6), (8, 80e-6)):
         wire = 4096 * (n - 1) // n
         link_name, seconds = model.estimate(
@@ -441,7 +442,7 @@ def test_a_calibration_fits_the_latency_of_all_the_devices():
     the model fit back its latency and bandwidth exactly: each point's
     latency weighed by its group's rendezvous (a collective-permute's
     not)."""
-    from irshard.pipeline import calibrate
+    from irshard.measuring import calibrate
     rendezvous = {2: 30e-6, 4: 60e-6}
     latency, bandwidth = 100e-6, 2e9
     points = [calibrate.Measurement(

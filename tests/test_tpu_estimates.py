@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from irshard.collectives import schedule
 from irshard.core.specs import parse_mesh
+from irshard.timemodel import schedule
 from irshard.xla import hloscan, replica_groups, tpufusions
 from irshard.xla.hlo import HloModuleView, Instruction, root_of
 

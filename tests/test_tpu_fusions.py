@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from irshard.collectives import analysis, schedule
+from irshard.collectives import analysis
 from irshard.core.specs import parse_mesh
+from irshard.timemodel import schedule
 from irshard.xla import tpufusions, hloscan
 from irshard.xla.hlo import HloModuleView
 

@@ -326,7 +326,7 @@ def test_markdown_keeps_a_backtick_in_a_name_inside_its_code_span():
 
 
 def test_calibrate_sizes_that_measure_alike_are_refused(capsys):
-    from irshard.pipeline import calibrate
+    from irshard.measuring import calibrate
     assert cli.main(["calibrate", "--mesh", "x=2", "--sizes", "3,5,7,11"]) == 2
     captured = capsys.readouterr()
     lines = captured.err.splitlines()

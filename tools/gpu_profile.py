@@ -1,4 +1,4 @@
-"""Writes one GPU's measured compute into irshard/hardware/profiles.json.
+"""Writes one GPU's measured compute into irshard/timemodel/profiles.json.
 
 `irshard calibrate --platform gpu --mesh x=1 --format json` times one GPU's
 matrix products by size (in its 16-bit type and in f32), an elementwise
@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILES = os.path.join(ROOT, "irshard", "hardware", "profiles.json")
+PROFILES = os.path.join(ROOT, "irshard", "timemodel", "profiles.json")
 CHIPS = ("h100", "h200", "b200")
 
 # What each number measured (computerates.measure_compute, its GPU plan).

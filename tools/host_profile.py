@@ -3,7 +3,7 @@
 For each device count, `irshard calibrate --mesh x=N --format json` times
 the collectives and the compute of N simulated CPU devices sharing this
 host's cores; the fitted links and the compute numbers are written into
-irshard/hardware/profiles.json under `cpu-host.by_devices["N"]`, each
+irshard/timemodel/profiles.json under `cpu-host.by_devices["N"]`, each
 number with its source:
 
     python tools/host_profile.py [--devices 2,4,8] [--machine "2-core ..."]
@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILES = os.path.join(ROOT, "irshard", "hardware", "profiles.json")
+PROFILES = os.path.join(ROOT, "irshard", "timemodel", "profiles.json")
 
 
 def calibrate(devices: int) -> dict:

@@ -1,8 +1,9 @@
 """Reading a compiled module: its collectives and what they cost
-(`analysis`), one step simulated (`schedule`, each instruction's work
-from `costs`), reports from HLO any frontend wrote (`dumps`), the
-partitioner's warnings in user terms (`findings`) and why each collective
-exists (`explain`).
+(`analysis`, each timed by `irshard.timemodel.links`), where a device's
+memory goes at its peak (`memory`), reports from HLO any frontend wrote
+(`dumps`), the partitioner's warnings in user terms (`findings`) and why
+each collective exists (`explain`).
 
-May import the packages below it: core, backend, xla, hardware, reporting.
+May import the packages below it: core, backend, xla, timemodel, hardware,
+reporting.
 """

@@ -14,12 +14,10 @@ import bisect
 import functools
 import itertools
 import math
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from irshard.collectives.loops import trip_count
 from irshard.core.errors import IRError
 from irshard.core.frames import Frame, SourceLocation, UserCode
 from irshard.core.specs import MeshSpec, lookup_dtype, shown
@@ -27,25 +25,8 @@ from irshard.reporting.report import PackedCollectives
 from irshard.xla import hlo, tpufusions
 from irshard.xla import replica_groups as rg
 from irshard.xla.hlo import (COLLECTIVE_OPCODES, ArrayShape, HloModuleView, Instruction,
-                             shape_leaves)
-
-
-# Collectives between TPU slices, which the megascale runtime carries over the
-# data-center network: a `send` to the host with these transfer types.
-_MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
-MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
-                   "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all"}
-
-
-def collective_kind(inst: Instruction) -> str | None:
-    """The report kind of a collective instruction, or None."""
-    if inst.opcode in COLLECTIVE_OPCODES:
-        return COLLECTIVE_OPCODES[inst.opcode]
-    if inst.opcode == "send" and "_xla_megascale" in inst.text:
-        m = _MEGASCALE.search(inst.text)
-        return MEGASCALE_KINDS.get(m.group(1), "collective-permute") if m \
-            else "collective-permute"
-    return None
+                             collective_kind, shape_leaves)
+from irshard.xla.loops import trip_count
 
 
 # Computations these opcodes apply per element (reducers, comparators): they

@@ -13,6 +13,7 @@ come from the module's own tables.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -20,9 +21,10 @@ from typing import Any
 
 from irshard import backend
 from irshard.collectives import analysis
-from irshard.core import files
-from irshard.core.errors import IRError, InputError, SpecError
+from irshard.core import files, schema
+from irshard.core.errors import IRError, InputError, SpecError, UsageError
 from irshard.core.specs import MeshAxis, MeshSpec
+from irshard.reporting.diff import HINT, SCHEMA, Side, is_report, main_module
 from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.xla import hloscan
 from irshard.xla.hlo import ArrayShape, HloModuleView, parse_instruction_text
@@ -308,3 +310,76 @@ def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None
         inputs=_parameters(view, mesh, found.sibling_text), outputs=(),
         collectives=analysis.collectives(view, mesh, None),
         memory=None, module=found.label)
+
+
+# ---------------------------------------------------------------------------
+# A side of `irshard diff`
+
+
+def _pick(modules: list[dict[str, Any]], path: str, module: str | None
+          ) -> dict[str, Any]:
+    """One module's report among several: the one `--module` names, else
+    the only one that runs on more than one device."""
+    if module is not None:
+        named = [m for m in modules if module in (m.get("module") or "")]
+        if len(named) == 1:
+            return named[0]
+        what = "no module" if not named else f"{len(named)} modules"
+        raise UsageError(f"{path}: {what} named like '{module}'; modules: "
+                         + ", ".join(m.get("module") or "?" for m in modules))
+    found = main_module(modules, lambda m: (m.get("mesh") or {}).get("devices", 1) > 1
+                        or bool(m.get("collectives")))
+    if found is not None:
+        return found
+    raise UsageError(f"{path} holds {len(modules)} modules; name one with "
+                     f"--module: " + ", ".join(m.get("module") or "?" for m in modules))
+
+
+def load_side(path: str, module: str | None = None, stage: str = "optimized") -> Side:
+    """A report from a JSON report, an HLO file or an XLA dump directory."""
+    if not os.path.exists(path):
+        raise UsageError(f"'{path}' does not exist; give a JSON report "
+                         f"(irshard compile --format json -o FILE), an HLO "
+                         f"file or an XLA dump directory")
+    if os.path.isfile(path) and path.endswith(".json"):
+        value = schema.load_json(path, "report", HINT)
+        if isinstance(value, dict) and isinstance(value.get("modules"), list):
+            modules = [m for m in value["modules"] if is_report(m)]
+            for i, m in enumerate(modules):
+                schema.check(m, schema.REPORT, f"report {path}, module {i}")
+            value = _pick(modules, path, module)
+        if not is_report(value):
+            raise UsageError(f"'{path}' is not an irshard report (no "
+                             f"'collectives' list); {HINT}")
+        if value.get("schema", SCHEMA) != SCHEMA:
+            raise UsageError(f"'{path}' has \"schema\": "
+                             f"{json.dumps(value.get('schema'))}; this irshard "
+                             f"reads reports of schema {SCHEMA}")
+        schema.check(value, schema.REPORT, f"report {path}")
+        return Side(path, value)
+    backend.configure(1, "cpu")
+    found, _ = reports(path, stage, None)
+    return Side(path, _pick([r.to_json() for r in found], path, module))
+
+
+def diff_side(value: Any, label: str | None = None) -> Side:
+    """A side from a report (`irshard.compile`'s), a report's JSON form,
+    or a path (as `irshard diff` reads one)."""
+    if isinstance(value, (str, os.PathLike)):
+        found = load_side(os.fspath(value))
+        return Side(found.path, found.report, label)
+    if is_report(value):
+        schema.check(value, schema.REPORT, "diff: the report")
+        return Side(value.get("source") or "-", value, label)
+    to_json = getattr(value, "to_json", None)
+    if to_json is None or not hasattr(value, "collectives"):
+        raise UsageError(f"diff: expected a report (irshard.compile's), its "
+                         f"JSON form or a path, not {type(value).__name__}")
+    report = to_json()
+    if label is None:
+        what = report.get("function") or report.get("module")
+        mesh = ",".join(f"{a['name']}={a['size']}"
+                        for a in (report.get("mesh") or {}).get("axes", ()))
+        label = os.path.basename(report.get("source") or "-") \
+            + (f" ({what})" if what else "") + (f" mesh {mesh}" if mesh else "")
+    return Side(report.get("source") or "-", report, label)

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from irshard.collectives import analysis
-from irshard.collectives.loops import tuple_index
 from irshard.collectives.values import (HLO_OPCODES, PASS_THROUGH, RESHAPES, _op_name,
                                         _primitive, array_dims, parameter_number)
 from irshard.core.frames import SourceLocation, UserCode
+from irshard.xla.hlo import collective_kind
+from irshard.xla.loops import tuple_index
 
 
 # ---------------------------------------------------------------------------
@@ -56,7 +57,7 @@ class Hlo:
         for _ in range(64):
             if inst is None:
                 return None
-            if self.analysis.collective_kind(inst) is not None \
+            if collective_kind(inst) is not None \
                     and not inst.opcode.endswith("-done"):
                 return "collective", inst
             if inst.opcode.endswith("-done") and inst.operands:
@@ -65,7 +66,7 @@ class Hlo:
                     wrapped = self.inst(start.wrapped)
                     if wrapped is not None:
                         return "collective", wrapped
-                if start is not None and self.analysis.collective_kind(start):
+                if start is not None and collective_kind(start):
                     return "collective", start
                 inst = start
                 continue
@@ -137,7 +138,7 @@ class Hlo:
                     if user.opcode == "tuple" and user.is_root \
                             and user.computation == self.view.entry:
                         return "output", user.operands.index(current.name)
-                    if self.analysis.collective_kind(user) is not None \
+                    if collective_kind(user) is not None \
                             and not user.opcode.endswith("-done"):
                         return "collective", user
                     if self.passes_through(user) or user.opcode in (

@@ -1,6 +1,7 @@
-"""Targets and time: `--target` and the hardware profiles
-(`targets`, `profiles.json`), links, collective times and the roofline
-(`cost`).
+"""Targets: what `--target` names (simulated CPU devices, a TPU slice, a
+GPU cluster), where the program's mesh lives (`targets.Placement`) and the
+profile its times come from (read by `irshard.timemodel.profiles`).
 
-May import `irshard.core`, `irshard.backend` and `irshard.xla`.
+May import `irshard.core`, `irshard.backend`, `irshard.xla` and
+`irshard.timemodel`.
 """

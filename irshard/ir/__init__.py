@@ -3,5 +3,5 @@ exporters' shardings as Shardy's (`gspmd`), pass pipelines of irshard's and
 Shardy's passes (`pipeline`) and `irshard opt` (`opt`). irshard's own passes
 live in `irshard.passes` and are reached through its registry.
 
-May import core, backend, xla, hardware, reporting, collectives.
+May import core, backend, xla, timemodel, hardware, reporting, collectives.
 """

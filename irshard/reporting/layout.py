@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from irshard.core.specs import format_shape
+from irshard.reporting.report import SCHEMA, mesh_json
 from irshard.reporting.text import table
 from irshard.reporting.writer import dumps_json
 
@@ -118,4 +120,36 @@ def render_devices(listing: dict[str, Any], fmt: str) -> str:
     lines += table(["id", "process", "kind"],
                    [[str(d["id"]), str(d["process"]), d["kind"]]
                     for d in listing["devices"]])
+    return "\n".join(lines) + "\n"
+
+
+def layout_lines(tensors: Sequence[Any]) -> list[str]:
+    """The layout of each tensor (an `irshard.stages.placing.Placed`, or
+    anything holding one as `placed`): a grid of blocks, or a table of ranges per device."""
+    lines = []
+    for t in tensors:
+        t = getattr(t, "placed", t)
+        row = t.info
+        label = row.name if row.index is None else f"output {row.index} ({row.name})"
+        lines.append(f"  {label}  {format_shape(row.dtype, row.shape)}  "
+                     f"{row.sharding_label}")
+        lines += render(row.shape, list(t.placements), indent="    ")
+    return lines
+
+
+def render_show(info, inputs: Sequence[Any], outputs: Sequence[Any],
+                fmt: str) -> str:
+    """`irshard show`: where every input and output lives (each a
+    `Placed`)."""
+    if fmt == "json":
+        body = {"schema": SCHEMA, "source": info.source, "function": info.function,
+                "mesh": mesh_json(info.mesh, info.platform),
+                "inputs": [t.to_json() for t in inputs],
+                "outputs": [t.to_json() for t in outputs]}
+        return dumps_json(body) + "\n"
+    lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
+             f"({info.mesh.num_devices} {info.platform} devices)", "", "inputs"]
+    lines += layout_lines(inputs)
+    lines += ["", "outputs"]
+    lines += layout_lines(outputs)
     return "\n".join(lines) + "\n"

@@ -1,5 +1,7 @@
 """Running a compiled program on a mesh: on this host (`execution`), in
-several processes or hosts (`distributed`) and as Ray tasks (`raylaunch`).
+several processes or hosts (`distributed`) and as Ray tasks (`raylaunch`),
+and the sharded run checked against the same function on one device
+(`check`, `run --check`).
 
-May import every package below it, up to `irshard.pipeline`.
+May import every package below it, up to `irshard.stages`.
 """

@@ -30,11 +30,13 @@ from irshard.core import files, tree
 from irshard.core.errors import BackendError, InputError, UsageError
 from irshard.core.specs import TensorType, format_shape, split_assignment
 from irshard.loading import data
-from irshard.pipeline import check, htmlreport, show
-from irshard.pipeline.stages import Optimized, StableHLO, TensorDecl
+from irshard.reporting import htmlreport, layout
 from irshard.reporting.report import TensorInfo
 from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines, table
 from irshard.reporting.writer import dumps_json
+from irshard.running import check
+from irshard.stages import output, placing
+from irshard.stages.staged import Optimized, StableHLO, TensorDecl
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -115,7 +117,7 @@ def parse_range(item: str) -> tuple[str, tuple[float, float]]:
 class TensorRun:
     """An input or output as it ran: where it lived, and its digest."""
 
-    placed: show.Placed
+    placed: placing.Placed
     digest: "Digest"
     origin: str | None = None       # inputs: "random", a range or the .npy path
 
@@ -279,7 +281,7 @@ class RunResult:
                       f"outputs lives is left out (--full shows it; irshard "
                       f"show draws it)"]
         else:
-            lines += ["", "layout"] + show.layout_lines(tensors)
+            lines += ["", "layout"] + layout.layout_lines(tensors)
         return lines
 
 
@@ -398,7 +400,7 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     import jax
     info = compiled.info
     exe = compiled.compiled
-    ins, outs = show.placed(compiled)
+    ins, outs = placing.placed(compiled)
     names = [d.name for d in info.inputs]
     for name, _ in options.inputs:
         if name not in names:
@@ -577,7 +579,8 @@ def render(report, result: RunResult, fmt: str, compiled=None,
     plus `run`), text (the collectives, then the run's tables) or the HTML
     page (`compiled`: the executable, for its mesh)."""
     if fmt == "html":
-        return htmlreport.render_report(report, compiled, result)
+        return htmlreport.render_report(
+            report, output.page_parts(report, compiled, result), result)
     if fmt == "json":
         body = report.to_json()
         body["run"] = result.to_json()

@@ -54,7 +54,7 @@ class SearchOutcome:
         """The ranked numbers, all from the compile's report."""
         if self.report is None:
             return {}
-        from irshard.pipeline.diff import Side
+        from irshard.reporting.diff import Side
         report = self.report
         step = report.get("step") or {}
         totals = Side("", report).totals()
@@ -277,7 +277,7 @@ class SearchResult:
         win, second = self.winner, self.runner_up()
         if win is None or second is None:
             return None
-        from irshard.pipeline import diff
+        from irshard.reporting import diff
         return diff.compare(
             diff.Side(second.report.get("source") or "-", second.report,
                       f"runner-up {second.candidate.strategy} "
@@ -406,7 +406,7 @@ class SearchResult:
         return "\n".join(lines) + "\n"
 
     def render_html(self) -> str:
-        from irshard.pipeline import htmlreport
+        from irshard.reporting import htmlreport
         return htmlreport.render_search(self)
 
 

@@ -35,7 +35,7 @@ from irshard.core import tree
 from irshard.core.errors import IrshardError
 from irshard.core.specs import MeshSpec, ShardingSpec, check_sharding, parse_sharding
 from irshard.loading.leaves import parse_rules
-from irshard.pipeline.diff import Side
+from irshard.reporting.diff import Side
 from irshard.reporting.text import human_bytes, human_time
 from irshard.reporting.writer import dumps_json
 from irshard.strategy import fitting, trying

@@ -294,6 +294,24 @@ COLLECTIVE_OPCODES = {**{kind: kind for kind in COLLECTIVE_KINDS},
                       **{f"{kind}-start": kind for kind in ASYNC_COLLECTIVES}}
 
 
+# Collectives between TPU slices, which the megascale runtime carries over the
+# data-center network: a `send` to the host with these transfer types.
+_MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
+MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
+                   "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all"}
+
+
+def collective_kind(inst: Instruction) -> str | None:
+    """The report kind of a collective instruction, or None."""
+    if inst.opcode in COLLECTIVE_OPCODES:
+        return COLLECTIVE_OPCODES[inst.opcode]
+    if inst.opcode == "send" and "_xla_megascale" in inst.text:
+        m = _MEGASCALE.search(inst.text)
+        return MEGASCALE_KINDS.get(m.group(1), "collective-permute") if m \
+            else "collective-permute"
+    return None
+
+
 # Long tuples are printed with `/*index=5*/` markers between elements.
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
 

@@ -14,7 +14,7 @@ operand is read one element per cache line). Of them, `sliced` are large
 slices of larger arrays (a scan's layer of its stacked weights and
 activations): their rows lie a large power of two apart in every operand
 alike, so they fall on the same few cache sets, and a CPU reads them many
-times slower than a stream (`schedule.Rates.sliced_strided_bandwidth`;
+times slower than a stream (`rates.Rates.sliced_strided_bandwidth`;
 measured on this machine's CPU: 1 MiB slices 30 times slower, 256 KiB
 ones 4 times, separate arrays about as fast as a stream).
 """
@@ -69,7 +69,7 @@ class Cost:
 
 
 # The element types whose products a GPU multiplies at its f32 rate
-# (`schedule.Rates.wide_flops`), not at its 16-bit one.
+# (`rates.Rates.wide_flops`), not at its 16-bit one.
 WIDE = frozenset({"f32", "f64", "c64", "c128"})
 # The library calls a GPU executable makes for a matrix product (cuBLAS,
 # cuBLASLt): the product's dimension numbers are in their backend config.

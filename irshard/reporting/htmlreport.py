@@ -9,6 +9,9 @@ around every collective, and where every input and output lives (device ->
 block, and the mesh's device grid). The script draws the summary, the
 sortable and filterable collective table, the source view, the layout
 viewer, memory and findings from that data; nothing is fetched. The same report gives the same bytes.
+
+The renderer reads values only: the report, and what the page shows
+beside it (`PageParts`), taken from the program before it is called.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import math
 import os
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Sequence
 
 from irshard.core import files
-from irshard.pipeline import show
 from irshard.reporting import trace
 
 # A file larger than this is not embedded in the source view.
@@ -137,17 +140,6 @@ def read_sources(report: dict[str, Any], user_dir: str | None = None,
     return result
 
 
-def program_files(compiled: Any) -> frozenset[str]:
-    """The real paths of the Python files a compile ran: its program and
-    the modules loaded with it. None for a module read from a .mlir file
-    (its locations are the file's word), or without a compile."""
-    from irshard.pipeline import irfile
-    info = getattr(compiled, "info", None)
-    if info is None or irfile.is_mlir(info.source):
-        return frozenset()
-    return loaded_files()
-
-
 def loaded_files() -> frozenset[str]:
     """The real paths of the Python files this process has imported."""
     found = set()
@@ -226,21 +218,11 @@ def _placements(tensors: Iterable[Any]) -> list[list[Any]]:
             for t in tensors]
 
 
-def layout_of(compiled: Any = None, run: Any = None) -> dict[str, Any] | None:
-    """Where the executable's inputs and outputs live, and the mesh's
-    devices (ids in mesh order), from a run's tensors or the executable."""
-    if run is not None:
-        inputs = [t.placed for t in run.inputs]
-        outputs = [t.placed for t in run.outputs]
-    else:
-        try:
-            inputs, outputs = show.placed(compiled)
-        except (AttributeError, RuntimeError, TypeError, ValueError):
-            return None
-    try:
-        devices = show.mesh_device_ids(compiled)
-    except (AttributeError, RuntimeError, TypeError, ValueError):
-        devices = None
+def layout_json(inputs: Sequence[Any], outputs: Sequence[Any],
+                devices: Any = None) -> dict[str, Any]:
+    """Where the executable's inputs and outputs live (each holding its
+    `placements`), and the mesh's devices (ids in mesh order), as the page
+    draws them."""
     processes = {p.device: p.process for t in (*inputs, *outputs)
                  for p in t.placements}
     return {"devices": devices, "inputs": _placements(inputs),
@@ -249,15 +231,18 @@ def layout_of(compiled: Any = None, run: Any = None) -> dict[str, Any] | None:
             if len(set(processes.values())) > 1 else None}
 
 
-def _stage_text(report, compiled: Any) -> str | None:
-    """The IR of the stage the report read, where it is at hand."""
-    if report.stages is not None:
-        return report.stages.text(report.stage_name)
-    if compiled is None:
-        return None
-    if report.stage_name == "partitioned":
-        return compiled.partitioned().as_text()
-    return compiled.as_text()
+@dataclass(frozen=True)
+class PageParts:
+    """What the report page shows beside the report, taken from the
+    program before the page is rendered (`irshard.stages.output.page_parts`):
+    the layout of its inputs and outputs (`layout_json`), the IR of the stage
+    the report read, the user's directory, and the Python files the compile
+    ran (the only ones whose lines the page may embed)."""
+
+    layout: dict[str, Any] | None = None
+    ir_text: str | None = None
+    user_dir: str | None = None
+    files: frozenset[str] = frozenset()
 
 
 def read_ir(path: str) -> str | None:
@@ -272,9 +257,10 @@ def read_ir(path: str) -> str | None:
         return None
 
 
-def report_data(report, compiled: Any = None, run: Any = None,
-                ir_text: str | None = None) -> dict[str, Any]:
+def report_data(report, parts: PageParts | None = None,
+                run: Any = None) -> dict[str, Any]:
     """Everything the report page shows."""
+    parts = parts or PageParts()
     body = report.to_json()
     if run is not None:
         body["run"] = run.to_json()
@@ -282,25 +268,22 @@ def report_data(report, compiled: Any = None, run: Any = None,
             for t in body["run"][section]:
                 t.pop("layout", None)
     ir: dict[str, Any] = {}
-    text = ir_text if ir_text is not None else _stage_text(report, compiled)
-    if text:
-        ir = ir_excerpts(text, (c.name for c in report.collectives))
-    user_dir = getattr(getattr(compiled, "info", None), "user_dir", None)
+    if parts.ir_text:
+        ir = ir_excerpts(parts.ir_text, (c.name for c in report.collectives))
     devices = report.mesh.num_devices if report.mesh is not None else 1
     return {"report": body, "stage": report.stage_name, "ir": ir,
             "timeline": trace.timeline(report, devices),
-            "sources": read_sources(body, user_dir, program_files(compiled)),
-            "layout": layout_of(compiled, run) if compiled is not None else None}
+            "sources": read_sources(body, parts.user_dir, parts.files),
+            "layout": parts.layout}
 
 
-def render_report(report, compiled: Any = None, run: Any = None,
-                  ir_text: str | None = None) -> str:
-    """The report's page; `compiled` (the executable) gives the layout,
-    `run` the run's section, `ir_text` the HLO when there is no pipeline."""
+def render_report(report, parts: PageParts | None = None, run: Any = None) -> str:
+    """The report's page: `parts` what it shows beside the report (its
+    layout, IR and sources), `run` the run's section."""
     where = report.function or report.module or ""
     title = f"irshard: {os.path.basename(report.source)}" + \
         (f" {where}" if where else "")
-    return page("report", report_data(report, compiled, run, ir_text), title)
+    return page("report", report_data(report, parts, run), title)
 
 
 def render_diff(diff) -> str:

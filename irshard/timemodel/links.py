@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from irshard import backend
-from irshard.hardware.targets import Link, Profile, Target
+from irshard.timemodel.profiles import Link, Profile
 from irshard.xla import replica_groups
 
 
@@ -57,16 +57,19 @@ class Place:
 
 
 class CostModel:
-    """Links and times of collectives for one target and device layout."""
+    """Links and times of collectives for one target and device layout.
 
-    def __init__(self, target: Target, profile: Profile, places: Sequence[Place]):
+    `target` is the `irshard.hardware.targets.Target` compiled for: its
+    `kind`, a TPU's `topology`, a GPU cluster's `gpus_per_node`."""
+
+    def __init__(self, target: Any, profile: Profile, places: Sequence[Place]):
         self.target = target
         self.profile = profile.for_devices(len(places)) \
             if target.kind == "cpu" else profile
         self.places = list(places)
 
     @classmethod
-    def for_devices(cls, target: Target, profile: Profile,
+    def for_devices(cls, target: Any, profile: Profile,
                     devices: Sequence[Any]) -> "CostModel":
         places = []
         for i, device in enumerate(devices):

@@ -18,7 +18,7 @@ from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import InputError, SpecError, UsageError
 from irshard.core.specs import MeshSpec, ShardingSpec, check_size, dtype_from_mlir
-from irshard.pipeline import stages
+from irshard.stages import staged
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _MESH_DECL = re.compile(rb'sdy\.mesh\s+@[\w.$\-]+\s*=\s*<\s*\[([^\]]*)\]')
@@ -104,15 +104,15 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
                        for i, t in enumerate(main.type.inputs))
         outputs = [_decl(name, t, path) for name, t in
                    zip(shardy.result_names(main), main.type.results)]
-    notes = stages.x64_notes([(d.name, d.dtype) for d in (*inputs, *outputs)])
+    notes = staged.x64_notes([(d.name, d.dtype) for d in (*inputs, *outputs)])
     if note:
         notes = (note,) + notes
-    info = stages.ProgramInfo(
+    info = staged.ProgramInfo(
         source=files.shown_path(path), function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
         placement=place.placement, inputs=inputs, outputs=tuple(outputs),
         notes=notes)
-    return stages.StableHLO(info, module, tuple(devices), None)
+    return staged.StableHLO(info, module, tuple(devices), None)
 
 
 def _decl(name: str, type_, path: str):
@@ -129,4 +129,4 @@ def _decl(name: str, type_, path: str):
         raise SpecError(f"{path}: @main's '{name}' has element type {element}, "
                         f"which irshard cannot make values of")
     check_size(shape, dtype, f"{path}: @main's '{name}'")
-    return stages.TensorDecl(name, dtype, shape)
+    return staged.TensorDecl(name, dtype, shape)

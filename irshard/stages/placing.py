@@ -2,21 +2,19 @@
 
 From the executable's own shardings: each input's and output's report row,
 the JAX sharding its arrays take, and which device holds which block.
-`irshard show` prints this without running; `irshard run` adds checksums and
-prints the same layout.
+`irshard show` prints this without running (`irshard.reporting.layout`
+renders it); `irshard run` adds checksums and prints the same layout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from irshard import backend
-from irshard.core.specs import format_shape
-from irshard.pipeline.stages import Optimized, TensorDecl
 from irshard.reporting import layout
-from irshard.reporting.report import SCHEMA, TensorInfo, mesh_json, tensor_info
-from irshard.reporting.writer import dumps_json
+from irshard.reporting.report import TensorInfo, tensor_info
+from irshard.stages.staged import Optimized, TensorDecl
 from irshard.xla import tiling
 
 
@@ -75,34 +73,3 @@ def mesh_device_ids(compiled: Optimized) -> list[Any]:
 
 def _ids(value: Any) -> Any:
     return [_ids(v) for v in value] if isinstance(value, list) else value.id
-
-
-def layout_lines(tensors: Sequence[Any]) -> list[str]:
-    """The layout of each tensor (a `Placed`, or anything holding one as
-    `placed`): a grid of blocks, or a table of ranges per device."""
-    lines = []
-    for t in tensors:
-        t = getattr(t, "placed", t)
-        row = t.info
-        label = row.name if row.index is None else f"output {row.index} ({row.name})"
-        lines.append(f"  {label}  {format_shape(row.dtype, row.shape)}  "
-                     f"{row.sharding_label}")
-        lines += layout.render(row.shape, list(t.placements), indent="    ")
-    return lines
-
-
-def render(info, inputs: Sequence[Placed], outputs: Sequence[Placed],
-           fmt: str) -> str:
-    """`irshard show`: where every input and output lives."""
-    if fmt == "json":
-        body = {"schema": SCHEMA, "source": info.source, "function": info.function,
-                "mesh": mesh_json(info.mesh, info.platform),
-                "inputs": [t.to_json() for t in inputs],
-                "outputs": [t.to_json() for t in outputs]}
-        return dumps_json(body) + "\n"
-    lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
-             f"({info.mesh.num_devices} {info.platform} devices)", "", "inputs"]
-    lines += layout_lines(inputs)
-    lines += ["", "outputs"]
-    lines += layout_lines(outputs)
-    return "\n".join(lines) + "\n"

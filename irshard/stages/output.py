@@ -15,10 +15,11 @@ from irshard import REPORT_STAGES, backend
 from irshard.collectives import dumps
 from irshard.core.errors import UsageError
 from irshard.core.specs import MeshSpec
-from irshard.reporting import text, writer
+from irshard.reporting import htmlreport, text, writer
 from irshard.reporting.report import SCHEMA
 from irshard.reporting.text import render_text_pieces
 from irshard.reporting.writer import dumps_json, render_json_pieces
+from irshard.stages import irfile, placing
 
 
 def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
@@ -71,13 +72,54 @@ def report(lowered, compiled, stage: str, explain: bool):
     return found
 
 
+def program_files(compiled) -> frozenset[str]:
+    """The real paths of the Python files a compile ran: its program and
+    the modules loaded with it. None for a module read from a .mlir file
+    (its locations are the file's word), or without a compile."""
+    info = getattr(compiled, "info", None)
+    if info is None or irfile.is_mlir(info.source):
+        return frozenset()
+    return htmlreport.loaded_files()
+
+
+def page_parts(report, compiled=None, run=None) -> htmlreport.PageParts:
+    """What the HTML page shows beside `report`, taken from the program
+    now: where its inputs and outputs live (from `run`'s tensors, else the
+    executable), the IR of the stage the report read, and the files its
+    compile ran."""
+    if compiled is None:
+        return htmlreport.PageParts(ir_text=report.stages.text(report.stage_name)
+                                    if report.stages is not None else None)
+    layout = None
+    try:
+        if run is not None:
+            inputs = [t.placed for t in run.inputs]
+            outputs = [t.placed for t in run.outputs]
+        else:
+            inputs, outputs = placing.placed(compiled)
+        try:
+            devices = placing.mesh_device_ids(compiled)
+        except (AttributeError, RuntimeError, TypeError, ValueError):
+            devices = None
+        layout = htmlreport.layout_json(inputs, outputs, devices)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        pass
+    if report.stages is not None:
+        ir_text = report.stages.text(report.stage_name)
+    elif report.stage_name == "partitioned":
+        ir_text = compiled.partitioned().as_text()
+    else:
+        ir_text = compiled.as_text()
+    return htmlreport.PageParts(layout, ir_text, compiled.info.user_dir,
+                                program_files(compiled))
+
+
 def render(report, fmt: str, compiled=None, fold: bool = False,
            group_by: str | None = None):
     """The report as `fmt` (text, json, html), in pieces where it can be;
     text with the collectives summed by `group_by` too."""
     if fmt == "html":
-        from irshard.pipeline import htmlreport
-        return htmlreport.render_report(report, compiled)
+        return htmlreport.render_report(report, page_parts(report, compiled))
     return writer.render_json_pieces(report) if fmt == "json" \
         else text.render_text_pieces(report, fold, group_by)
 
@@ -111,7 +153,7 @@ def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str,
 
 def _one_page(path: str, stage: str, reports) -> str:
     """The HTML page of the one sharded module among `reports`."""
-    from irshard.pipeline import diff, htmlreport
+    from irshard.reporting import diff
 
     def sharded(r):
         return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)
@@ -123,8 +165,8 @@ def _one_page(path: str, stage: str, reports) -> str:
         raise UsageError(f"--format html shows one module; '{path}' "
                          f"holds {count} ({names}): give one module's HLO file")
     found = {m.label: m.path for m in dumps.find_modules(path, stage)}
-    return htmlreport.render_report(
-        chosen, ir_text=htmlreport.read_ir(found.get(chosen.module, "")))
+    return htmlreport.render_report(chosen, htmlreport.PageParts(
+        ir_text=htmlreport.read_ir(found.get(chosen.module, ""))))
 
 
 def _texts(reports, skipped, mesh, group_by=None) -> Iterator[str]:

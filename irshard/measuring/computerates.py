@@ -276,7 +276,7 @@ def _chain(k: int):
 def _executed(hlo: str) -> float:
     """How many instructions the step simulation times in one execution of
     a program, every run of a loop's counted."""
-    from irshard.collectives import schedule
+    from irshard.timemodel import schedule
     from irshard.xla.hlo import HloModuleView
     counted = schedule.simulate(HloModuleView.from_text(hlo),
                                 schedule.Rates(1e30, 1e30, 1.0),

@@ -8,7 +8,7 @@ several runs). The link's latency `a` and bandwidth `W` are then fitted by
 least squares to half the sizes (the smallest, the largest and every other
 size between: `held_out_sizes`),
 
-    T = a + wire / W                  (wire as in irshard.hardware.cost)
+    T = a + wire / W                  (wire as in irshard.timemodel.links)
 
 for each kind (the CPU's "links" are memory copies between threads, and
 each kind copies differently) and for all kinds together, the latency
@@ -34,10 +34,10 @@ from irshard import backend
 from irshard.collectives import analysis
 from irshard.core.errors import UsageError
 from irshard.core.specs import MeshSpec
-from irshard.hardware.targets import Link
-from irshard.pipeline.computerates import measure_compute
+from irshard.measuring.computerates import measure_compute
 from irshard.reporting.text import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
+from irshard.timemodel.profiles import Link
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
          "collective-permute")
@@ -258,7 +258,7 @@ def held_out_sizes(sizes: Sequence[int]) -> set[int]:
 def weighted(points: Sequence[Measurement],
              rendezvous: dict[int, float]) -> list[Measurement]:
     """`points` with their latency weighed as the cost model weighs it
-    (irshard.hardware.cost): a collective of the host's devices is one
+    (irshard.timemodel.links): a collective of the host's devices is one
     rendezvous of its group's threads, whose time depends on the group's
     size (`Link.group_scale`: a collective-permute's is not), so that the
     fitted latency is that of a group of all the devices."""

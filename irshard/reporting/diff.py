@@ -2,7 +2,8 @@
 kind.
 
 A side is a JSON report (`irshard compile --format json`), an HLO file or an
-XLA dump directory (read as `irshard collectives` reads them). Collectives
+XLA dump directory (read as `irshard collectives` reads them:
+`irshard.collectives.dumps.diff_side`). Collectives
 are grouped by the user's line and kind; each group's count, bytes and time
 per run is compared, then the totals and memory. B regresses when it moves
 more bytes per run, or takes longer, than A.
@@ -10,22 +11,17 @@ more bytes per run, or takes longer, than A.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from irshard import backend
-from irshard.collectives import dumps
-from irshard.core import schema
-from irshard.core.errors import UsageError
-from irshard.pipeline import htmlreport
+from irshard.reporting import htmlreport
 from irshard.reporting import notebook
 from irshard.reporting.text import change_text, human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 
 SCHEMA = 1
-_HINT = "give a report written by irshard compile --format json"
+HINT = "give a report written by irshard compile --format json"
 
 
 @dataclass
@@ -121,7 +117,7 @@ class Side:
         return kinds
 
 
-def _is_report(value: Any) -> bool:
+def is_report(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("collectives"), list)
 
 
@@ -132,75 +128,6 @@ def main_module(modules: list, is_sharded) -> Any:
     if len(sharded) == 1:
         return sharded[0]
     return modules[0] if len(modules) == 1 else None
-
-
-def _pick(modules: list[dict[str, Any]], path: str, module: str | None
-          ) -> dict[str, Any]:
-    """One module's report among several: the one `--module` names, else
-    the only one that runs on more than one device."""
-    if module is not None:
-        named = [m for m in modules if module in (m.get("module") or "")]
-        if len(named) == 1:
-            return named[0]
-        what = "no module" if not named else f"{len(named)} modules"
-        raise UsageError(f"{path}: {what} named like '{module}'; modules: "
-                         + ", ".join(m.get("module") or "?" for m in modules))
-    found = main_module(modules, lambda m: (m.get("mesh") or {}).get("devices", 1) > 1
-                        or bool(m.get("collectives")))
-    if found is not None:
-        return found
-    raise UsageError(f"{path} holds {len(modules)} modules; name one with "
-                     f"--module: " + ", ".join(m.get("module") or "?" for m in modules))
-
-
-def load(path: str, module: str | None = None, stage: str = "optimized") -> Side:
-    """A report from a JSON report, an HLO file or an XLA dump directory."""
-    if not os.path.exists(path):
-        raise UsageError(f"'{path}' does not exist; give a JSON report "
-                         f"(irshard compile --format json -o FILE), an HLO "
-                         f"file or an XLA dump directory")
-    if os.path.isfile(path) and path.endswith(".json"):
-        value = schema.load_json(path, "report", _HINT)
-        if isinstance(value, dict) and isinstance(value.get("modules"), list):
-            modules = [m for m in value["modules"] if _is_report(m)]
-            for i, m in enumerate(modules):
-                schema.check(m, schema.REPORT, f"report {path}, module {i}")
-            value = _pick(modules, path, module)
-        if not _is_report(value):
-            raise UsageError(f"'{path}' is not an irshard report (no "
-                             f"'collectives' list); {_HINT}")
-        if value.get("schema", SCHEMA) != SCHEMA:
-            raise UsageError(f"'{path}' has \"schema\": "
-                             f"{json.dumps(value.get('schema'))}; this irshard "
-                             f"reads reports of schema {SCHEMA}")
-        schema.check(value, schema.REPORT, f"report {path}")
-        return Side(path, value)
-    backend.configure(1, "cpu")
-    reports, _ = dumps.reports(path, stage, None)
-    return Side(path, _pick([r.to_json() for r in reports], path, module))
-
-
-def side(value: Any, label: str | None = None) -> Side:
-    """A side from a report (`irshard.compile`'s), a report's JSON form,
-    or a path (as `irshard diff` reads one)."""
-    if isinstance(value, (str, os.PathLike)):
-        found = load(os.fspath(value))
-        return Side(found.path, found.report, label)
-    if _is_report(value):
-        schema.check(value, schema.REPORT, "diff: the report")
-        return Side(value.get("source") or "-", value, label)
-    to_json = getattr(value, "to_json", None)
-    if to_json is None or not hasattr(value, "collectives"):
-        raise UsageError(f"diff: expected a report (irshard.compile's), its "
-                         f"JSON form or a path, not {type(value).__name__}")
-    report = to_json()
-    if label is None:
-        what = report.get("function") or report.get("module")
-        mesh = ",".join(f"{a['name']}={a['size']}"
-                        for a in (report.get("mesh") or {}).get("axes", ()))
-        label = os.path.basename(report.get("source") or "-") \
-            + (f" ({what})" if what else "") + (f" mesh {mesh}" if mesh else "")
-    return Side(report.get("source") or "-", report, label)
 
 
 @dataclass(frozen=True)

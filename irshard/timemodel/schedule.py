@@ -50,12 +50,11 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from irshard.collectives import loops
-from irshard.collectives.analysis import collective_kind
-from irshard.collectives.costs import FREE, Cost, Costs
-from irshard.collectives.rates import Rates
+from irshard.timemodel.costs import FREE, Cost, Costs
+from irshard.timemodel.rates import Rates
+from irshard.xla import loops
 from irshard.xla import tpufusions
-from irshard.xla.hlo import HloModuleView, Instruction, shape_leaves
+from irshard.xla.hlo import HloModuleView, Instruction, collective_kind, shape_leaves
 
 # Iterations of a loop drawn one by one on the timeline; the rest of its
 # trips are one summary event each.

@@ -25,20 +25,21 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
 from irshard import backend, passes
-from irshard.collectives import analysis, findings, schedule
+from irshard.collectives import analysis, findings
 from irshard.collectives import memory as peaks
-from irshard.collectives import rates as compute_rates
 from irshard.core import files, tree
-from irshard.core.frames import UserCode
 from irshard.core.errors import BackendError
+from irshard.core.frames import UserCode
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
-from irshard.hardware import cost, targets
+from irshard.hardware import targets
 from irshard.loading.leaves import Program
-from irshard.pipeline.lowerings import (JittedProgram, lower_jitted_program,
-                                        result_shardings, tracing_errors)
 from irshard.reporting.report import (CollectiveReport, TensorInfo, analysed_bytes,
                                       memory_in_use,
                                       tensor_info)
+from irshard.stages.lowerings import (JittedProgram, lower_jitted_program,
+                                        result_shardings, tracing_errors)
+from irshard.timemodel import links, schedule
+from irshard.timemodel import rates as compute_rates
 from irshard.xla import hloscan
 from irshard.xla.hlo import HloModuleView
 
@@ -205,7 +206,7 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
     the caller started working out (`memory_stats_later`) before reading
     the module."""
     target, profile = info.placement.target, info.placement.profile
-    model = cost.CostModel.for_devices(target, profile, compiled.devices)
+    model = links.CostModel.for_devices(target, profile, compiled.devices)
     collectives = analysis.collectives(view, info.mesh, info.user_dir,
                                        programs, model)
     comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
@@ -237,7 +238,7 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
     else:
         found = compiled.cost()
         flops, moved = found.get("flops"), found.get("bytes accessed")
-    roofline = cost.roofline(profile, flops, moved, comm)
+    roofline = links.roofline(profile, flops, moved, comm)
     return CollectiveReport(
         source=info.source, function=info.function, stage_name=stage,
         mesh=info.mesh, platform=info.platform,
@@ -283,7 +284,7 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     # A TPU's collectives over different mesh axes run over different links
     # of its torus (and across slices, the data-center network), side by
     # side; a host's or a GPU's run one after another.
-    lanes = cost.torus_lanes(info.mesh, axes) \
+    lanes = links.torus_lanes(info.mesh, axes) \
         if info.placement.target.kind == "tpu" else None
     step = schedule.simulate(view, rates, collective_s, analysis.user_line(
         view, UserCode(info.user_dir)), lanes)
@@ -537,7 +538,7 @@ def from_lowering(lowered: Any, mesh: MeshSpec, placement: targets.Placement,
     """The StableHLO stage of a lowering the user already has (a
     `jax.stages.Lowered` or `Traced`, or a framework's): nothing traced
     again, its shardings and donation as they are."""
-    from irshard.pipeline.lowerings import Prelowered
+    from irshard.stages.lowerings import Prelowered
     program = Program(source=source, function=function, fn=None, mesh=mesh,
                       inputs=(), jitted=Prelowered(lowered))
     jax_mesh = backend.make_mesh(mesh.names, mesh.shape, devices,
@@ -551,7 +552,7 @@ def from_compiled(step: backend.CompiledStep, mesh: MeshSpec,
     """The optimized stage of an executable the user already compiled
     (`irshard.report` of a `jax.stages.Compiled`): its inputs the ones XLA
     kept, named by their path in `(args, kwargs)`."""
-    from irshard.pipeline.lowerings import lowered_input_name
+    from irshard.stages.lowerings import lowered_input_name
     inputs = tuple(TensorDecl(lowered_input_name(leaf.path),
                               _known_dtype(leaf.dtype), leaf.shape, leaf.key,
                               None, leaf.donated)
