@@ -12,6 +12,10 @@ From Python:
     irshard.compare(report, other)               # as `irshard diff`
     irshard.report(jax.jit(step).lower(params, batch))   # a lowering you have
     irshard.search(step, params, batch, target="tpu-v5e:4x4")   # as `irshard search`
+    irshard.show(step, params, batch, mesh="dp=2,tp=4")  # as `irshard show`
+    irshard.suggest(step, params, batch, mesh="dp=2,tp=4")   # as `irshard suggest`
+    irshard.collectives_of("dump/")              # as `irshard collectives`
+    irshard.opt(module_text, "sdy-propagation-pipeline")     # as `irshard opt`
 
 In a notebook a report (or a diff) shows its summary and its HTML page.
 
@@ -31,14 +35,17 @@ REPORT_STAGES = ("partitioned", "optimized")
 
 _API = {"compile": "irshard.api", "run": "irshard.api", "compare": "irshard.api",
         "report": "irshard.api", "Report": "irshard.api",
-        "configure": "irshard.api", "search": "irshard.api", "load": "irshard.frontend",
+        "configure": "irshard.api", "search": "irshard.api", "show": "irshard.api",
+        "suggest": "irshard.api", "collectives_of": "irshard.api", "opt": "irshard.api",
+        "load": "irshard.frontend",
         "Source": "irshard.frontend"}
 
 
 __all__ = ["BackendError", "BudgetExceeded", "CheckFailed", "InputError",
            "IRError", "IrshardError", "REPORT_STAGES", "Report", "STAGES",
-           "Source", "SpecError", "UsageError", "UserCodeError", "compare",
-           "compile", "configure", "load", "report", "run", "search"]
+           "Source", "SpecError", "UsageError", "UserCodeError", "collectives_of",
+           "compare", "compile", "configure", "load", "opt", "report", "run",
+           "search", "show", "suggest"]
 
 
 def __dir__():

@@ -19,25 +19,53 @@ where the command line prints its error line.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from irshard.apichecks import (JitArguments, check_common, check_platform,
-                               check_run, is_int, number_list, wrong)
-from irshard.core.errors import CheckFailed, UsageError
-from irshard.core.specs import MeshAxis, MeshSpec, parse_axis_types, parse_mesh
+from irshard.apichecks import (JitArguments, check_platform, check_run, is_int,
+                               number_list, wrong)
+from irshard.apiprogram import (configure, in_shardings_of, lowering, mesh_of, pipeline,
+                                program_lowering)
+from irshard.core.errors import UsageError
+from irshard.core.specs import parse_mesh
 from irshard.reporting.report import CollectiveReport
 
 
+@dataclasses.dataclass(frozen=True)
 class Report(CollectiveReport):
     """A collective report as `compile` and `run` give it: the report's
-    data, and what a person does with it in Python."""
+    data, the program it came from, and what a person does with it in
+    Python."""
+
+    # The pipeline's stages the report came from (see `stage`).
+    stages: Any = dataclasses.field(default=None, compare=False, repr=False)
+    # `irshard.run`: how the program ran, and its outputs' values.
+    run: Any = dataclasses.field(default=None, compare=False, repr=False)
+    results: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, report: CollectiveReport, **changes: Any) -> "Report":
-        import dataclasses
         values = {f.name: getattr(report, f.name)
                   for f in dataclasses.fields(report)}
         return cls(**(values | changes))
+
+    def json_value(self, collectives: Any) -> dict[str, Any]:
+        d = super().json_value(collectives)
+        if self.run is not None:
+            d["run"] = self.run.to_json()
+        return d
+
+    def stage(self, name: str) -> str:
+        """The IR of pipeline stage `name` (stablehlo, propagated,
+        partitioned, optimized), as `--emit` prints it."""
+        from irshard import STAGES
+        if name not in STAGES:
+            raise UsageError(f"unknown stage '{name}'; stages are "
+                             f"{', '.join(STAGES)}")
+        if self.stages is None:
+            raise UsageError("this report was read from HLO; it has no "
+                             "pipeline stages")
+        return self.stages.text(name)
 
     def check_budget(self, *budgets: str) -> list:
         """Holds the report to `budgets` (`'all-gather@fsdp<=2'`, ...):
@@ -63,7 +91,7 @@ class Report(CollectiveReport):
         from irshard.reporting import htmlreport
         from irshard.stages import output
         parts = output.page_parts(self, getattr(self.stages, "compiled", None),
-                                  self.run)
+                                  self.run, self.stages)
         return htmlreport.render_report(self, parts, self.run)
 
     # How a report shows itself: a few lines in a console; in a notebook,
@@ -102,6 +130,33 @@ def _given(report: Report) -> Report:
     return report
 
 
+def collectives_of(path: str, *, stage: str = "optimized", mesh: Any = None):
+    """The report of each module of an HLO file, a serialized module or an
+    XLA dump directory, as `irshard collectives PATH` (those that run on
+    `mesh`'s device count, when given). The result has `reports`,
+    `skipped` and `render_text()`, `render_json()`."""
+    from irshard import library
+    if not isinstance(path, str):
+        raise wrong("path", path, "a path to an HLO file or XLA dump directory")
+    return library.collectives_of(path, stage,
+                                  mesh_of(mesh, None)[0] if mesh is not None else None)
+
+
+def opt(module: str | bytes, pipeline: str, *, split_input_file: bool = False,
+        debug_info: bool = False) -> str:
+    """Runs a pass pipeline (irshard's passes and Shardy's, in MLIR's
+    textual syntax) over a StableHLO + Shardy module (text or bytecode), as
+    `irshard opt`; returns the module printed."""
+    from irshard.ir import opt as opting
+    if not isinstance(module, (str, bytes)):
+        raise wrong("module", module, "MLIR text or bytecode")
+    if not isinstance(pipeline, str):
+        raise wrong("pipeline", pipeline, "passes in MLIR's textual syntax")
+    data = module.encode() if isinstance(module, str) else module
+    return opting.opt(data, "<module>", pipeline,
+                      split_input_file=split_input_file, debug_info=debug_info)
+
+
 def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     """Compares two reports by source line and kind, as `irshard diff`:
     each a report (`compile`'s), its JSON form, or a path to a JSON report,
@@ -114,125 +169,6 @@ def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
         raise UsageError(f"labels: expected two, one per side, not {len(labels)}")
     name_a, name_b = labels if labels is not None else (None, None)
     return diffing.compare(dumps.diff_side(a, name_a), dumps.diff_side(b, name_b))
-
-
-# ---------------------------------------------------------------------------
-# Arguments, checked before anything starts: a wrong type is a UsageError
-# naming the argument and what it takes, never a TypeError from deep inside.
-
-
-def configure(devices: int = 8, platform: str = "cpu") -> None:
-    """Asks for `devices` simulated CPU devices. Call it before anything
-    uses JAX; it does nothing when the platform already has enough, and
-    says so when JAX started with fewer."""
-    from irshard import backend
-    if not is_int(devices) or not 1 <= devices <= backend.MAX_CPU_DEVICES:
-        raise wrong("devices", devices, f"a whole number of devices from 1 "
-                                         f"to {backend.MAX_CPU_DEVICES}")
-    check_platform(platform)
-    if backend.started():
-        have = backend.device_count(platform)
-        if have < devices:
-            raise UsageError(
-                f"JAX has already started with {have} {platform} devices; "
-                f"call irshard.configure(devices={devices}) before anything "
-                f"uses JAX, or set XLA_FLAGS=--xla_force_host_platform_"
-                f"device_count={devices}")
-        return
-    backend.configure(devices, platform)
-
-
-def _mesh(mesh: Any, axis_types: str | Sequence[str] | None
-          ) -> tuple[MeshSpec, Sequence[Any] | None]:
-    """A mesh spec (`"dp=2,tp=4"`) with `axis_types` (as `--axis-types`, or
-    one per axis), or a `jax.sharding.Mesh` (whose devices, in its order,
-    and axis types are used)."""
-    if isinstance(mesh, (str, MeshSpec)):
-        spec = parse_mesh(mesh) if isinstance(mesh, str) else mesh
-        if axis_types is not None:
-            if not isinstance(axis_types, str):
-                axis_types = ",".join(str(t) for t in axis_types)
-            spec = parse_axis_types(axis_types, spec)
-        return spec, None
-    try:
-        shape = getattr(mesh, "shape", None)
-        devices = getattr(mesh, "devices", None)
-        devices.flat
-    except Exception:
-        # An AbstractMesh has no devices (reading them raises).
-        shape = devices = None
-    if not hasattr(shape, "items") or devices is None:
-        raise UsageError(f"mesh: expected a spec such as 'dp=2,tp=4' or a "
-                         f"jax.sharding.Mesh (with devices), not "
-                         f"{type(mesh).__name__}")
-    if axis_types is not None:
-        raise UsageError("axis_types: a jax.sharding.Mesh brings its own axis "
-                         "types; give them to jax.make_mesh(axis_types=...)")
-    from irshard import backend
-    types = backend.axis_types_of(mesh)
-    spec = MeshSpec(tuple(MeshAxis(str(n), int(s), t)
-                          for (n, s), t in zip(shape.items(), types)))
-    return spec, list(devices.flat)
-
-
-def _context(context: Any) -> Callable[[], Any] | None:
-    """`context=`: a function returning a context manager, or one."""
-    if context is None:
-        return None
-    if hasattr(context, "__enter__") and hasattr(context, "__exit__"):
-        return lambda: context
-    if callable(context):
-        return context
-    raise wrong("context", context, "a context manager, or a function "
-                                     "returning one (e.g. lambda: "
-                                     "jax.set_mesh(mesh))")
-
-
-def _pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
-              rules, shardings, static_argnums, grad, out_shardings,
-              platform: str, reference=None, target=None, profile=None,
-              runnable=False, constraints=(), axis_types=None,
-              jit: JitArguments = JitArguments(), context=None,
-              keras_fit: bool = False):
-    from irshard import frontend
-    from irshard.core import frames
-    from irshard.loading import program
-    from irshard.stages import staged
-    frames.note_callers()
-    rules, static_argnums, constraints = check_common(
-        rules, static_argnums, grad, out_shardings, target, profile,
-        constraints, platform, axis_types)
-    mesh_spec, devices = _mesh(mesh, axis_types)
-    from irshard.hardware import targets
-    place = frontend.Hosting(targets.place(target, platform, profile))
-    if runnable:
-        place.placement.check_runnable()
-    if devices is None:
-        if place.target.kind != "tpu":
-            configure(mesh_spec.num_devices, place.platform)
-        devices = place.devices(mesh_spec)
-    prog = program.program_of(fn, args, mesh=mesh_spec, rules=list(rules or ()),
-                              shardings=shardings,
-                              static_argnums=tuple(static_argnums)
-                              + jit.static_argnums,
-                              static_argnames=jit.static_argnames,
-                              donate_argnums=jit.donate_argnums,
-                              donate_argnames=jit.donate_argnames,
-                              grad=grad, out_shardings=out_shardings,
-                              reference=reference, context=_context(context),
-                              keras_fit=keras_fit)
-    lowered = staged.trace(prog, place.placement, devices)
-    frontend.constrain(lowered, frontend.parse_constraints(
-        f"{match}={spec}" for match, spec in constraints))
-    compiled = lowered.compile(partitioned=True)
-    return prog, lowered, compiled
-
-
-def _in_shardings(shardings: Any, in_shardings: Any) -> Any:
-    if shardings is not None and in_shardings is not None:
-        raise UsageError("shardings and in_shardings are the same argument; "
-                         "give one")
-    return in_shardings if in_shardings is not None else shardings
 
 
 def _x64_kept(api: Callable[..., Any]) -> Callable[..., Any]:
@@ -294,29 +230,24 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     `keras_fit`, `fn` is a compiled Keras model and `args` one batch
     (`x, y`): the report is of the train step its `fit` runs, inputs named
     by Keras' variable paths."""
-    from irshard.collectives import explain as explaining
+    from irshard import library
     from irshard.stages import staged
     if not isinstance(explain, bool):
         raise wrong("explain", explain, "True or False")
-    if not isinstance(keras_fit, bool):
-        raise wrong("keras_fit", keras_fit, "True or False")
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    jit = JitArguments.checked((), static_argnames, donate_argnums,
-                                donate_argnames)
-    _, lowered, compiled = _pipeline(fn, args, mesh, rules,
-                                     _in_shardings(shardings, in_shardings),
-                                     static_argnums, grad, out_shardings, platform,
-                                     target=target, profile=profile,
-                                     constraints=constraints,
-                                     axis_types=axis_types, jit=jit,
-                                     context=context, keras_fit=keras_fit)
-    read = compiled.partitioned() if stage == "partitioned" else compiled
-    report = read.report()
-    if explain:
-        report = explaining.explained(report, lowered, read)
-    return _given(Report.of(report, stages=staged.Pipeline(lowered, compiled)))
+    lowered = lowering(
+        fn, args, mesh=mesh, rules=rules, shardings=shardings,
+        static_argnums=static_argnums, grad=grad, out_shardings=out_shardings,
+        target=target, profile=profile, constraints=constraints,
+        platform=platform, axis_types=axis_types, in_shardings=in_shardings,
+        static_argnames=static_argnames, donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames, context=context, keras_fit=keras_fit)
+    done = library.compile_program(lowered, library.ReportOptions(
+        stage=stage, explain=explain, keep_stages=True))
+    return _given(Report.of(done.report,
+                            stages=staged.Pipeline(lowered, done.compiled)))
 
 
 def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
@@ -331,9 +262,8 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     compiled again; its report has only the optimized stage.
     `mesh` (a spec or `jax.sharding.Mesh`) is needed only where the
     lowering names no mesh of its own."""
-    from irshard import backend
+    from irshard import backend, library
     from irshard.backend import shardy
-    from irshard.collectives import explain as explaining
     from irshard.hardware import targets
     from irshard.stages import staged
     check_platform(platform)
@@ -346,7 +276,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
                          f"(or a framework's), not {type(lowered).__name__}"
                          ) from None
     if mesh is not None:
-        spec, devices = _mesh(mesh, None)
+        spec, devices = mesh_of(mesh, None)
     else:
         own = sorted(shardy.meshes(found.module).items())
         own = [m for _, m in own if m.num_devices > 1] or [m for _, m in own]
@@ -363,11 +293,10 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         devices = frontend.Hosting(place).devices(spec)
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
     lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
-    compiled = lowered_stage.compile(partitioned=True)
-    result = compiled.report()
-    if explain:
-        result = explaining.explained(result, lowered_stage, compiled)
-    return _given(Report.of(result, stages=staged.Pipeline(lowered_stage, compiled)))
+    done = library.compile_program(lowered_stage, library.ReportOptions(
+        explain=explain, keep_stages=True))
+    return _given(Report.of(done.report,
+                            stages=staged.Pipeline(lowered_stage, done.compiled)))
 
 
 def _report_compiled(compiled: Any, mesh: Any, target, profile, platform):
@@ -381,9 +310,9 @@ def _report_compiled(compiled: Any, mesh: Any, target, profile, platform):
         raise UsageError(f"report: cannot read this {type(compiled).__name__}'s "
                          f"executable ({e}); give its Lowered instead") from None
     if mesh is not None:
-        spec, _ = _mesh(mesh, None)
+        spec, _ = mesh_of(mesh, None)
     elif step.mesh is not None:
-        spec, _ = _mesh(step.mesh, None)
+        spec, _ = mesh_of(step.mesh, None)
     else:
         spec = parse_mesh(f"x={len(step.devices)}")
     if spec.num_devices != len(step.devices):
@@ -470,6 +399,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
     the check and timings; `results` the outputs (a dict by name under
     `grad`). With `check`, a mismatch raises `irshard.CheckFailed` (its
     `report` attribute holds the report)."""
+    from irshard import library
     from irshard.running import execution as running
     from irshard.stages import staged
     check_run(seed, rtol, atol, repeat, ranges, check)
@@ -477,24 +407,24 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any,
         raise wrong("keras_fit", keras_fit, "True or False")
     jit = JitArguments.checked((), static_argnames, donate_argnums,
                                 donate_argnames)
-    prog, lowered, compiled = _pipeline(fn, args, mesh, rules,
-                                        _in_shardings(shardings, in_shardings),
-                                        static_argnums, grad, out_shardings,
-                                        platform, reference, runnable=True,
-                                        axis_types=axis_types, jit=jit,
-                                        context=context, keras_fit=keras_fit)
+    prog, lowered = pipeline(fn, args, mesh, rules,
+                             in_shardings_of(shardings, in_shardings),
+                             static_argnums, grad, out_shardings, platform,
+                             reference, runnable=True, axis_types=axis_types,
+                             jit=jit, context=context, keras_fit=keras_fit)
     given = {leaf.path: leaf.value for leaf in prog.inputs if leaf.value is not None}
     options = running.RunOptions(
         seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,
         ranges=tuple((ranges or {}).items()), given=given, keep_values=True)
     options.validate()
-    found = compiled.report()
-    result = running.run(lowered, compiled, options).predicted_by(found)
-    report = Report.of(found,
-                       stages=staged.Pipeline(lowered, compiled), run=result,
-                       results=_results(lowered, result, prog.grad is not None))
+    done = library.run_program(lowered, options,
+                               library.ReportOptions(keep_stages=True))
+    report = Report.of(done.report,
+                       stages=staged.Pipeline(lowered, done.compiled),
+                       run=done.result,
+                       results=_results(lowered, done.result, prog.grad is not None))
     _given(report)
-    failure = _check_failure(result)
+    failure = done.failure()
     if failure is not None:
         failure.report = report
         raise failure
@@ -511,6 +441,28 @@ def _results(lowered, result, grad: bool) -> Any:
     return {decl.name: value for decl, value in zip(lowered.info.outputs, values)}
 
 
-def _check_failure(result) -> CheckFailed | None:
-    from irshard.running import check
-    return check.failure(result.checks)
+@_x64_kept
+def show(fn: Callable[..., Any], *args: Any, mesh: Any, **program: Any):
+    """Where every input and output of `fn(*args)` lives on `mesh`, from
+    the shardings alone, as `irshard show`: the same program arguments as
+    `compile` (`rules`, `shardings`, `target`, ...). The result has
+    `inputs` and `outputs` (each with its `placements`: device and block)
+    and `render_text()`, `render_json()`."""
+    from irshard import library
+    return library.show_program(program_lowering(fn, args, mesh, program))
+
+
+@_x64_kept
+def suggest(fn: Callable[..., Any], *args: Any, mesh: Any, top: int = 3,
+            max_candidates: int = 16, **program: Any):
+    """Changes that would remove `fn(*args)`'s costliest collectives on
+    `mesh`, each compiled here, as `irshard suggest`: the same program
+    arguments as `compile`. The result has `render_text()` and
+    `render_json()`; each suggestion's command is the command line's."""
+    from irshard import library
+    for name, value in (("top", top), ("max_candidates", max_candidates)):
+        if not is_int(value) or value < 1:
+            raise wrong(name, value, "a positive whole number")
+    return library.suggest_program(program_lowering(fn, args, mesh, program),
+                                   (), (), (), top=top,
+                                   max_candidates=max_candidates)

@@ -10,22 +10,21 @@ from __future__ import annotations
 import os
 import sys
 
-from irshard import REPORT_STAGES, STAGES
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
 
 
-def _stages(args) -> list[str]:
-    for stage in args.emit:
-        if stage not in STAGES:
-            raise UsageError(f"unknown stage '{stage}'; stages are "
-                             f"{', '.join(STAGES)}")
-    if args.stage not in REPORT_STAGES:
-        what = ("unknown stage" if args.stage not in STAGES
-                else "the report reads HLO, not stage")
-        raise UsageError(f"{what} '{args.stage}'; --stage is one of "
-                         f"{', '.join(REPORT_STAGES)}")
-    return [s for s in STAGES if s in args.emit]
+def _report_options(args):
+    """`compile`'s and `run`'s report options, checked before any work
+    (`--budget` parsed); `--format html` explains."""
+    import dataclasses
+    from irshard import library
+    from irshard.reporting import budget
+    options = library.ReportOptions(
+        stage=args.stage, explain=args.explain or args.format == "html",
+        emits=tuple(args.emit), debug_info=args.debug_info)
+    return dataclasses.replace(options, budgets=tuple(
+        budget.parse_budget(text) for text in args.budget))
 
 
 def _source(args):
@@ -76,50 +75,29 @@ def _folds(args) -> bool:
             and files.STDOUT.isatty())
 
 
-def _budgets(args) -> list:
-    """The --budget expressions, parsed before any work."""
-    from irshard.reporting import budget
-    return [budget.parse_budget(text) for text in args.budget]
-
-
-def _held_to(report, budgets):
-    """The report with its budgets' outcomes (JSON `budgets`), and the
-    error to exit with when one is exceeded."""
-    from irshard.reporting import budget
-    if not budgets:
-        return report, None
-    outcomes = budget.evaluate(report, budgets)
-    return budget.recorded(report, outcomes), budget.breach_error(outcomes)
-
-
 def _note(text: str) -> None:
     print(f"irshard: note: {text}", file=sys.stderr)
 
 
 def cmd_compile(args) -> int:
+    from irshard import library
     from irshard.stages import output
-    emits = _stages(args)
-    budgets = _budgets(args)
+    options = _report_options(args)
     source = _source(args)
     source.mesh_spec()
     check_output_path(args.output)
-    lowered = _load(source)
-    args.explain = args.explain or args.format == "html"
-    texts, compiled = output.emit(lowered, emits, args.stage, args.debug_info,
-                                  explain=args.explain, note=_note)
-    if emits and not budgets:
-        write_output(args.output, output.join_stages(texts))
+    done = library.compile_program(_load(source), options, note=_note)
+    if done.report is None:
+        write_output(args.output, done.ir_text())
         return 0
-    report = output.report(lowered, compiled, args.stage, args.explain)
-    report, breach = _held_to(report, budgets)
-    if args.format == "trace" and not emits:
-        write_output(args.output, output.trace(compiled, report))
+    if args.format == "trace" and not options.emits:
+        write_output(args.output, output.trace(done.compiled, done.report))
     else:
-        write_output(args.output, output.join_stages(texts) if emits
-                     else output.render(report, args.format, compiled,
+        write_output(args.output, done.ir_text() if options.emits
+                     else output.render(done.report, args.format, done.compiled,
                                         _folds(args), args.group_by))
-    if breach is not None:
-        raise breach
+    if done.breach is not None:
+        raise done.breach
     return 0
 
 
@@ -163,12 +141,11 @@ def _launch(args, total_devices: int) -> int:
 
 
 def cmd_run(args) -> int:
-    emits = _stages(args)
-    if emits and args.format == "html":
+    options = _report_options(args)
+    if options.emits and args.format == "html":
         raise UsageError("--emit prints IR before the report, which an HTML "
                          "page cannot hold; drop --emit, or use --format text "
                          "or json")
-    budgets = _budgets(args)
     source = _source(args)
     source.mesh_spec()
     source.placement().check_runnable()
@@ -178,7 +155,7 @@ def cmd_run(args) -> int:
             os.path.realpath(args.trace) == os.path.realpath(args.output):
         raise UsageError(f"--trace {args.trace} is also -o: give the measured "
                          f"profile a file of its own")
-    options = _run_options(args)
+    run = _run_options(args)
     cluster = _cluster(args)
     if args.processes is not None:
         return _launch(args, source.total_devices())
@@ -187,31 +164,21 @@ def cmd_run(args) -> int:
         # The values the --args function returned are the inputs; only
         # abstract leaves (ShapeDtypeStructs) are drawn from --seed.
         import dataclasses
-        options = dataclasses.replace(options, given=lowered.given)
-    _stage("compiling")
-    from irshard.stages import output
-    args.explain = args.explain or args.format == "html"
-    texts, compiled = output.emit(lowered, emits, args.stage, args.debug_info,
-                                  compile_anyway=True, explain=args.explain,
-                                  note=_note)
+        run = dataclasses.replace(run, given=lowered.given)
+    from irshard import library
     from irshard.running import execution
-    _stage("running")
-    result = execution.run(lowered, compiled, options)
-    _stage("writing")
-    report = output.report(lowered, compiled, args.stage, args.explain)
-    result = result.predicted_by(report)
-    report, breach = _held_to(report, budgets)
+    from irshard.stages import output
+    done = library.run_program(lowered, run, options, note=_note, stage=_stage)
     if args.format == "trace":
-        text = output.trace(compiled, report)
+        text = output.trace(done.compiled, done.report)
     else:
-        text = execution.render(report, result, args.format, compiled,
-                                _folds(args), args.group_by)
-    if texts:
-        text = output.join_stages(texts) + text
+        text = execution.render(done.report, done.result, args.format,
+                                done.compiled, _folds(args), args.group_by)
+    if done.texts:
+        text = done.ir_text() + text
     if _is_reporting_process():
         write_output(args.output, text)
-    from irshard.running import check
-    failure = check.failure(result.checks) or breach
+    failure = done.failure()
     if failure is not None:
         raise failure
     return 0
@@ -226,13 +193,9 @@ def cmd_show(args) -> int:
     source = _source(args)
     source.mesh_spec()
     check_output_path(args.output)
-    lowered = _load(source)
-    compiled = lowered.compile()
-    from irshard.reporting import layout
-    from irshard.stages import placing
-    inputs, outputs = placing.placed(compiled)
-    write_output(args.output, layout.render_show(compiled.info, inputs, outputs,
-                                                 args.format))
+    from irshard import library
+    write_output(args.output,
+                 library.show_program(_load(source)).render(args.format))
     return 0
 
 
@@ -297,22 +260,22 @@ def cmd_opt(args) -> int:
 def cmd_collectives(args) -> int:
     check_output_path(args.output)
     mesh = parse_mesh(args.mesh) if args.mesh else None
-    from irshard.stages import output
+    from irshard import library
     write_output(args.output,
-                 output.collectives(args.path, args.stage, mesh, args.format,
-                                    args.group_by))
+                 library.collectives_of(args.path, args.stage, mesh)
+                 .render(args.format, args.group_by))
     return 0
 
 
 def cmd_suggest(args) -> int:
-    from irshard.strategy import suggest
+    from irshard import library
     source = _source(args)
-    mesh = source.mesh_spec()
+    source.mesh_spec()
     check_output_path(args.output)
-    lowered = _load(source)
-    result = suggest.suggest_for(lowered, source, mesh, top=args.top,
-                                 max_candidates=args.max_candidates,
-                                 jobs=args.jobs)
+    result = library.suggest_program(
+        _load(source), source.shards + source.overrides, source.out_shards,
+        source.argv(), is_module=source.is_module, top=args.top,
+        max_candidates=args.max_candidates, jobs=args.jobs)
     write_output(args.output, result.render_json() if args.format == "json"
                  else result.render_text())
     return 0

@@ -240,19 +240,22 @@ def _heat():
     return path, module
 
 
+def _command(*args, json_format=True):
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "irshard", *args,
+                           *(("--format", "json") if json_format else ())],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_the_command_line_and_the_api_write_the_same_json(tmp_path):
     """`compile`, `run --check` and `diff` give the same JSON, byte for
     byte, from the command line and from Python, for the same program."""
-    import subprocess
-    import sys
     path, heat = _heat()
     rod = jax.ShapeDtypeStruct((1024,), jnp.float32)
-
-    def command(*args):
-        done = subprocess.run([sys.executable, "-m", "irshard", *args,
-                               "--format", "json"], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+    command = _command
 
     roll = irshard.compile(heat.simulate_roll, rod, mesh="x=8", rules=[("*", "x")])
     assert roll.to_json_text() == command("compile", path, "--fn", "simulate_roll",
@@ -267,3 +270,73 @@ def test_the_command_line_and_the_api_write_the_same_json(tmp_path):
                                  rules=[("*", "x")]).to_json_text())
     assert irshard.compare(str(a), str(b)).render_json() == \
         command("diff", str(a), str(b))
+
+
+def test_every_other_command_is_one_library_call_from_both(tmp_path):
+    """`show`, `collectives`, `suggest` and `opt` give the same output, byte
+    for byte, from the command line and from Python (a suggestion's command
+    aside: from Python there is no command line to repeat)."""
+    import json
+    path, heat = _heat()
+    rod = jax.ShapeDtypeStruct((1024,), jnp.float32)
+    program = ("--fn", "simulate_set", "--mesh", "x=8")
+    assert irshard.show(heat.simulate_set, rod, mesh="x=8",
+                        rules=[("*", "x")]).render_json() == \
+        _command("show", path, *program)
+    hlo = tmp_path / "set.hlo"
+    _command("compile", path, *program, "--emit", "optimized", "-o", str(hlo),
+             json_format=False)
+    found = irshard.collectives_of(str(hlo))
+    assert found.reports and found.render_json() == _command("collectives", str(hlo))
+    assert found.render_text() == _command("collectives", str(hlo), json_format=False)
+    ours = json.loads(irshard.suggest(heat.simulate_set, rod, mesh="x=8",
+                                      rules=[("*", "x")], max_candidates=3
+                                      ).render_json())
+    theirs = json.loads(_command("suggest", path, *program, "--max-candidates", "3",
+                                 "--jobs", "1"))
+    assert ours.pop("command") == [] and theirs.pop("command")[0] == path
+    assert ours == theirs and ours["suggestions"]
+    module = tmp_path / "matmul.mlir"
+    module.write_text(
+        "func.func @main(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) "
+        "-> tensor<8x8xf32> {\n  %0 = stablehlo.dot_general %arg0, %arg1, "
+        "contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) "
+        "-> tensor<8x8xf32>\n  return %0 : tensor<8x8xf32>\n}\n")
+    pipeline = 'irshard-annotate{mesh="x=2" args="0=x,_"},sdy-propagation-pipeline'
+    propagated = irshard.opt(module.read_text(), pipeline)
+    assert '#sdy.sharding<@mesh, [{"x"}, {}]>' in propagated
+    assert propagated == _command("opt", str(module), "-p", pipeline,
+                                  json_format=False)
+    with pytest.raises(irshard.UsageError, match="unexpected argument 'rule'"):
+        irshard.show(heat.simulate_set, rod, mesh="x=8", rule=[("*", "x")])
+
+
+
+@pytest.mark.slow
+def test_search_is_one_library_call_from_both():
+    """`search` ranks the same candidates with the same numbers from the
+    command line and from Python; only the command each candidate repeats
+    differs (from Python there is no file to name)."""
+    import json
+    import sys
+    from tests.conftest import EXAMPLES
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import gpt
+    finally:
+        sys.path.remove(EXAMPLES)
+
+    def plain(value):
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items() if k not in ("args", "command")}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    ours = irshard.search(gpt.train_step, *gpt.example_args(), devices=2,
+                          axes=("data", "fsdp")).to_json()
+    theirs = json.loads(_command("search", os.path.join(EXAMPLES, "gpt.py"), "--fn",
+                                 "train_step", "--args", "example_args", "--devices",
+                                 "2", "--axes", "data,fsdp", "--no-cache"))
+    assert ours["candidates"] and plain(ours) == plain(theirs)
+    assert ours["winner"]["args"][1:] == theirs["winner"]["args"][5:]

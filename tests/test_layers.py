@@ -43,7 +43,8 @@ FLOORS = {
     "strategy": ["strategy"],
     # The ways in: files, the Python API, pytest helpers and plugin, the
     # command line.
-    "front": ["frontend", "api", "apichecks", "testing", "pytest_plugin", "commands", "cli",
+    "front": ["frontend", "library", "apichecks", "apiprogram", "api", "testing",
+              "pytest_plugin", "commands", "cli",
               "__main__"],
 }
 

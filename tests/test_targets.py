@@ -127,10 +127,11 @@ def test_links_between_slices_and_nodes():
 def test_roofline():
     profile = profiles.profile("tpu-v5e")
     found = links.roofline(profile, 1.97e14 * 0.008, 8.19e11 * 0.002, 0.003)
-    assert found["bound"] == "compute"
-    assert found["step_s"] == pytest.approx([0.008, 0.011])
-    assert found["exposed_comm_s"] == pytest.approx([0.0, 0.003])
-    assert links.roofline(profile, 0.0, 0.0, 0.001)["bound"] == "communication"
+    assert found.bound == "compute"
+    assert found.step_s == pytest.approx((0.008, 0.011))
+    assert found.exposed_comm_s == pytest.approx((0.0, 0.003))
+    assert found.to_json()["step_s"] == list(found.step_s)
+    assert links.roofline(profile, 0.0, 0.0, 0.001).bound == "communication"
 
 
 MLP_RULES = [("w1", "_,tp"), ("w2", "tp,_"), ("x", "dp,_"), ("y", "dp,_")]
@@ -141,14 +142,14 @@ def test_times_in_reports_and_budgets():
     import mlp
     report = irshard.compile(mlp.loss, *_mlp_args(), mesh="dp=2,tp=2", grad=True,
                              rules=MLP_RULES, target="gpu-h100:1x4")
-    assert report.target["estimated"] and report.stage_name == "partitioned"
+    assert report.target.estimated and report.stage_name == "partitioned"
     assert {c.link for c in report.collectives} == {"nvlink"}
     total = report.totals()["time_s"]
     assert total == pytest.approx(sum(c.time_s for c in report.collectives))
     report.check_budget(f"time<={total * 1.01 * 1e3:.6f}ms", "memory<=1GiB")
     with pytest.raises(irshard.BudgetExceeded, match="time<=1us"):
         report.check_budget("time<=1us")
-    assert report.memory["fits"] and report.memory["capacity_bytes"] == 80 * 10 ** 9
+    assert report.memory.fits and report.memory.capacity_bytes == 80 * 10 ** 9
 
 
 def test_the_simulated_step_in_reports_and_budgets():
@@ -188,7 +189,7 @@ def test_the_roofline_counts_a_loop_as_often_as_it_runs():
             jax.ShapeDtypeStruct((128, 128), jnp.float32))
     flops = [irshard.compile(looped(trips), *args, mesh="x=2",
                              rules=[("x", "x,_")],
-                             target="gpu-h100:1x2").roofline["flops"]
+                             target="gpu-h100:1x2").roofline.flops
              for trips in (1, 10)]
     dot = 2 * 32 * 128 * 128          # one device's product per trip
     assert flops[0] >= dot
@@ -248,7 +249,7 @@ def test_tpu_counts_and_bytes_equal_plain_jax():
     assert report.totals()["bytes_per_run"] == \
         sum(c.bytes * c.executions for c in reference)
     assert {c.link for c in report.collectives} == {"ici"}
-    assert report.memory["capacity_bytes"] == 16 * 2 ** 30
+    assert report.memory.capacity_bytes == 16 * 2 ** 30
 
 
 @pytest.mark.tpu

@@ -173,8 +173,7 @@ def test_collectives_on_different_links_run_side_by_side():
     assert beside.overlapped_comm_s == pytest.approx(2.0)
     assert sum(beside.exposed_by.values()) == pytest.approx(beside.exposed_comm_s)
     assert sum(beside.overlapped_by.values()) == pytest.approx(beside.overlapped_comm_s)
-    beside.by_axes(lambda name: "x")
-    assert beside.comm_by_axes == {"x": (pytest.approx(1.0), pytest.approx(2.0))}
+    assert beside.by_axes(lambda name: "x").comm_by_axes == {"x": (pytest.approx(1.0), pytest.approx(2.0))}
 
 
 OFFLOADED = """HloModule m, is_scheduled=true, num_partitions=4
@@ -306,7 +305,7 @@ def test_the_clock_puts_a_large_products_estimate_just_under_peak(target):
     peak = targets.place(target).profile.peak_flops
     efficiency = 2 * 8192 ** 3 / peak / estimated
     assert 0.8 < efficiency < 1.0, efficiency
-    assert report.target["clock_hz"] == targets.place(target).profile.clock_hz
+    assert report.target.clock_hz == targets.place(target).profile.clock_hz
     text = report.to_text()
     assert "libtpu's estimated cycles at" in text and "kOutput fusion" in text
 

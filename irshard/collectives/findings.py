@@ -11,41 +11,18 @@ the op's location in the traced module).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from irshard.core.frames import SourceLocation, UserCode
 from irshard.core.specs import MeshSpec
 from irshard.core.syntax import matching_bracket
+from irshard.reporting.parts import Finding
 from irshard.xla import tiling
 
 _REMAT = "Involuntary full rematerialization"
 _OP = re.compile(r"efficiently for HLO operation %?(\S+) = (\S+) ([a-z][a-z0-9-]*)\(")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME = re.compile(r"stack_frame_id=(\d+)")
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: str                               # involuntary-remat
-    message: str
-    op: str | None = None                   # the HLO opcode, e.g. add
-    shape: str | None = None                # its per-device shape
-    from_sharding: str | None = None        # in mesh axes where possible
-    to_sharding: str | None = None
-    source: SourceLocation | None = None
-    op_name: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "from": self.from_sharding,
-                "to": self.to_sharding, "op": self.op, "shape": self.shape,
-                "source": self.source.to_json() if self.source else None,
-                "op_name": self.op_name, "message": self.message}
-
-    def describe(self) -> str:
-        where = f" at {self.source}" if self.source else ""
-        return (f"{self.op or 'an op'}{where}: from {self.from_sharding} to "
-                f"{self.to_sharding} by replicating the whole tensor")
 
 
 def _braced(text: str, start: int) -> tuple[str, int]:

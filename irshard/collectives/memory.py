@@ -31,10 +31,10 @@ counted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from irshard.core.frames import UserCode, scope_of
+from irshard.core.frames import UserCode
+from irshard.reporting.peak import Peak, PeakBuffer
 from irshard.xla import buffers
 
 # An optimizer's state by its path (optax's `opt_state`, Flax NNX's
@@ -48,70 +48,6 @@ _MOMENTS = re.compile(r"(^|/)(mu|nu)(/|$)")
 _COLLECTIVE = re.compile(r"all-gather|all-reduce|reduce-scatter|all-to-all|"
                          r"collective-permute|collective-broadcast|ragged-all-to-all")
 TOP = 10                             # rows of the text report's table
-
-
-@dataclass(frozen=True)
-class PeakBuffer:
-    """One buffer live at the peak."""
-
-    bytes: int
-    kind: str
-    name: str                         # the input's path, or the instruction
-    shape: str = ""
-    op_name: str | None = None
-    source: Any = None                # SourceLocation of the user's line
-    is_input: bool = False
-    copy_of: str | None = None        # the input a copy holds (another layout)
-    note: str | None = None           # what a row without a value is
-
-    @property
-    def scope(self) -> str | None:
-        return scope_of(self.op_name) if self.op_name else None
-
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"bytes": self.bytes, "kind": self.kind}
-        if self.is_input:
-            d["path"] = self.name
-        else:
-            d["instruction"] = self.name or None
-        if self.shape:
-            d["shape"] = self.shape
-        if self.op_name:
-            d["op_name"] = self.op_name
-            if self.scope and not self.copy_of:
-                d["scope"] = self.scope
-        if self.copy_of:
-            d["copy_of"] = self.copy_of
-        if self.note:
-            d["note"] = self.note
-        d["source"] = self.source.to_json() if self.source is not None else None
-        return d
-
-
-@dataclass(frozen=True)
-class Peak:
-    """The per-device footprint at the peak and what holds it."""
-
-    bytes: int
-    position: int | None              # where in XLA's schedule, if temps
-    at: str | None                    # the instruction scheduled there
-    buffers: tuple[PeakBuffer, ...]
-    schedule_length: int = 0
-    # (position, bytes held by the allocations and the live temporaries)
-    curve: list = field(default_factory=list)
-
-    def by_kind(self) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for b in self.buffers:
-            found[b.kind] = found.get(b.kind, 0) + b.bytes
-        return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"bytes": self.bytes, "source": "XLA buffer assignment",
-                "schedule_position": self.position, "instruction": self.at,
-                "schedule_length": self.schedule_length, "curve": self.curve,
-                "by_kind": self.by_kind(),
-                "buffers": [b.to_json() for b in self.buffers]}
 
 
 def input_kind(path: str, donated: bool) -> str:

@@ -24,7 +24,6 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any
 
 from irshard.core.errors import SpecError, UsageError
 from irshard.core.specs import MeshSpec, repeated
@@ -72,15 +71,6 @@ class Target:
             raise SpecError(f"--mesh {mesh} has {mesh.num_devices} devices but "
                             f"--target {self.text} has {count}; give a mesh of "
                             f"{count} devices")
-
-    def to_json(self, estimated: bool) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.text, "kind": self.kind,
-                             "profile": self.profile_name, "estimated": estimated}
-        if self.kind == "tpu":
-            d.update(topology=list(self.topology), slices=self.slices)
-        if self.kind == "gpu":
-            d.update(nodes=self.nodes, gpus_per_node=self.gpus_per_node)
-        return d
 
 
 CPU = Target("cpu", "cpu", "host")
@@ -157,14 +147,6 @@ class Placement:
             raise UsageError(f"--target {self.target.text}: without GPUs (give "
                              f"--platform gpu where they are) the target is "
                              f"estimated and cannot run; use irshard compile")
-
-    def to_json(self) -> dict[str, Any]:
-        d = self.target.to_json(self.estimated)
-        if self.profile.clock_hz:
-            d["clock_hz"] = self.profile.clock_hz
-        if self.target.kind == "tpu":
-            d["libtpu_flags"] = libtpu_flags()
-        return d
 
 
 def libtpu_flags() -> list[str]:

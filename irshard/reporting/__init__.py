@@ -1,8 +1,12 @@
 """The report as a value and how it is written: the collectives, tensors and
-totals (`report`: dataclasses, `to_json`, the JSON writer and the text
-tables), budgets held to it (`budget`), device layouts (`layout`) and how a
-report shows itself in a notebook (`notebook`).
+totals (`report`), its other parts as typed, frozen values (`parts`, the
+memory peak `peak`), its JSON (`writer`) and text (`text`), the HTML page
+(`htmlreport`, `report.html`, from values only), two reports compared
+(`diff`), budgets held to it (`budget`), device layouts (`layout`), the
+predicted timeline (`trace`) and how a report shows itself in a notebook
+(`notebook`).
 
-May import `irshard.core`, `irshard.backend`, `irshard.xla` and
-`irshard.hardware`; nothing here imports the code that builds a report.
+May import `irshard.core`, `irshard.backend`, `irshard.xla`,
+`irshard.timemodel` and `irshard.hardware`; nothing here imports the code
+that builds a report.
 """

@@ -30,7 +30,7 @@ from irshard.core.errors import BudgetExceeded, SpecError, UsageError
 from irshard.core.schema import COLLECTIVE_KINDS
 from irshard.core.specs import repeated
 from irshard.reporting import peak
-from irshard.reporting.report import memory_in_use
+from irshard.reporting.parts import BudgetOutcome
 from irshard.reporting.text import human_bytes, human_time
 
 KINDS = COLLECTIVE_KINDS
@@ -125,13 +125,13 @@ def counted(report, budget: Budget) -> list:
 def measure(report, budget: Budget) -> float:
     """The report's value of the budget's quantity."""
     if budget.quantity == "peak":
-        found = (report.memory or {}).get("peak")
+        found = report.memory.peak if report.memory is not None else None
         if not found:
             raise UsageError(f"budget '{budget.text}': this report has no "
                              f"memory peak (XLA's buffer assignment was not "
                              f"read: an executable from the compilation cache)")
-        return sum(b["bytes"] for b in found["buffers"]
-                   if not budget.axes or b["kind"] in budget.axes)
+        return sum(b.bytes for b in found.buffers
+                   if not budget.axes or b.kind in budget.axes)
     if budget.axes and report.mesh is not None:
         unknown = [a for a in budget.axes if a not in report.mesh.names]
         if unknown:
@@ -149,7 +149,7 @@ def measure(report, budget: Budget) -> float:
         if not m:
             raise UsageError(f"budget '{budget.text}': this report has no "
                              f"memory analysis")
-        return memory_in_use(m)
+        return m.in_use
     if q == "time":
         times = [getattr(c, "time_s", None) for c in chosen]
         if any(t is None for t in times):
@@ -203,22 +203,19 @@ class BudgetCheck:
             shown = f"{n} involuntary rematerialization{'' if n == 1 else 's'}"
         return f"{b.text}: {shown}"
 
+    def outcome(self) -> BudgetOutcome:
+        return BudgetOutcome(self.budget.text, self.value, self.budget.limit,
+                             self.passed)
+
     def to_json(self) -> dict[str, Any]:
-        value = self.value
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        limit = self.budget.limit
-        if isinstance(limit, float) and limit.is_integer():
-            limit = int(limit)
-        return {"budget": self.budget.text, "value": value, "limit": limit,
-                "passed": self.passed}
+        return self.outcome().to_json()
 
 
 def recorded(report, outcomes: Sequence[BudgetCheck]):
     """The report carrying its budgets' outcomes (JSON and text `budgets`)."""
     import dataclasses
     return dataclasses.replace(
-        report, extra=dict(report.extra, budgets=[o.to_json() for o in outcomes]))
+        report, budgets=tuple(o.outcome() for o in outcomes))
 
 
 def breach_lines(report, outcomes: Sequence[BudgetCheck]) -> list[str]:
@@ -238,17 +235,19 @@ def culprits(report, outcome: BudgetCheck, limit: int = 10) -> list[str]:
     their bytes per run), for `memory` its parts, for `remat` each
     rematerialization. At most `limit` lines, then how many more."""
     q = outcome.budget.quantity
-    if q == "memory" and (report.memory or {}).get("peak"):
+    m = report.memory
+    if q == "memory" and m is not None and m.peak:
         q = "peak"                     # what holds it, by the peak's rows
     if q == "memory":
-        m = report.memory or {}
-        return [f"arguments {human_bytes(m.get('argument_bytes', 0))}, outputs "
-                f"{human_bytes(m.get('output_bytes', 0))}, temp "
-                f"{human_bytes(m.get('temp_bytes', 0))}"
-                + (f", less {human_bytes(m['alias_bytes'])} donated"
-                   if m.get("alias_bytes") else "")]
+        if m is None:
+            return []
+        return [f"arguments {human_bytes(m.argument_bytes)}, outputs "
+                f"{human_bytes(m.output_bytes)}, temp "
+                f"{human_bytes(m.temp_bytes)}"
+                + (f", less {human_bytes(m.alias_bytes)} donated"
+                   if m.alias_bytes else "")]
     if q == "peak":
-        found = (report.memory or {}).get("peak") or {"buffers": []}
+        found = m.peak.to_json() if m is not None and m.peak else {"buffers": []}
         lines = [f"{where if where != '-' else what}: {human_bytes(n)} {kind}"
                  + (f" ({what})" if where != "-" else "")
                  for n, kind, what, _, where in peak.rows(found)

@@ -20,7 +20,6 @@ import os
 from typing import Any, Sequence
 
 from irshard.core.specs import format_shape
-from irshard.reporting.report import memory_in_use
 from irshard.reporting.text import change_text, headline, human_bytes, human_time
 
 # The collectives (or a diff's changes) the summary lists, heaviest first.
@@ -137,19 +136,19 @@ def _report_facts(report) -> list[tuple[str, str]]:
              ("bytes per run, per device", at_least + human_bytes(totals["bytes_per_run"])),
              ("on the wire", at_least + human_bytes(totals["wire_bytes_per_run"]))]
     if "time_s" in totals:
-        profile = report.target["profile"] if report.target else "cpu-host"
+        profile = report.target.profile if report.target else "cpu-host"
         facts.append((f"time per run ({profile})",
                       at_least + human_time(totals["time_s"])))
     if report.memory:
         m = report.memory
-        value = human_bytes(memory_in_use(m))
-        if m.get("capacity_bytes"):
-            value += (" (fits in " if m["fits"] else " (does not fit in ") \
-                + human_bytes(m["capacity_bytes"]) + ")"
+        value = human_bytes(m.in_use)
+        if m.capacity_bytes:
+            value += (" (fits in " if m.fits else " (does not fit in ") \
+                + human_bytes(m.capacity_bytes) + ")"
         facts.append(("memory per device", value))
-    budgets = report.extra.get("budgets")
+    budgets = report.budgets
     if budgets:
-        held = sum(1 for b in budgets if b["passed"])
+        held = sum(1 for b in budgets if b.passed)
         facts.append(("budgets", f"{held} of {len(budgets)} held"))
     if report.findings:
         facts.append(("findings", str(len(report.findings))))
@@ -189,8 +188,8 @@ def report_html(report, page: str) -> str:
                         f'{"" if more == 1 else "s"} in the full report</p>')
     else:
         body.append('<p class="irshard-note">no collectives</p>')
-    budgets = report.extra.get("budgets") or ()
-    failed = [b["budget"] for b in budgets if not b["passed"]]
+    budgets = report.budgets or ()
+    failed = [b.budget for b in budgets if not b.passed]
     if failed:
         body.append('<p class="irshard-bad">budget exceeded: '
                     + _e(", ".join(failed)) + "</p>")

@@ -11,10 +11,11 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from irshard import STAGES
-from irshard.core.errors import UsageError
 from irshard.core.frames import SourceLocation, scope_of
 from irshard.core.specs import MeshSpec, ShardingSpec, format_shape
+from irshard.reporting.parts import BudgetOutcome, Finding, MemoryUse, TargetInfo
+from irshard.timemodel.links import Roofline
+from irshard.timemodel.schedule import Step
 from irshard.xla import tiling
 
 SCHEMA = 1
@@ -341,9 +342,10 @@ class PackedCollectives(Sequence):
 class CollectiveReport:
     """The collectives of a program (or of a module read from a dump): what
     `irshard compile` prints; a plain value, which the writers (JSON, text
-    here; HTML, budgets above) read. `stage(name)` gives the IR of a
-    pipeline stage. The Python API's reports (`irshard.api.Report`) can
-    also check budgets and draw their HTML page."""
+    here; HTML, budgets above) read, holding nothing of the program it was
+    read from. The Python API's reports (`irshard.api.Report`) add the
+    pipeline's stages and a run's values, check budgets and draw their
+    HTML page."""
 
     source: str
     function: str | None
@@ -353,25 +355,21 @@ class CollectiveReport:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     collectives: tuple[Collective, ...]
-    memory: dict[str, int] | None
+    memory: MemoryUse | None
     module: str | None = None
     # What the reader must know to read the numbers right (64-bit mode, a
     # backend that widens types), one sentence each.
     notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    # The pipeline's stages the report came from (see `stage`).
-    stages: Any = field(default=None, compare=False, repr=False)
+    # The budgets it was held to (`--budget`, `check_budget`), where it was.
+    budgets: tuple[BudgetOutcome, ...] | None = field(default=None, compare=False)
     # What it was compiled for (JSON `target`), the step's roofline, and
     # the step simulated in the executable's schedule (`schedule.Step`:
     # `to_json()` and the events of its timeline).
-    target: dict[str, Any] | None = None
-    roofline: dict[str, Any] | None = None
-    step: Any = field(default=None, compare=False, repr=False)
-    # What XLA warned about while partitioning (findings.Finding).
-    findings: tuple[Any, ...] = ()
-    # `irshard.run`: how the program ran, and its outputs' values.
-    run: Any = field(default=None, compare=False, repr=False)
-    results: Any = field(default=None, compare=False, repr=False)
+    target: TargetInfo | None = None
+    roofline: Roofline | None = None
+    step: Step | None = field(default=None, compare=False, repr=False)
+    # What XLA warned about while partitioning.
+    findings: tuple[Finding, ...] = ()
 
     def totals(self) -> dict[str, Any]:
         alike = list(counted(self.collectives))
@@ -412,14 +410,14 @@ class CollectiveReport:
             d["module"] = self.module
         d["mesh"] = mesh_json(self.mesh, self.platform) if self.mesh else None
         if self.target is not None:
-            d["target"] = self.target
+            d["target"] = self.target.to_json()
         d["inputs"] = [t.to_json() for t in self.inputs]
         d["outputs"] = [t.to_json() for t in self.outputs]
         d["collectives"] = collectives
         d["totals"] = self.totals()
-        d["memory"] = self.memory
+        d["memory"] = self.memory.to_json() if self.memory is not None else None
         if self.roofline is not None:
-            d["roofline"] = self.roofline
+            d["roofline"] = self.roofline.to_json()
         if self.step is not None:
             d["step"] = self.step.to_json()
         if self.target is not None:
@@ -427,21 +425,9 @@ class CollectiveReport:
         notes = report_notes(self)
         if notes:
             d["notes"] = notes
-        d.update(self.extra)
-        if self.run is not None:
-            d["run"] = self.run.to_json()
+        if self.budgets is not None:
+            d["budgets"] = [b.to_json() for b in self.budgets]
         return d
-
-    def stage(self, name: str) -> str:
-        """The IR of pipeline stage `name` (stablehlo, propagated,
-        partitioned, optimized), as `--emit` prints it."""
-        if name not in STAGES:
-            raise UsageError(f"unknown stage '{name}'; stages are "
-                             f"{', '.join(STAGES)}")
-        if self.stages is None:
-            raise UsageError("this report was read from HLO; it has no "
-                             "pipeline stages")
-        return self.stages.text(name)
 
 
 def counted(collectives: Sequence[Collective]) -> Iterable[tuple[Collective, int]]:
@@ -461,26 +447,6 @@ def mesh_json(mesh: MeshSpec, platform: str | None) -> dict[str, Any]:
             "devices": mesh.num_devices, "platform": platform}
 
 
-def memory_in_use(memory: dict[str, Any]) -> int:
-    """Bytes per device in its main memory: XLA's buffer assignment's total
-    there (the peak), where it was read, else its memory analysis
-    (arguments, outputs and temporaries less what the outputs alias).
-    libtpu's memory analysis leaves temporaries out of a small program and
-    counts its other memory spaces into a large one's (MaxText's 32B step
-    on v5p-128: 102.3 GB, over the chip's 95 GiB, for an executable libtpu
-    builds, its HBM holding 93.9 GB), so it is the fallback only."""
-    if memory.get("peak"):
-        return memory["peak"]["bytes"]
-    return analysed_bytes(memory)
-
-
-def analysed_bytes(memory: dict[str, Any]) -> int:
-    """XLA's memory analysis: arguments, outputs and temporaries less what
-    the outputs alias."""
-    return (memory["argument_bytes"] + memory["output_bytes"]
-            + memory["temp_bytes"] - memory.get("alias_bytes", 0))
-
-
 def report_notes(report: CollectiveReport) -> list[str]:
     """The report's notes, and one for collectives a backend widened."""
     notes = list(report.notes)
@@ -495,7 +461,7 @@ def report_notes(report: CollectiveReport) -> list[str]:
             f"the {where} backend runs {n} {own} collective"
             f"{'' if n == 1 else 's'} in {moved} (marked *); their bytes are "
             f"the program's own {own}, as a GPU or TPU moves them")
-    flags = (report.target or {}).get("libtpu_flags")
-    if flags:
-        notes.append("libtpu compiled with LIBTPU_INIT_ARGS " + " ".join(flags))
+    if report.target is not None and report.target.libtpu_flags:
+        notes.append("libtpu compiled with LIBTPU_INIT_ARGS "
+                     + " ".join(report.target.libtpu_flags))
     return notes

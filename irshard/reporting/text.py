@@ -10,7 +10,7 @@ from typing import Iterator, Sequence
 from irshard.core.specs import format_shape
 from irshard.reporting import grouping, peak
 from irshard.reporting.report import (Collective, CollectiveReport, TensorInfo,
-                                      counted, memory_in_use, report_notes)
+                                      counted, report_notes)
 
 
 def human_time(seconds: float) -> str:
@@ -235,9 +235,9 @@ def headline(report: CollectiveReport) -> list[str]:
     else:
         where = "no mesh"
     parts = [what, where]
-    if report.target and report.target.get("kind") != "cpu":
-        parts.append(f"target {report.target['name']}"
-                     + (" (estimated)" if report.target.get("estimated") else ""))
+    if report.target and report.target.kind != "cpu":
+        parts.append(f"target {report.target.name}"
+                     + (" (estimated)" if report.target.estimated else ""))
     parts.append(f"stage {report.stage_name}")
     if report.module:
         parts.append(f"module {report.module}")
@@ -309,23 +309,24 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
                  f"({human_bytes(totals['wire_bytes_per_run'])}) per device")
     if "time_s" in totals:
         estimated = " (estimated)" if report.target and \
-            report.target.get("estimated") else ""
+            report.target.estimated else ""
+        profile = report.target.profile if report.target else "cpu-host"
         lines.append(f"  time per run: {at_least}{human_time(totals['time_s'])}"
-                     f"{estimated}, from the {report.target['profile'] if report.target else 'cpu-host'} profile")
+                     f"{estimated}, from the {profile} profile")
     if at_least:
         lines.append(f"  ({totals['unknown_executions']} in loops whose trip "
                      f"count is not known counted once)")
     if report.memory:
         m = report.memory
-        aliased = m.get("alias_bytes", 0)
         lines.append(
-            f"memory per device: arguments {human_bytes(m['argument_bytes'])}, "
-            f"outputs {human_bytes(m['output_bytes'])}"
-            + (f" ({human_bytes(aliased)} in donated arguments)" if aliased
-               else "")
-            + f", temp {human_bytes(m['temp_bytes'])}")
-        if m.get("peak"):
-            lines += peak.lines(m["peak"], human_bytes, fold=limit is not None)
+            f"memory per device: arguments {human_bytes(m.argument_bytes)}, "
+            f"outputs {human_bytes(m.output_bytes)}"
+            + (f" ({human_bytes(m.alias_bytes)} in donated arguments)"
+               if m.alias_bytes else "")
+            + f", temp {human_bytes(m.temp_bytes)}")
+        if m.peak:
+            lines += peak.lines(m.peak.to_json(), human_bytes,
+                                fold=limit is not None)
     lines += _step_lines(report)
     verdict = _verdict(report)
     if verdict:
@@ -334,7 +335,7 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
         lines += ["", f"findings: {len(report.findings)}"]
         for f in report.findings:
             lines.append(f"  {f.kind}  {f.describe()}")
-    budgets = report.extra.get("budgets")
+    budgets = [b.to_json() for b in report.budgets or ()]
     if budgets:
         lines += ["", "budgets"]
         lines += table(["budget", "value", "result"],
@@ -357,7 +358,7 @@ def _step_lines(report: CollectiveReport) -> list[str]:
              f"{human_time(s['exposed_comm_s'])}"
              + (f" ({human_time(s['overlapped_comm_s'])} more overlapped "
                 f"with compute)" if s["overlapped_comm_s"] else "")]
-    lines += _made_of(s, report.target or {})
+    lines += _made_of(s, report.target.clock_hz if report.target else None)
     untimed = s.get("untimed")
     if untimed:
         ops = ", ".join(f"{n} {op}{'' if n == 1 else 's'}"
@@ -377,7 +378,7 @@ _SOURCES = {"libtpu-estimate": "libtpu's estimated cycles",
             "loop-trips": "loop trips"}
 
 
-def _made_of(s: dict, target: dict) -> list[str]:
+def _made_of(s: dict, clock: float | None) -> list[str]:
     """`compute: 2.1 ms libtpu's estimated cycles at 1.75 GHz, 31 us
     roofline; kOutput fusion 1.6 ms, ...` and `communication by axes: fsdp
     231 us exposed, 1.2 ms overlapped; tensor ...`: why the step is what
@@ -386,7 +387,6 @@ def _made_of(s: dict, target: dict) -> list[str]:
     sources, kinds = compute.get("by_source") or {}, compute.get("by_kind") or {}
     lines = []
     if sources:
-        clock = target.get("clock_hz")
         said = []
         for source, seconds in sources.items():
             what = _SOURCES.get(source, source)
@@ -409,19 +409,19 @@ def _made_of(s: dict, target: dict) -> list[str]:
 
 def _verdict(report: CollectiveReport) -> str | None:
     """`fits in 16 GiB HBM: 11.2 GiB; comm 3.1 ms vs compute 8.4 ms per step`."""
-    m = report.memory or {}
+    m = report.memory
     parts = []
-    if m.get("capacity_bytes"):
-        fits = "fits in" if m["fits"] else "does not fit in"
-        parts.append(f"{fits} {human_bytes(m['capacity_bytes'])} HBM: "
-                     f"{human_bytes(memory_in_use(m))}"
-                     + (f", {human_bytes(m['over_bytes'])} over"
-                        if m.get("over_bytes") else ""))
+    if m is not None and m.capacity_bytes:
+        fits = "fits in" if m.fits else "does not fit in"
+        parts.append(f"{fits} {human_bytes(m.capacity_bytes)} HBM: "
+                     f"{human_bytes(m.in_use)}"
+                     + (f", {human_bytes(m.over_bytes)} over"
+                        if m.over_bytes else ""))
     r = report.roofline
     if r:
-        parts.append(f"comm {human_time(r['comm_s'])} vs compute "
-                     f"{human_time(r['compute_s'])} (memory "
-                     f"{human_time(r['memory_s'])}) per step, {r['bound']}-bound")
+        parts.append(f"comm {human_time(r.comm_s)} vs compute "
+                     f"{human_time(r.compute_s)} (memory "
+                     f"{human_time(r.memory_s)}) per step, {r.bound}-bound")
     return "; ".join(parts) if parts else None
 
 

@@ -1,5 +1,6 @@
-"""What the commands write: the IR of the stages asked for (`--emit`), the
-report of the stage read (with `--explain`'s why), in text, JSON or HTML, and
+"""What the commands take from the stages and write: the IR of the stages
+asked for (`--emit`), the report of the stage read (with `--explain`'s why),
+in text, JSON or HTML (the page's parts taken from the program first), and
 the reports of an HLO file or dump's modules (`irshard collectives`).
 
 Each returns text (or its pieces, for writing as they are made); where it
@@ -11,10 +12,8 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterator, Sequence
 
-from irshard import REPORT_STAGES, backend
 from irshard.collectives import dumps
 from irshard.core.errors import UsageError
-from irshard.core.specs import MeshSpec
 from irshard.reporting import htmlreport, text, writer
 from irshard.reporting.report import SCHEMA
 from irshard.reporting.text import render_text_pieces
@@ -24,10 +23,11 @@ from irshard.stages import irfile, placing
 
 def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
          compile_anyway: bool = False, explain: bool = False,
-         note: Callable[[str], None] = lambda _: None):
+         keep: bool = False, note: Callable[[str], None] = lambda _: None):
     """The requested stages' IR, in pipeline order, and the compiled
     program (None when only MLIR stages were asked for and not
-    `compile_anyway`). Propagation's notes go to `note`."""
+    `compile_anyway`; its partitioned HLO kept where it is asked for, read,
+    or `keep`). Propagation's notes go to `note`."""
     texts = []
     if "stablehlo" in emits:
         texts.append(("stablehlo", lowered.as_text(debug_info)))
@@ -41,7 +41,7 @@ def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
             or any(s in emits for s in ("partitioned", "optimized"))):
         compiled = lowered.compile(
             partitioned="partitioned" in emits or stage == "partitioned"
-            or explain)
+            or explain or keep)
     if "partitioned" in emits:
         texts.append(("partitioned", compiled.partitioned().as_text()))
     if "optimized" in emits:
@@ -82,14 +82,15 @@ def program_files(compiled) -> frozenset[str]:
     return htmlreport.loaded_files()
 
 
-def page_parts(report, compiled=None, run=None) -> htmlreport.PageParts:
+def page_parts(report, compiled=None, run=None,
+               stages=None) -> htmlreport.PageParts:
     """What the HTML page shows beside `report`, taken from the program
     now: where its inputs and outputs live (from `run`'s tensors, else the
-    executable), the IR of the stage the report read, and the files its
-    compile ran."""
+    executable), the IR of the stage the report read (from the pipeline's
+    `stages` where given), and the files its compile ran."""
     if compiled is None:
-        return htmlreport.PageParts(ir_text=report.stages.text(report.stage_name)
-                                    if report.stages is not None else None)
+        return htmlreport.PageParts(ir_text=stages.text(report.stage_name)
+                                    if stages is not None else None)
     layout = None
     try:
         if run is not None:
@@ -104,8 +105,8 @@ def page_parts(report, compiled=None, run=None) -> htmlreport.PageParts:
         layout = htmlreport.layout_json(inputs, outputs, devices)
     except (AttributeError, RuntimeError, TypeError, ValueError):
         pass
-    if report.stages is not None:
-        ir_text = report.stages.text(report.stage_name)
+    if stages is not None:
+        ir_text = stages.text(report.stage_name)
     elif report.stage_name == "partitioned":
         ir_text = compiled.partitioned().as_text()
     else:
@@ -124,17 +125,11 @@ def render(report, fmt: str, compiled=None, fold: bool = False,
         else text.render_text_pieces(report, fold, group_by)
 
 
-def collectives(path: str, stage: str, mesh: MeshSpec | None, fmt: str,
-                group_by: str | None = None):
-    """`irshard collectives PATH`: the report of each module of an HLO
-    file, a serialized module or an XLA dump directory (those that run on
-    `mesh`'s device count, when given), as `fmt` (text summed by
-    `group_by` too)."""
-    if stage not in REPORT_STAGES:
-        raise UsageError(f"unknown stage '{stage}'; --stage is one of "
-                         f"{', '.join(REPORT_STAGES)}")
-    backend.configure(1, "cpu")
-    reports, skipped = dumps.reports(path, stage, mesh)
+def render_modules(modules, fmt: str, group_by: str | None = None):
+    """`irshard collectives`' reports (`library.ModuleReports`) as `fmt`
+    (text summed by `group_by` too, json, html)."""
+    path, stage, mesh = modules.path, modules.stage, modules.mesh
+    reports, skipped = list(modules.reports), list(modules.skipped)
     if fmt == "html":
         return _one_page(path, stage, reports)
     if fmt == "json":

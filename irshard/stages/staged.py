@@ -33,9 +33,8 @@ from irshard.core.frames import UserCode
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
 from irshard.hardware import targets
 from irshard.loading.leaves import Program
-from irshard.reporting.report import (CollectiveReport, TensorInfo, analysed_bytes,
-                                      memory_in_use,
-                                      tensor_info)
+from irshard.reporting.parts import MemoryUse, TargetInfo
+from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.stages.lowerings import (JittedProgram, lower_jitted_program,
                                         result_shardings, tracing_errors)
 from irshard.timemodel import links, schedule
@@ -211,26 +210,22 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
                                        programs, model)
     comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
     step = _simulated(info, view, collectives)
-    memory = memory_stats()
+    figures = memory_stats()
     notes = info.notes + compiled.notes
-    if compiled.buffer_dumps is not None:
-        found = peak_of(compiled, info, view)
-        if found is not None:
-            analysed = analysed_bytes(memory)
-            memory["peak"] = found.to_json()
-            # Said where it matters: over 1% and 64 KiB (constants and a
-            # tuple's index table account for a few bytes on any backend).
-            if abs(found.bytes - analysed) > max(0.01 * found.bytes, 64 << 10):
-                notes += (f"XLA's figures differ: its memory analysis counts "
-                          f"{analysed} bytes per device, its buffer assignment "
-                          f"holds {found.bytes} (the peak's breakdown); "
-                          f"memory per device and fits take the buffer "
-                          f"assignment's",)
-    if profile.hbm_bytes:
-        memory["capacity_bytes"] = profile.hbm_bytes
-        memory["fits"] = memory_in_use(memory) <= profile.hbm_bytes
-        if not memory["fits"]:
-            memory["over_bytes"] = memory_in_use(memory) - profile.hbm_bytes
+    found = peak_of(compiled, info, view) \
+        if compiled.buffer_dumps is not None else None
+    memory = MemoryUse(figures["argument_bytes"], figures["output_bytes"],
+                       figures.get("alias_bytes", 0), figures["temp_bytes"],
+                       found, profile.hbm_bytes or None)
+    # Said where it matters: over 1% and 64 KiB (constants and a tuple's
+    # index table account for a few bytes on any backend).
+    if found is not None and abs(found.bytes - memory.analysed_bytes) \
+            > max(0.01 * found.bytes, 64 << 10):
+        notes += (f"XLA's figures differ: its memory analysis counts "
+                  f"{memory.analysed_bytes} bytes per device, its buffer "
+                  f"assignment holds {found.bytes} (the peak's breakdown); "
+                  f"memory per device and fits take the buffer "
+                  f"assignment's",)
     # The simulation counts each loop's work as often as it runs; XLA's own
     # count reads a loop body once.
     if step is not None:
@@ -250,7 +245,7 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
                               info.mesh, indexed=True),
         collectives=collectives, memory=memory,
         notes=notes,
-        target=info.placement.to_json(), roofline=roofline, step=step,
+        target=TargetInfo.of(info.placement), roofline=roofline, step=step,
         findings=tuple(findings.parse(
             compiled.log, info.mesh,
             findings.locator(module, info.user_dir, view.stack_frames))))
@@ -291,10 +286,9 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     # Named in the mesh's order: the links of `fsdp,tensor` and
     # `tensor,fsdp` are the same.
     order = {axis.name: i for i, axis in enumerate(info.mesh.axes)}
-    step.by_axes(lambda name: ",".join(sorted(
+    return step.by_axes(lambda name: ",".join(sorted(
         axes.get(name, ("?",)),
         key=lambda a: (order.get(a.split(":")[0], len(order)), a))))
-    return step
 
 
 def _read(text_of: Callable[[], str], parsed, use):

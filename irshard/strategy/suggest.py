@@ -556,12 +556,14 @@ def _compiled(found: Sequence[Suggestion],
     return outcomes
 
 
-def suggest_for(lowered, source, mesh: MeshSpec | None, *, top: int,
+def suggest_for(lowered, options: Options, argv: Sequence[str], *, top: int,
                 max_candidates: int, jobs: int | str = "auto") -> Suggestions:
     """`irshard suggest`: the program compiled once (the baseline, with each
-    collective's why), candidates made from its costliest collectives, each
-    compiled in this process or in `jobs` others (`auto`: others when a
-    compile takes seconds and there are cores to share)."""
+    collective's why), candidates made from its costliest collectives (each
+    a change to `argv`, the command that makes the program, whose rules
+    `options` holds), each compiled in this process or in `jobs` others
+    (`auto`: others when a compile takes seconds and there are cores to
+    share; never without a command line to run)."""
     import os
     import time
 
@@ -569,12 +571,8 @@ def suggest_for(lowered, source, mesh: MeshSpec | None, *, top: int,
     compiled = lowered.compile(partitioned=True)
     compile_s = time.perf_counter() - started
     baseline = explain.explained(compiled.report(), lowered, compiled).to_json()
-    options = Options(shards=tuple(source.shards) + tuple(source.overrides),
-                      out_shards=tuple(source.out_shards),
-                      is_module=source.is_module)
-    found = candidates(baseline, mesh or lowered.info.mesh, options, top,
-                       max_candidates)
-    argv = source.argv()
+    mesh = lowered.info.mesh
+    found = candidates(baseline, mesh, options, top, max_candidates)
     if jobs == "auto":
         # Other processes trace the program again (seconds each): worth it
         # when compiling takes longer, and there are cores to share.
@@ -583,5 +581,5 @@ def suggest_for(lowered, source, mesh: MeshSpec | None, *, top: int,
             and len(found) > 1 else 1
     many = trying.compile_in_processes(argv, jobs) if jobs > 1 else None
     one = trying.compile_in_process(lowered) if many is None else None
-    return suggest(baseline, found, one, many, argv, top,
-                   mesh or lowered.info.mesh, options, max_candidates)
+    return suggest(baseline, found, one, many, argv, top, mesh, options,
+                   max_candidates)

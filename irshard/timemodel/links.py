@@ -161,23 +161,52 @@ class CostModel:
         return link_name, link.base + seconds
 
 
+@dataclass(frozen=True)
+class Roofline:
+    """What bounds a step: its flops at the chip's peak (`compute_s`), its
+    bytes at HBM bandwidth (`memory_s`), its communication (`comm_s`); the
+    step between all overlapped and none (`step_s`, `exposed_comm_s`: the
+    least and the most)."""
+
+    flops: float
+    bytes_accessed: float | None
+    compute_s: float
+    memory_s: float
+    comm_s: float
+
+    @property
+    def bound(self) -> str:
+        times = {"compute": self.compute_s, "memory": self.memory_s,
+                 "communication": self.comm_s}
+        return max(times, key=lambda k: (times[k], k))
+
+    @property
+    def step_s(self) -> tuple[float, float]:
+        local = max(self.compute_s, self.memory_s)
+        return max(local, self.comm_s), local + self.comm_s
+
+    @property
+    def exposed_comm_s(self) -> tuple[float, float]:
+        local = max(self.compute_s, self.memory_s)
+        return max(0.0, self.comm_s - local), self.comm_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "flops": self.flops, "bytes_accessed": self.bytes_accessed,
+            "compute_s": self.compute_s, "memory_s": self.memory_s,
+            "comm_s": self.comm_s, "bound": self.bound,
+            "step_s": list(self.step_s),
+            "exposed_comm_s": list(self.exposed_comm_s),
+        }
+
+
 def roofline(profile: Profile, flops: float | None, bytes_accessed: float | None,
-             comm_s: float) -> dict[str, Any] | None:
+             comm_s: float) -> Roofline | None:
     """What bounds a step: compute, memory traffic or communication."""
     if not profile.peak_flops or not profile.hbm_bandwidth or flops is None:
         return None
-    compute = flops / profile.peak_flops
-    memory = (bytes_accessed or 0.0) / profile.hbm_bandwidth
-    local = max(compute, memory)
-    times = {"compute": compute, "memory": memory, "communication": comm_s}
-    bound = max(times, key=lambda k: (times[k], k))
-    return {
-        "flops": flops, "bytes_accessed": bytes_accessed,
-        "compute_s": compute, "memory_s": memory, "comm_s": comm_s,
-        "bound": bound,
-        "step_s": [max(local, comm_s), local + comm_s],
-        "exposed_comm_s": [max(0.0, comm_s - local), comm_s],
-    }
+    return Roofline(flops, bytes_accessed, flops / profile.peak_flops,
+                    (bytes_accessed or 0.0) / profile.hbm_bandwidth, comm_s)
 
 
 def torus_lanes(mesh, axes: dict[str, tuple[str, ...]]):

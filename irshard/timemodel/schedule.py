@@ -47,7 +47,8 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, replace
+from types import SimpleNamespace
 from typing import Any, Callable, NamedTuple
 
 from irshard.timemodel.costs import FREE, Cost, Costs
@@ -76,9 +77,10 @@ class Event(NamedTuple):
     source: str | None = None    # the user's file:line (compute events)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
-    """The simulated step: its time and what it is made of."""
+    """The simulated step: its time and what it is made of. The walk adds
+    it up in a `_tally` of the same fields, then freezes it."""
 
     step_s: float = 0.0
     compute_s: float = 0.0
@@ -91,7 +93,7 @@ class Step:
     # Instructions with no cost to read, by opcode: how many.
     untimed: dict[str, int] = field(default_factory=dict)
     unknown_trips: int = 0
-    events: list[Event] = field(default_factory=list)
+    events: tuple[Event, ...] = ()
     dropped_events: int = 0
     # compute_s by what timed it (`ESTIMATE`, `ROOFLINE`, `TRAFFIC`,
     # `TRIPS`) and by what ran (a fusion by its kind, `kOutput fusion`,
@@ -105,14 +107,15 @@ class Step:
     # its collectives to them (`by_axes`): axes -> (exposed, overlapped).
     comm_by_axes: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    def by_axes(self, axes_of: Callable[[str | None], str]) -> None:
-        """Sums the communication by `axes_of` each collective's name."""
+    def by_axes(self, axes_of: Callable[[str | None], str]) -> "Step":
+        """The step with its communication summed by `axes_of` each
+        collective's name (`comm_by_axes`)."""
         found: dict[str, list[float]] = {}
         for i, part in enumerate((self.exposed_by, self.overlapped_by)):
             for name, seconds in part.items():
                 found.setdefault(axes_of(name), [0.0, 0.0])[i] += seconds
-        self.comm_by_axes = {k: (v[0], v[1]) for k, v in sorted(found.items())
-                             if v[0] > 0 or v[1] > 0}
+        return replace(self, comm_by_axes={
+            k: (v[0], v[1]) for k, v in sorted(found.items()) if v[0] > 0 or v[1] > 0})
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -133,6 +136,13 @@ class Step:
         if self.unknown_trips:
             d["unknown_trip_counts"] = self.unknown_trips
         return d
+
+
+def _tally() -> SimpleNamespace:
+    """`Step`'s fields, mutable, as the walk adds them up."""
+    values = {f.name: f.default_factory() if f.default_factory is not MISSING
+              else f.default for f in fields(Step)}
+    return SimpleNamespace(**(values | {"events": []}))
 
 
 # What timed an instruction (`Step.compute_by_source`): libtpu's cost
@@ -189,7 +199,7 @@ class _Walk:
         # What `Step`'s by-source, by-kind, exposed and overlapped parts add
         # up so far, keyed (part, key).
         self.parts: dict[tuple[str, Any], float] = {}
-        self.step = Step()
+        self.step = _tally()
         self.now = 0.0             # the compute stream's clock
         # When each collective stream is free: one, or one for each set of
         # links (`lanes`).
@@ -585,4 +595,4 @@ def simulate(view: HloModuleView, rates: Rates,
         parts[part][key] = seconds
     for op, _, _ in walk.untimed:
         walk.step.untimed[op] = walk.step.untimed.get(op, 0) + 1
-    return walk.step
+    return Step(**(vars(walk.step) | {"events": tuple(walk.step.events)}))

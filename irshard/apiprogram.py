@@ -1,0 +1,173 @@
+"""The Python API's program: a function and its arguments, as `irshard.api`
+takes them, checked and resolved into the pipeline's first stage
+(`stablehlo`), as `irshard.load` resolves a file; and the simulated CPU
+devices asked for before JAX starts (`configure`).
+
+Arguments are checked before anything starts: a wrong type is a
+`UsageError` naming the argument and what it takes, never a `TypeError`
+from deep inside.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from irshard.apichecks import JitArguments, check_common, check_platform, is_int, wrong
+from irshard.core.errors import UsageError
+from irshard.core.specs import MeshAxis, MeshSpec, parse_axis_types, parse_mesh
+
+
+def configure(devices: int = 8, platform: str = "cpu") -> None:
+    """Asks for `devices` simulated CPU devices. Call it before anything
+    uses JAX; it does nothing when the platform already has enough, and
+    says so when JAX started with fewer."""
+    from irshard import backend
+    if not is_int(devices) or not 1 <= devices <= backend.MAX_CPU_DEVICES:
+        raise wrong("devices", devices, f"a whole number of devices from 1 "
+                                         f"to {backend.MAX_CPU_DEVICES}")
+    check_platform(platform)
+    if backend.started():
+        have = backend.device_count(platform)
+        if have < devices:
+            raise UsageError(
+                f"JAX has already started with {have} {platform} devices; "
+                f"call irshard.configure(devices={devices}) before anything "
+                f"uses JAX, or set XLA_FLAGS=--xla_force_host_platform_"
+                f"device_count={devices}")
+        return
+    backend.configure(devices, platform)
+
+
+def mesh_of(mesh: Any, axis_types: str | Sequence[str] | None
+          ) -> tuple[MeshSpec, Sequence[Any] | None]:
+    """A mesh spec (`"dp=2,tp=4"`) with `axis_types` (as `--axis-types`, or
+    one per axis), or a `jax.sharding.Mesh` (whose devices, in its order,
+    and axis types are used)."""
+    if isinstance(mesh, (str, MeshSpec)):
+        spec = parse_mesh(mesh) if isinstance(mesh, str) else mesh
+        if axis_types is not None:
+            if not isinstance(axis_types, str):
+                axis_types = ",".join(str(t) for t in axis_types)
+            spec = parse_axis_types(axis_types, spec)
+        return spec, None
+    try:
+        shape = getattr(mesh, "shape", None)
+        devices = getattr(mesh, "devices", None)
+        devices.flat
+    except Exception:
+        # An AbstractMesh has no devices (reading them raises).
+        shape = devices = None
+    if not hasattr(shape, "items") or devices is None:
+        raise UsageError(f"mesh: expected a spec such as 'dp=2,tp=4' or a "
+                         f"jax.sharding.Mesh (with devices), not "
+                         f"{type(mesh).__name__}")
+    if axis_types is not None:
+        raise UsageError("axis_types: a jax.sharding.Mesh brings its own axis "
+                         "types; give them to jax.make_mesh(axis_types=...)")
+    from irshard import backend
+    types = backend.axis_types_of(mesh)
+    spec = MeshSpec(tuple(MeshAxis(str(n), int(s), t)
+                          for (n, s), t in zip(shape.items(), types)))
+    return spec, list(devices.flat)
+
+
+def context_of(context: Any) -> Callable[[], Any] | None:
+    """`context=`: a function returning a context manager, or one."""
+    if context is None:
+        return None
+    if hasattr(context, "__enter__") and hasattr(context, "__exit__"):
+        return lambda: context
+    if callable(context):
+        return context
+    raise wrong("context", context, "a context manager, or a function "
+                                     "returning one (e.g. lambda: "
+                                     "jax.set_mesh(mesh))")
+
+
+def pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
+              rules, shardings, static_argnums, grad, out_shardings,
+              platform: str, reference=None, target=None, profile=None,
+              runnable=False, constraints=(), axis_types=None,
+              jit: JitArguments = JitArguments(), context=None,
+              keras_fit: bool = False):
+    from irshard import frontend
+    from irshard.core import frames
+    from irshard.loading import program
+    from irshard.stages import staged
+    frames.note_callers()
+    rules, static_argnums, constraints = check_common(
+        rules, static_argnums, grad, out_shardings, target, profile,
+        constraints, platform, axis_types)
+    mesh_spec, devices = mesh_of(mesh, axis_types)
+    from irshard.hardware import targets
+    place = frontend.Hosting(targets.place(target, platform, profile))
+    if runnable:
+        place.placement.check_runnable()
+    if devices is None:
+        if place.target.kind != "tpu":
+            configure(mesh_spec.num_devices, place.platform)
+        devices = place.devices(mesh_spec)
+    prog = program.program_of(fn, args, mesh=mesh_spec, rules=list(rules or ()),
+                              shardings=shardings,
+                              static_argnums=tuple(static_argnums)
+                              + jit.static_argnums,
+                              static_argnames=jit.static_argnames,
+                              donate_argnums=jit.donate_argnums,
+                              donate_argnames=jit.donate_argnames,
+                              grad=grad, out_shardings=out_shardings,
+                              reference=reference, context=context_of(context),
+                              keras_fit=keras_fit)
+    lowered = staged.trace(prog, place.placement, devices)
+    frontend.constrain(lowered, frontend.parse_constraints(
+        f"{match}={spec}" for match, spec in constraints))
+    return prog, lowered
+
+
+def lowering(fn: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
+              rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
+              static_argnums: int | Sequence[int] = (),
+              grad: bool | str | Sequence[str] | None = None,
+              out_shardings: Any = None, target: str | None = None,
+              profile: str | None = None,
+              constraints: Sequence[tuple[str, str]] = (),
+              platform: str = "cpu",
+              axis_types: str | Sequence[str] | None = None,
+              in_shardings: Any = None,
+              static_argnames: str | Sequence[str] = (),
+              donate_argnums: int | Sequence[int] = (),
+              donate_argnames: str | Sequence[str] = (),
+              context: Any = None, keras_fit: bool = False):
+    """The program `compile`, `show` and `suggest` take, traced and lowered:
+    the stage `stablehlo`, as `irshard.load` gives it from a file."""
+    if not isinstance(keras_fit, bool):
+        raise wrong("keras_fit", keras_fit, "True or False")
+    jit = JitArguments.checked((), static_argnames, donate_argnums,
+                                donate_argnames)
+    _, lowered = pipeline(fn, args, mesh, rules,
+                           in_shardings_of(shardings, in_shardings),
+                           static_argnums, grad, out_shardings, platform,
+                           target=target, profile=profile,
+                           constraints=constraints, axis_types=axis_types,
+                           jit=jit, context=context, keras_fit=keras_fit)
+    return lowered
+
+
+def in_shardings_of(shardings: Any, in_shardings: Any) -> Any:
+    if shardings is not None and in_shardings is not None:
+        raise UsageError("shardings and in_shardings are the same argument; "
+                         "give one")
+    return in_shardings if in_shardings is not None else shardings
+
+
+def program_lowering(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
+                     program: dict[str, Any]):
+    """`lowering` of the keyword arguments a command takes as `compile`
+    does (`show`, `suggest`), each name checked first."""
+    import inspect
+    known = [name for name in inspect.signature(lowering).parameters
+             if name not in ("fn", "args", "mesh")]
+    for name in program:
+        if name not in known:
+            raise UsageError(f"unexpected argument '{name}'; the program's "
+                             f"arguments are {', '.join(known)}")
+    return lowering(fn, args, mesh=mesh, **program)

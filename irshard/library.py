@@ -1,0 +1,226 @@
+"""One function per command, under the command line and the Python API
+alike. Each takes a resolved program (the `stablehlo` stage: from a file by
+`frontend.load`, from a function by `irshard.api`) or a path, and typed
+options, and returns a value that writes its own JSON and text. The command
+line parses its arguments into those options and prints what comes back
+(`commands`); the API checks its arguments and calls the same function.
+
+    compile      compile_program(lowered, ReportOptions)
+    run          run_program(lowered, RunOptions, ReportOptions)
+    show         show_program(lowered)
+    collectives  collectives_of(path, stage, mesh)
+    diff         reporting.diff.compare(collectives.dumps.diff_side(a), ...)
+    suggest      suggest_program(lowered, rules, command)
+    search       strategy.search.search_program
+    calibrate    measuring.calibrate.calibrate_host
+    opt          ir.opt.opt
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from irshard import REPORT_STAGES, STAGES
+from irshard.core.errors import UsageError
+from irshard.core.specs import MeshSpec
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What `compile` and `run` report: the stage the report reads
+    (`optimized`, what runs, or `partitioned`), each collective's why
+    (`explain`), the IR of the stages asked for (`emits`, with source
+    locations under `debug_info`), the budgets the report is held to
+    (`budget.Budget`s), and whether every stage's IR stays at hand
+    (`keep_stages`: the API's `Report.stage`)."""
+
+    stage: str = "optimized"
+    explain: bool = False
+    emits: tuple[str, ...] = ()
+    debug_info: bool = False
+    budgets: tuple[Any, ...] = ()
+    keep_stages: bool = False
+
+    def __post_init__(self) -> None:
+        for stage in self.emits:
+            if stage not in STAGES:
+                raise UsageError(f"unknown stage '{stage}'; stages are "
+                                 f"{', '.join(STAGES)}")
+        if self.stage not in REPORT_STAGES:
+            what = ("unknown stage" if self.stage not in STAGES
+                    else "the report reads HLO, not stage")
+            raise UsageError(f"{what} '{self.stage}'; --stage is one of "
+                             f"{', '.join(REPORT_STAGES)}")
+        # In the pipeline's order, whatever order they were asked in.
+        object.__setattr__(self, "emits",
+                           tuple(s for s in STAGES if s in self.emits))
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    """What `compile` made: the compiled program (None when only MLIR
+    stages were asked for), its report (None when only IR was asked for
+    and no budget), the IR of the stages asked for, and the budget error
+    to end with."""
+
+    compiled: Any
+    report: Any
+    texts: tuple[tuple[str, str], ...] = ()
+    breach: Exception | None = None
+
+    def ir_text(self) -> str:
+        from irshard.stages import output
+        return output.join_stages(self.texts)
+
+
+@dataclass(frozen=True)
+class RunOutcome(CompileOutcome):
+    """What `run` made: `compile`'s, and how the program ran (`result`,
+    each output checked against one device where asked)."""
+
+    result: Any = None
+
+    def failure(self) -> Exception | None:
+        """The error to end with: a check's mismatch, else a budget's."""
+        from irshard.running import check
+        return check.failure(self.result.checks) or self.breach
+
+
+def held_to(report, budgets: Sequence[Any]):
+    """The report with its budgets' outcomes (JSON `budgets`), and the
+    error to end with when one is exceeded."""
+    from irshard.reporting import budget
+    if not budgets:
+        return report, None
+    outcomes = budget.evaluate(report, budgets)
+    return budget.recorded(report, outcomes), budget.breach_error(outcomes)
+
+
+def compile_program(lowered, options: ReportOptions = ReportOptions(), *,
+                    note: Callable[[str], None] = _quiet) -> CompileOutcome:
+    """`irshard compile`: the program partitioned and compiled, the report
+    of the stage read, held to its budgets; propagation's notes to `note`."""
+    from irshard.stages import output
+    texts, compiled = output.emit(lowered, options.emits, options.stage,
+                                  options.debug_info, explain=options.explain,
+                                  keep=options.keep_stages, note=note)
+    if options.emits and not options.budgets:
+        return CompileOutcome(compiled, None, tuple(texts))
+    report = output.report(lowered, compiled, options.stage, options.explain)
+    report, breach = held_to(report, options.budgets)
+    return CompileOutcome(compiled, report, tuple(texts), breach)
+
+
+def run_program(lowered, run, options: ReportOptions = ReportOptions(), *,
+                note: Callable[[str], None] = _quiet,
+                stage: Callable[[str], None] = _quiet) -> RunOutcome:
+    """`irshard run`: the program compiled as `compile_program` compiles it,
+    run on its mesh with `run` (`execution.RunOptions`), its report with the
+    run's predicted times; `stage` hears `compiling`, `running` and
+    `writing` as each starts."""
+    from irshard.running import execution
+    from irshard.stages import output
+    stage("compiling")
+    texts, compiled = output.emit(lowered, options.emits, options.stage,
+                                  options.debug_info, compile_anyway=True,
+                                  explain=options.explain,
+                                  keep=options.keep_stages, note=note)
+    stage("running")
+    result = execution.run(lowered, compiled, run)
+    stage("writing")
+    report = output.report(lowered, compiled, options.stage, options.explain)
+    result = result.predicted_by(report)
+    report, breach = held_to(report, options.budgets)
+    return RunOutcome(compiled, report, tuple(texts), breach, result)
+
+
+@dataclass(frozen=True)
+class ProgramLayout:
+    """`irshard show`: where every input and output of the compiled program
+    lives (`stages.placing.Placed`: its report row, its JSON sharding and
+    which device holds which block)."""
+
+    info: Any
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+
+    def render(self, fmt: str = "text") -> str:
+        from irshard.reporting import layout
+        return layout.render_show(self.info, self.inputs, self.outputs, fmt)
+
+    def render_json(self) -> str:
+        return self.render("json")
+
+    def render_text(self) -> str:
+        return self.render("text")
+
+
+def show_program(lowered) -> ProgramLayout:
+    """`irshard show`: the program compiled, its inputs and outputs placed
+    on its devices, nothing run."""
+    from irshard.stages import placing
+    compiled = lowered.compile()
+    inputs, outputs = placing.placed(compiled)
+    return ProgramLayout(compiled.info, tuple(inputs), tuple(outputs))
+
+
+@dataclass(frozen=True)
+class ModuleReports:
+    """`irshard collectives`: the report of each module of an HLO file, a
+    serialized module or an XLA dump directory, and the modules left out
+    for running on another number of devices than the mesh asked for."""
+
+    path: str
+    stage: str
+    mesh: MeshSpec | None
+    reports: tuple[Any, ...]
+    skipped: tuple[tuple[str, int], ...] = ()
+
+    def render(self, fmt: str = "text", group_by: str | None = None
+               ) -> str | Iterator[str]:
+        """As `fmt` (text summed by `group_by` too, json, html), in pieces
+        where it can be."""
+        from irshard.stages import output
+        return output.render_modules(self, fmt, group_by)
+
+    def render_json(self) -> str:
+        return "".join(self.render("json"))
+
+    def render_text(self, group_by: str | None = None) -> str:
+        return "".join(self.render("text", group_by))
+
+
+def collectives_of(path: str, stage: str = "optimized",
+                   mesh: MeshSpec | None = None) -> ModuleReports:
+    """`irshard collectives PATH`: the modules' reports (those that run on
+    `mesh`'s device count, when given)."""
+    from irshard import backend
+    from irshard.collectives import dumps
+    if stage not in REPORT_STAGES:
+        raise UsageError(f"unknown stage '{stage}'; --stage is one of "
+                         f"{', '.join(REPORT_STAGES)}")
+    backend.configure(1, "cpu")
+    reports, skipped = dumps.reports(path, stage, mesh)
+    return ModuleReports(path, stage, mesh, tuple(reports), tuple(skipped))
+
+
+def suggest_program(lowered, shards: Sequence[str], out_shards: Sequence[str],
+                    command: Sequence[str], *, is_module: bool = False,
+                    top: int = 3, max_candidates: int = 16,
+                    jobs: int | str = "auto"):
+    """`irshard suggest`: changes that would remove the program's costliest
+    collectives, each compiled (`strategy.suggest.suggest_for`); `shards`
+    and `out_shards` are the rules the program was made with, `command` the
+    command line that makes it (empty from Python: every candidate is
+    compiled in this process)."""
+    from irshard.strategy import suggest
+    options = suggest.Options(shards=tuple(shards), out_shards=tuple(out_shards),
+                              is_module=is_module)
+    return suggest.suggest_for(lowered, options, tuple(command), top=top,
+                               max_candidates=max_candidates,
+                               jobs=jobs if command else 1)
