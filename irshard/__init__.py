@@ -16,6 +16,7 @@ From Python:
     irshard.suggest(step, params, batch, mesh="dp=2,tp=4")   # as `irshard suggest`
     irshard.collectives_of("dump/")              # as `irshard collectives`
     irshard.opt(module_text, "sdy-propagation-pipeline")     # as `irshard opt`
+    irshard.devices(); irshard.calibrate("x=8")  # as `irshard devices`, `calibrate`
 
 In a notebook a report (or a diff) shows its summary and its HTML page.
 
@@ -37,14 +38,15 @@ _API = {"compile": "irshard.api", "run": "irshard.api", "compare": "irshard.api"
         "report": "irshard.api", "Report": "irshard.api",
         "configure": "irshard.api", "search": "irshard.api", "show": "irshard.api",
         "suggest": "irshard.api", "collectives_of": "irshard.api", "opt": "irshard.api",
+        "devices": "irshard.api", "calibrate": "irshard.api",
         "load": "irshard.frontend",
         "Source": "irshard.frontend"}
 
 
 __all__ = ["BackendError", "BudgetExceeded", "CheckFailed", "InputError",
            "IRError", "IrshardError", "REPORT_STAGES", "Report", "STAGES",
-           "Source", "SpecError", "UsageError", "UserCodeError", "collectives_of",
-           "compare", "compile", "configure", "load", "opt", "report", "run",
+           "Source", "SpecError", "UsageError", "UserCodeError", "calibrate",
+           "collectives_of", "compare", "compile", "configure", "devices", "load", "opt", "report", "run",
            "search", "show", "suggest"]
 
 

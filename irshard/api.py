@@ -466,3 +466,32 @@ def suggest(fn: Callable[..., Any], *args: Any, mesh: Any, top: int = 3,
     return library.suggest_program(program_lowering(fn, args, mesh, program),
                                    (), (), (), top=top,
                                    max_candidates=max_candidates)
+
+
+def devices(platform: str = "cpu"):
+    """The devices of `platform` this process has, as `irshard devices`
+    lists them (after `configure` on a CPU). The result has `listing` and
+    `render_text()`, `render_json()`."""
+    from irshard import backend, library
+    check_platform(platform)
+    count = backend.device_count(platform) if backend.started() else 1
+    return library.devices_of(count, None, platform)
+
+
+def calibrate(mesh: str, *, sizes: Sequence[int] | None = None, repeats: int = 5,
+              platform: str = "cpu"):
+    """Measures each collective kind over `mesh`'s axes on the devices
+    present and fits the time model, as `irshard calibrate`: `sizes` are
+    result bytes per device (at least 3), `repeats` the timed runs of each.
+    The result has `render_text()`, `render_json()` and `profile_json()`
+    (what `profile=` reads back, once saved)."""
+    from irshard import library
+    check_platform(platform)
+    if not isinstance(mesh, str):
+        raise wrong("mesh", mesh, "a mesh spec such as 'x=4'")
+    if not is_int(repeats):
+        raise wrong("repeats", repeats, "a whole number of runs")
+    if sizes is not None and (isinstance(sizes, (str, bytes)) or not all(
+            is_int(s) and s > 0 for s in sizes)):
+        raise wrong("sizes", sizes, "positive whole numbers of bytes")
+    return library.calibrate_devices(parse_mesh(mesh), sizes, repeats, platform)

@@ -200,29 +200,28 @@ def cmd_show(args) -> int:
 
 
 def cmd_devices(args) -> int:
-    from irshard.running import launch
     found = _cluster(args)
     processes = args.processes or (found.num_processes if found else 1)
     count = parse_mesh(args.mesh).num_devices if args.mesh else processes
     if args.processes is not None:
         return _launch(args, count)
-    listing = launch.devices(count, found, args.platform, args.timeout)
+    from irshard import library
+    listing = library.devices_of(count, found, args.platform, args.timeout)
     if listing is not None:
-        from irshard.reporting import layout
-        write_output(None, layout.render_devices(listing, args.format))
+        write_output(None, listing.render(args.format))
     return 0
 
 
 def cmd_calibrate(args) -> int:
     mesh = parse_mesh(args.mesh)
     check_output_path(args.output)
-    from irshard.measuring import calibrate
-    result = calibrate.calibrate_host(mesh, args.sizes, args.repeats,
-                                     note=_note_calibrate, platform=args.platform)
+    from irshard import library
+    result = library.calibrate_devices(mesh, args.sizes, args.repeats,
+                                       args.platform, note=_note_calibrate)
     if args.output:
         from irshard.core import files
-        files.write(args.output, calibrate.profile_json(result))
-    write_output(None, calibrate.render(result, args.format))
+        files.write(args.output, result.profile_json())
+    write_output(None, result.render(args.format))
     return 0
 
 

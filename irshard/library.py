@@ -12,7 +12,8 @@ line parses its arguments into those options and prints what comes back
     diff         reporting.diff.compare(collectives.dumps.diff_side(a), ...)
     suggest      suggest_program(lowered, rules, command)
     search       strategy.search.search_program
-    calibrate    measuring.calibrate.calibrate_host
+    devices      devices_of(count, cluster, platform)
+    calibrate    calibrate_devices(mesh, sizes, repeats, platform)
     opt          ir.opt.opt
 """
 
@@ -224,3 +225,59 @@ def suggest_program(lowered, shards: Sequence[str], out_shards: Sequence[str],
     return suggest.suggest_for(lowered, options, tuple(command), top=top,
                                max_candidates=max_candidates,
                                jobs=jobs if command else 1)
+
+
+@dataclass(frozen=True)
+class DeviceListing:
+    """`irshard devices`: the platform, each process's devices, the list
+    (as JAX lists them)."""
+
+    listing: dict[str, Any]
+
+    def render(self, fmt: str = "text") -> str:
+        from irshard.reporting import layout
+        return layout.render_devices(self.listing, fmt)
+
+    def render_json(self) -> str:
+        return self.render("json")
+
+
+def devices_of(count: int, cluster=None, platform: str = "cpu",
+               timeout: float | None = None) -> DeviceListing | None:
+    """`irshard devices`: the devices of this process (`count` simulated
+    ones on a CPU) and, in a run of several, the others' (None in a process
+    other than the first, which reports)."""
+    from irshard.running import launch
+    found = launch.devices(count, cluster, platform, timeout)
+    return DeviceListing(found) if found is not None else None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """`irshard calibrate`: each collective kind measured on the devices
+    present, the link model fitted with its error on held-out sizes, and
+    the compute rates (`measuring.calibrate.calibrate`'s result)."""
+
+    result: dict[str, Any]
+
+    def render(self, fmt: str = "text") -> str:
+        from irshard.measuring import calibrate
+        return calibrate.render(self.result, fmt)
+
+    def render_json(self) -> str:
+        return self.render("json")
+
+    def profile_json(self) -> str:
+        """The fitted profile, as `--profile PATH` reads it back."""
+        from irshard.measuring import calibrate
+        return calibrate.profile_json(self.result)
+
+
+def calibrate_devices(mesh: MeshSpec, sizes: Sequence[int] | None = None,
+                      repeats: int = 5, platform: str = "cpu", *,
+                      note: Callable[[str], None] = _quiet) -> Calibration:
+    """`irshard calibrate`: the plan checked (its length told to `note`
+    when over a minute), then measured and fitted."""
+    from irshard.measuring import calibrate
+    return Calibration(calibrate.calibrate_host(mesh, sizes, repeats, note=note,
+                                                platform=platform))

@@ -340,3 +340,27 @@ def test_search_is_one_library_call_from_both():
                                  "2", "--axes", "data,fsdp", "--no-cache"))
     assert ours["candidates"] and plain(ours) == plain(theirs)
     assert ours["winner"]["args"][1:] == theirs["winner"]["args"][5:]
+
+
+def test_devices_and_calibrate_are_one_library_call_from_both():
+    """`devices` lists the same devices from both; `calibrate` measures the
+    same plan and writes the same fields (its numbers are measured, so
+    they differ run to run)."""
+    import json
+    assert irshard.devices().render_json() == _command("devices", "--mesh", "x=8")
+    plan = ("--sizes", "4KiB,8KiB,16KiB,32KiB", "--repeats", "1")
+    theirs = json.loads(_command("calibrate", "--mesh", "x=2", *plan))
+    ours = json.loads(irshard.calibrate("x=2", sizes=[4096, 8192, 16384, 32768],
+                                        repeats=1).render_json())
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shape(v) for v in value]
+        return type(value).__name__ if isinstance(value, float) else value
+
+    assert shape(ours) == shape(theirs) and len(ours["measurements"]) == 20
+    assert all(m["seconds"] > 0 for m in ours["measurements"])
+    with pytest.raises(irshard.UsageError, match="sizes"):
+        irshard.calibrate("x=2", sizes="4KiB")

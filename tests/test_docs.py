@@ -112,7 +112,7 @@ def test_the_api_reference_names_what_exists():
                    if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         assert name in defined, f"{dotted} (docs/reference/api.md) does not exist"
     for name in ("compile", "run", "report", "search", "compare", "show",
-                 "suggest", "collectives_of", "opt"):
+                 "suggest", "collectives_of", "opt", "devices", "calibrate"):
         assert f"irshard.api.{name}\n" in api
     assert "irshard.apiprogram.configure\n" in api
     assert "irshard.api.Report\n" in api and "irshard.frontend.load\n" in api

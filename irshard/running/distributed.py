@@ -237,7 +237,7 @@ def _die_with_parent() -> None:
 
 # Where a process is in its run; on a timeout, the process that got least far
 # is the one the others are waiting for.
-STAGES = ("starting", "joining", "loading", "tracing", "compiling", "running",
+PHASES = ("starting", "joining", "loading", "tracing", "compiling", "running",
           "writing")
 
 
@@ -457,7 +457,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _stage_rank(stage: str) -> int:
-    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+    return PHASES.index(stage) if stage in PHASES else len(PHASES)
 
 
 def check_launch(num_processes: int, timeout: float, total_devices: int,
