@@ -137,17 +137,17 @@ def test_gradient_all_reduces_read_partial_sums():
     for c in report.collectives:
         assert c.kind == "all-reduce"
         why = c.why
-        read = [why["operand"]] + why.get("combined", [])[1:]
+        read = [why.operand, *why.combined[1:]]
         assert len(read) == c.operands
         for value in read:
             # A partial sum: the dot that made it reads a value sharded over
             # the reduced axes.
-            over = value["sums_over"]
-            assert over and all(set(c.mesh_axes) & set("+".join(v["sharding"]).split("+"))
+            over = value.sums
+            assert over and all(set(c.mesh_axes) & set("+".join(v.sharding).split("+"))
                                 for v in over)
     by_axes = {tuple(c.mesh_axes): c for c in report.collectives}
     # The weight gradients are summed over the batch, sharded over dp.
-    assert by_axes[("dp",)].why["origins"] == {"dp": {"kind": "input", "name": "x"}}
+    assert by_axes[("dp",)].why.to_json()["origins"] == {"dp": {"kind": "input", "name": "x"}}
 
 
 def test_gpt_weight_gathers_read_the_weights():
@@ -163,18 +163,18 @@ def test_gpt_weight_gathers_read_the_weights():
         explain=True)
     gathers = [c for c in report.collectives if c.kind == "all-gather"]
     weights = {t.name for t in report.inputs if t.name.startswith("params/")}
-    read = [c.why["operand"]["value"] for c in gathers]
+    read = [c.why.operand.what for c in gathers]
     assert all(name.startswith("input params/") for name in read)
     assert {name[len("input "):] for name in read} <= weights
     for c in gathers:
-        assert c.why["operand"]["sharding"] == ["fsdp", "_"]
-        assert c.why["needed"]["sharding"] == ["_", "_"]
+        assert c.why.operand.sharding == ("fsdp", "_")
+        assert c.why.needed.sharding == ("_", "_")
     # The gradients: one combined all-reduce of partial sums over the
     # batch, which is sharded over fsdp (as XLA partitions it).
     (reduce,) = [c for c in report.collectives if c.kind == "all-reduce"]
-    combined = reduce.why["combined"]
+    combined = reduce.why.combined
     assert len(combined) == reduce.operands > 1
-    sharded = [v["sharding"] for value in combined for v in value.get("sums_over", [])]
+    sharded = [v.sharding for value in combined for v in value.sums]
     assert sharded and all(s[0] == "fsdp" for s in sharded)
 
 
@@ -307,7 +307,7 @@ def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
     report = irshard.compile(loss, *args, mesh="dp=4", shardings=("_,_", "dp,_"),
                              explain=True)
     assert [c.kind for c in report.collectives] == ["all-reduce"]
-    assert report.collectives[0].why["origins"] == {}
+    assert report.collectives[0].why.origins == {}
     assert report.notes[-1] == ("Shardy crashed (SIGSEGV) recording where each "
                                 "sharding came from; shardings are shown "
                                 "without their origins")
@@ -315,7 +315,8 @@ def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
     monkeypatch.setattr(lowering, "run_pipeline", run)
     report = irshard.compile(loss, *args, mesh="dp=4", shardings=("_,_", "dp,_"),
                              explain=True)
-    assert report.collectives[0].why["origins"] == {"dp": {"kind": "input", "name": "x"}}
+    assert report.collectives[0].why.to_json()["origins"] == \
+        {"dp": {"kind": "input", "name": "x"}}
     assert not any("crashed" in note for note in report.notes)
 
 

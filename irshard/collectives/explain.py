@@ -29,11 +29,12 @@ from typing import Any, Sequence
 from irshard.collectives import analysis
 from irshard.collectives.origins import PropagationSites
 from irshard.collectives.readers import Hlo
-from irshard.collectives.values import (INDEXED, Value, _axes, _only, _primitive,
-                                        _sharded, agreeing, array_dims, fit, is_token,
-                                        origin_text, sharding_text)
+from irshard.collectives.values import (INDEXED, _axes, _only, _primitive, _sharded,
+                                        agreeing, array_dims, fit, is_token,
+                                        sharding_text)
 from irshard.core.frames import UserCode
 from irshard.core.specs import ShardingSpec
+from irshard.reporting.why import Origin, Value, Why
 from irshard.xla import hlo as hlo_text
 
 # ---------------------------------------------------------------------------
@@ -48,7 +49,7 @@ class _Step:
     collective: Any
     reads: tuple[Value, ...]
     reader: Value
-    origins: dict[str, dict[str, Any]]
+    origins: dict[str, Origin]
 
 
 class _Explainer:
@@ -146,7 +147,7 @@ class _Explainer:
         needed = _needed(c.kind, first.sharding, axes, inst, self.mesh)
         self.results[c.name] = (needed, first.all_origins)
         reader = self.reader(inst, needed, axes)
-        origins: dict[str, dict[str, Any]] = {}
+        origins: dict[str, Origin] = {}
         for axis in sorted(axes):
             origin = reader.origins.get(axis) if c.kind == "all-to-all" else None
             origin = origin or first.origins.get(axis) or reader.origins.get(axis)
@@ -154,28 +155,20 @@ class _Explainer:
                 origins[axis] = origin
         return _Step(c, reads, reader, origins)
 
-    def why(self, c, steps: Sequence[_Step]) -> dict[str, Any]:
+    def why(self, c, steps: Sequence[_Step]) -> Why:
         """The `why` of a report's collective: the partitioned
         collective(s) it is (several when XLA combined them)."""
         if not steps:
             note = ("made by XLA after partitioning (a pass that combines, "
                     "decomposes or pipelines collectives): the partitioner "
                     "inserted no collective like it")
-            return {"made_by": "xla", "note": note, "text": note}
+            return Why(note, note=note, made_by="xla")
         reads = [v for step in steps for v in step.reads]
         first = steps[0]
-        why: dict[str, Any] = {
-            "operand": reads[0].to_json("value"),
-            "needed": first.reader.to_json("op"),
-            "origins": first.origins,
-        }
-        if len(reads) > 1:
-            why["combined"] = [r.to_json("value") for r in reads]
         note = self.note(c, reads[0], first.reader)
-        if note:
-            why["note"] = note
-        why["text"] = _text(c, reads, first.reader, first.origins, note)
-        return why
+        return Why(_text(c, reads, first.reader, first.origins, note),
+                   reads[0], first.reader, dict(first.origins),
+                   tuple(reads) if len(reads) > 1 else (), note or None)
 
     def note(self, c, first: Value, reader: Value) -> str | None:
         axes = ",".join(c.mesh_axes or ()) or "the mesh"
@@ -293,9 +286,9 @@ def _text(c, reads: list[Value], reader: Value, origins, note) -> str:
         have = first.origins.get(axis)
         need_origin = reader.origins.get(axis)
         if have and need_origin and have != need_origin:
-            parts.append(f"{axis}: {origin_text(have)} -> {origin_text(need_origin)}")
+            parts.append(f"{axis}: {have.text()} -> {need_origin.text()}")
         else:
-            parts.append(f"{axis} from {origin_text(origin)}")
+            parts.append(f"{axis} from {origin.text()}")
     if parts:
         lines.append("; ".join(parts))
     if note:

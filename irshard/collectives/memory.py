@@ -120,7 +120,7 @@ def peak(assignment_text: str, live_range_text: str, inputs: Sequence[Any],
     held = sum(a.size for a in allocations
                if a.kind != "temporary" and a.kind != "thread-local")
     return Peak(sum(b.bytes for b in found), position, at, tuple(found),
-                len(ranges.sequence), [[p, held + u] for p, u in _sampled(curve)])
+                len(ranges.sequence), tuple((p, held + u) for p, u in _sampled(curve)))
 
 
 def _shape_of(info) -> str:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from irshard.collectives.values import (ORIGIN_NAME, PRIMITIVE_OPS, Value, _dict,
+from irshard.collectives.values import (ORIGIN_NAME, PRIMITIVE_OPS, _dict,
                                         _entries, _local_shape, _only, _op_name, _uses,
                                         agreeing, by_axis, fit)
 from irshard.core.frames import SourceLocation, UserCode
+from irshard.reporting.why import Origin, Value
 
 
 # ---------------------------------------------------------------------------
@@ -86,12 +87,10 @@ class PropagationSites:
         outputs = self.info.outputs
         return outputs[index].name if index < len(outputs) else f"result {index}"
 
-    def constraint(self, name: str) -> dict[str, Any]:
-        found = self.constraints.get(name)
-        return {"kind": "constraint", "name": name,
-                "source": found.to_json() if found else None}
+    def constraint(self, name: str) -> Origin:
+        return Origin("constraint", name, self.constraints.get(name))
 
-    def origin(self, text: str, here: dict[str, Any] | None) -> dict[str, Any]:
+    def origin(self, text: str, here: Origin | None) -> Origin:
         """An origin string of `sdy.sharding_origins` in the user's terms;
         `self` is the value itself (`here`: an input, an output or a
         constraint)."""
@@ -99,16 +98,16 @@ class PropagationSites:
             return here
         kind, _, index = text.partition(": ")
         if kind == "input" and index.isdigit():
-            return {"kind": "input", "name": self.input_name(int(index))}
+            return Origin("input", self.input_name(int(index)))
         if kind == "output" and index.isdigit():
-            return {"kind": "output", "name": self.output_name(int(index))}
+            return Origin("output", self.output_name(int(index)))
         if text.startswith("constraint_"):
             return self.constraint(text)
         if text.startswith("mc_"):
-            return {"kind": "shard_map", "name": text}
-        return {"kind": "other", "name": text}
+            return Origin("shard_map", text)
+        return Origin("other", text)
 
-    def _origins(self, attr, here) -> dict[str, dict[str, Any]]:
+    def _origins(self, attr, here) -> dict[str, Origin]:
         return {axis: self.origin(text, here) for axis, text in _dict(attr).items()}
 
     def result(self, operation, index: int = 0):
@@ -156,7 +155,7 @@ class PropagationSites:
             name = self.input_name(index) if kind == "input" \
                 else self.output_name(index)
             origins = self._origins(attrs[shardy.SHARDING_ORIGINS],
-                                    {"kind": kind, "name": name}) \
+                                    Origin(kind, name)) \
                 if shardy.SHARDING_ORIGINS in attrs else {}
         return (_entries(spec) if spec is not None else None), by_axis(origins)
 
@@ -243,10 +242,10 @@ class PropagationSites:
         return tuple(found)
 
     def operand_origins(self, operation, axes: frozenset[str],
-                        spec: Sequence[str]) -> dict[str, dict[str, Any]]:
+                        spec: Sequence[str]) -> dict[str, Origin]:
         """Where the axes of a value XLA computed in its operands' sharding
         (not the one propagation gave it) came from: its operands'."""
-        origins: dict[str, dict[str, Any]] = {}
+        origins: dict[str, Origin] = {}
         for operand in operation.operands:
             their_spec, theirs = self.value(operand)
             for axis, origin in theirs.items():

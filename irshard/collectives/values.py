@@ -1,5 +1,5 @@
 """The vocabulary `--explain` reads with: a value of the user's program
-(`Value`), the instructions that pass values through or index them, JAX
+(`irshard.reporting.why.Value`), the instructions that pass values through or index them, JAX
 primitives and their StableHLO ops, and the small readers of shardings,
 axes and instruction attributes the explanations share.
 """
@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from irshard.core.frames import SourceLocation
 from irshard.core.specs import ShardingSpec
 
 
@@ -73,35 +71,6 @@ PRIMITIVE_OPS = {
 # StableHLO op -> HLO opcode, where the names differ.
 HLO_OPCODES = {"dot_general": "dot", "broadcast_in_dim": "broadcast",
                 "convolution": "convolution", "select": "select"}
-
-
-@dataclass(frozen=True)
-class Value:
-    """One side of a collective: what it reads, or what reads its result."""
-
-    what: str                                   # "input d", "add", "output 0"
-    sharding: tuple[str, ...] | None
-    source: SourceLocation | None
-    origins: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # A partial sum: what the op that made it reads sharded over the axes
-    # it sums over.
-    sums: tuple["Value", ...] = ()
-    # Where every axis of its sharding came from (a collective reading
-    # another's result reads these).
-    all_origins: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
-
-    def to_json(self, key: str) -> dict[str, Any]:
-        d = {key: self.what,
-             "sharding": list(self.sharding) if self.sharding is not None else None,
-             "source": self.source.to_json() if self.source else None,
-             "origins": self.origins}
-        if self.sums:
-            d["sums_over"] = [v.to_json("value") for v in self.sums]
-        return d
-
-    def text(self) -> str:
-        where = f" at {self.source}" if self.source else ""
-        return f"{self.what}{where}"
 
 
 # ---------------------------------------------------------------------------
@@ -203,19 +172,6 @@ def sharding_text(entries: Sequence[str] | None) -> str:
     if all(e == "_" for e in entries):
         return "replicated"
     return ",".join(entries)
-
-
-def origin_text(origin: dict[str, Any]) -> str:
-    kind = origin["kind"]
-    if kind in ("input", "output"):
-        return f"{kind} {origin['name']}"
-    if kind == "constraint":
-        where = origin.get("source")
-        return f"the constraint at {where['file']}:{where['line']}" if where \
-            else "a sharding constraint"
-    if kind == "shard_map":
-        return "a shard_map"
-    return origin.get("name") or kind
 
 
 def fit(spec, shape, local, mesh):

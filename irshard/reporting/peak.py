@@ -6,11 +6,11 @@ by source line."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from irshard.core import schema
-from irshard.core.frames import scope_of
+from irshard.core.frames import SourceLocation, scope_of
 
 ROWS = 10
 # What a buffer live at the peak holds (DESIGN.md's `memory.peak`).
@@ -26,7 +26,7 @@ class PeakBuffer:
     name: str                         # the input's path, or the instruction
     shape: str = ""
     op_name: str | None = None
-    source: Any = None                # SourceLocation of the user's line
+    source: SourceLocation | None = None   # the user's line
     is_input: bool = False
     copy_of: str | None = None        # the input a copy holds (another layout)
     note: str | None = None           # what a row without a value is
@@ -65,7 +65,7 @@ class Peak:
     buffers: tuple[PeakBuffer, ...]
     schedule_length: int = 0
     # (position, bytes held by the allocations and the live temporaries)
-    curve: list = field(default_factory=list)
+    curve: tuple[tuple[int, int], ...] = ()
 
     def by_kind(self) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -76,7 +76,8 @@ class Peak:
     def to_json(self) -> dict[str, Any]:
         return {"bytes": self.bytes, "source": "XLA buffer assignment",
                 "schedule_position": self.position, "instruction": self.at,
-                "schedule_length": self.schedule_length, "curve": self.curve,
+                "schedule_length": self.schedule_length,
+                "curve": [list(point) for point in self.curve],
                 "by_kind": self.by_kind(),
                 "buffers": [b.to_json() for b in self.buffers]}
 

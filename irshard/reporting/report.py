@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from irshard.core.frames import SourceLocation, scope_of
 from irshard.core.specs import MeshSpec, ShardingSpec, format_shape
 from irshard.reporting.parts import BudgetOutcome, Finding, MemoryUse, TargetInfo
+from irshard.reporting.why import Why
 from irshard.timemodel.links import Roofline
 from irshard.timemodel.schedule import Step
 from irshard.xla import tiling
@@ -103,8 +104,8 @@ class Collective:
     backend_dtype: str | None = None
     link: str | None = None        # the slowest link its groups cross
     time_s: float | None = None    # estimated, one execution
-    # `--explain`: why it exists (explain.attach), JSON `why`.
-    why: dict[str, Any] | None = field(default=None, compare=False)
+    # `--explain`: why it exists (`collectives.explain`), JSON `why`.
+    why: Why | None = field(default=None, compare=False)
     # A combined collective's results, each (dtype, shape); None for one.
     shapes: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
@@ -159,7 +160,7 @@ class Collective:
                if self.backend_dtype else {}),
             **({"link": self.link, "time_s": self.time_s}
                if self.link is not None else {}),
-            **({"why": self.why} if self.why is not None else {}),
+            **({"why": self.why.to_json()} if self.why is not None else {}),
         }
 
 

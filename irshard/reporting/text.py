@@ -296,7 +296,7 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
                 if c.why is not None:
                     where = f"  {c.source}" if c.source else ""
                     lines.append(f"  {c.name}{where}")
-                    lines += [f"    {line}" for line in c.why["text"].split("\n")]
+                    lines += [f"    {line}" for line in c.why.text.split("\n")]
     totals = report.totals()
     kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
     lines += ["", f"totals: {totals['count']} collective"
