@@ -214,3 +214,38 @@ def test_the_library_reaches_passes_through_their_registry():
                     if not module.startswith("irshard.passes")
                     for target in targets if target.startswith("irshard.passes."))
     assert direct == []
+
+
+def test_the_report_is_a_typed_frozen_value():
+    """The report and each of its parts are frozen dataclasses whose fields
+    name their types: no `Any`, nothing of the program it was read from
+    (that is `irshard.api.Report`'s)."""
+    import dataclasses
+    import typing
+    from irshard.reporting import parts, peak, report, why
+    from irshard.timemodel import links, schedule
+    seen, todo = set(), [report.CollectiveReport]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            assert "Any" not in str(hints[f.name]), f"{cls.__name__}.{f.name}"
+            for arg in _classes(hints[f.name]):
+                if dataclasses.is_dataclass(arg):
+                    todo.append(arg)
+    assert {report.Collective, parts.MemoryUse, peak.Peak, why.Why, why.Origin,
+            schedule.Step, links.Roofline, parts.TargetInfo} <= seen
+    names = {f.name for f in dataclasses.fields(report.CollectiveReport)}
+    assert not names & {"stages", "run", "results", "extra"}
+
+
+def _classes(hint):
+    import typing
+    found = [hint] if isinstance(hint, type) else []
+    for arg in typing.get_args(hint):
+        found += _classes(arg)
+    return found
