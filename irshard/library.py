@@ -241,6 +241,9 @@ class DeviceListing:
     def render_json(self) -> str:
         return self.render("json")
 
+    def render_text(self) -> str:
+        return self.render("text")
+
 
 def devices_of(count: int, cluster=None, platform: str = "cpu",
                timeout: float | None = None) -> DeviceListing | None:
@@ -266,6 +269,9 @@ class Calibration:
 
     def render_json(self) -> str:
         return self.render("json")
+
+    def render_text(self) -> str:
+        return self.render("text")
 
     def profile_json(self) -> str:
         """The fitted profile, as `--profile PATH` reads it back."""

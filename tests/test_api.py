@@ -348,6 +348,8 @@ def test_devices_and_calibrate_are_one_library_call_from_both():
     they differ run to run)."""
     import json
     assert irshard.devices().render_json() == _command("devices", "--mesh", "x=8")
+    assert irshard.devices().render_text() == _command("devices", "--mesh", "x=8",
+                                                       json_format=False)
     plan = ("--sizes", "4KiB,8KiB,16KiB,32KiB", "--repeats", "1")
     theirs = json.loads(_command("calibrate", "--mesh", "x=2", *plan))
     ours = json.loads(irshard.calibrate("x=2", sizes=[4096, 8192, 16384, 32768],
