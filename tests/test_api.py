@@ -180,6 +180,7 @@ def test_stages_of_a_report():
 
 
 def test_configure_is_a_no_op_with_enough_devices_and_says_when_not():
+    jax.devices()                  # JAX started, as any test before this one may
     irshard.configure(devices=4)
     with pytest.raises(irshard.UsageError, match="JAX has already started with 8 "
                                                  "cpu devices"):
