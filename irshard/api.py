@@ -24,8 +24,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from irshard.apichecks import (JitArguments, check_platform, check_run, is_int,
                                number_list, wrong)
-from irshard.apiprogram import (configure, in_shardings_of, lowering, mesh_of, pipeline,
-                                program_lowering)
+from irshard.apiprogram import configure, in_shardings_of, lowering, mesh_of, pipeline
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
 from irshard.reporting.report import CollectiveReport
@@ -237,13 +236,14 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    lowered = lowering(
-        fn, args, mesh=mesh, rules=rules, shardings=shardings,
-        static_argnums=static_argnums, grad=grad, out_shardings=out_shardings,
-        target=target, profile=profile, constraints=constraints,
-        platform=platform, axis_types=axis_types, in_shardings=in_shardings,
-        static_argnames=static_argnames, donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames, context=context, keras_fit=keras_fit)
+    lowered = lowering(fn, args, mesh, {
+        "rules": rules, "shardings": shardings, "static_argnums": static_argnums,
+        "grad": grad, "out_shardings": out_shardings, "target": target,
+        "profile": profile, "constraints": constraints, "platform": platform,
+        "axis_types": axis_types, "in_shardings": in_shardings,
+        "static_argnames": static_argnames, "donate_argnums": donate_argnums,
+        "donate_argnames": donate_argnames, "context": context,
+        "keras_fit": keras_fit})
     done = library.compile_program(lowered, library.ReportOptions(
         stage=stage, explain=explain, keep_stages=True))
     return _given(Report.of(done.report,
@@ -449,7 +449,7 @@ def show(fn: Callable[..., Any], *args: Any, mesh: Any, **program: Any):
     `inputs` and `outputs` (each with its `placements`: device and block)
     and `render_text()`, `render_json()`."""
     from irshard import library
-    return library.show_program(program_lowering(fn, args, mesh, program))
+    return library.show_program(lowering(fn, args, mesh, program))
 
 
 @_x64_kept
@@ -463,7 +463,7 @@ def suggest(fn: Callable[..., Any], *args: Any, mesh: Any, top: int = 3,
     for name, value in (("top", top), ("max_candidates", max_candidates)):
         if not is_int(value) or value < 1:
             raise wrong(name, value, "a positive whole number")
-    return library.suggest_program(program_lowering(fn, args, mesh, program),
+    return library.suggest_program(lowering(fn, args, mesh, program),
                                    (), (), (), top=top,
                                    max_candidates=max_candidates)
 

@@ -123,32 +123,37 @@ def pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
     return prog, lowered
 
 
-def lowering(fn: Callable[..., Any], args: Sequence[Any], *, mesh: Any,
-              rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
-              static_argnums: int | Sequence[int] = (),
-              grad: bool | str | Sequence[str] | None = None,
-              out_shardings: Any = None, target: str | None = None,
-              profile: str | None = None,
-              constraints: Sequence[tuple[str, str]] = (),
-              platform: str = "cpu",
-              axis_types: str | Sequence[str] | None = None,
-              in_shardings: Any = None,
-              static_argnames: str | Sequence[str] = (),
-              donate_argnums: int | Sequence[int] = (),
-              donate_argnames: str | Sequence[str] = (),
-              context: Any = None, keras_fit: bool = False):
+# The program's arguments `compile`, `show` and `suggest` take, beside `fn`,
+# its arguments and `mesh`, with their defaults (`compile`'s signature
+# names each with its type).
+PROGRAM_ARGUMENTS: dict[str, Any] = {
+    "rules": (), "shardings": None, "static_argnums": (), "grad": None,
+    "out_shardings": None, "target": None, "profile": None, "constraints": (),
+    "platform": "cpu", "axis_types": None, "in_shardings": None,
+    "static_argnames": (), "donate_argnums": (), "donate_argnames": (),
+    "context": None, "keras_fit": False}
+
+
+def lowering(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
+             program: dict[str, Any]):
     """The program `compile`, `show` and `suggest` take, traced and lowered:
-    the stage `stablehlo`, as `irshard.load` gives it from a file."""
-    if not isinstance(keras_fit, bool):
-        raise wrong("keras_fit", keras_fit, "True or False")
-    jit = JitArguments.checked((), static_argnames, donate_argnums,
-                                donate_argnames)
-    _, lowered = pipeline(fn, args, mesh, rules,
-                           in_shardings_of(shardings, in_shardings),
-                           static_argnums, grad, out_shardings, platform,
-                           target=target, profile=profile,
-                           constraints=constraints, axis_types=axis_types,
-                           jit=jit, context=context, keras_fit=keras_fit)
+    the stage `stablehlo`, as `irshard.load` gives it from a file; each of
+    `program`'s names checked first (`PROGRAM_ARGUMENTS`)."""
+    for name in program:
+        if name not in PROGRAM_ARGUMENTS:
+            raise UsageError(f"unexpected argument '{name}'; the program's "
+                             f"arguments are {', '.join(PROGRAM_ARGUMENTS)}")
+    p = PROGRAM_ARGUMENTS | program
+    if not isinstance(p["keras_fit"], bool):
+        raise wrong("keras_fit", p["keras_fit"], "True or False")
+    jit = JitArguments.checked((), p["static_argnames"], p["donate_argnums"],
+                                p["donate_argnames"])
+    _, lowered = pipeline(fn, args, mesh, p["rules"],
+                          in_shardings_of(p["shardings"], p["in_shardings"]),
+                          p["static_argnums"], p["grad"], p["out_shardings"],
+                          p["platform"], target=p["target"], profile=p["profile"],
+                          constraints=p["constraints"], axis_types=p["axis_types"],
+                          jit=jit, context=p["context"], keras_fit=p["keras_fit"])
     return lowered
 
 
@@ -157,17 +162,3 @@ def in_shardings_of(shardings: Any, in_shardings: Any) -> Any:
         raise UsageError("shardings and in_shardings are the same argument; "
                          "give one")
     return in_shardings if in_shardings is not None else shardings
-
-
-def program_lowering(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
-                     program: dict[str, Any]):
-    """`lowering` of the keyword arguments a command takes as `compile`
-    does (`show`, `suggest`), each name checked first."""
-    import inspect
-    known = [name for name in inspect.signature(lowering).parameters
-             if name not in ("fn", "args", "mesh")]
-    for name in program:
-        if name not in known:
-            raise UsageError(f"unexpected argument '{name}'; the program's "
-                             f"arguments are {', '.join(known)}")
-    return lowering(fn, args, mesh=mesh, **program)

@@ -367,3 +367,13 @@ def test_devices_and_calibrate_are_one_library_call_from_both():
     assert all(m["seconds"] > 0 for m in ours["measurements"])
     with pytest.raises(irshard.UsageError, match="sizes"):
         irshard.calibrate("x=2", sizes="4KiB")
+
+
+def test_show_and_suggest_take_the_program_arguments_compile_takes():
+    """`compile` names each program argument in its signature; `show` and
+    `suggest` take the same (`PROGRAM_ARGUMENTS`), with the same defaults."""
+    import inspect
+    from irshard.apiprogram import PROGRAM_ARGUMENTS
+    own = {name: p.default for name, p in inspect.signature(irshard.compile).parameters.items()
+           if p.kind is p.KEYWORD_ONLY and name not in ("mesh", "explain", "stage")}
+    assert own == PROGRAM_ARGUMENTS
