@@ -31,6 +31,20 @@ def _quiet(_: str) -> None:
     pass
 
 
+class _Rendered:
+    """A command's result, written as its `render(fmt)` writes it (text or
+    its pieces)."""
+
+    def render(self, fmt: str = "text"):
+        raise NotImplementedError
+
+    def render_json(self) -> str:
+        return "".join(self.render("json"))
+
+    def render_text(self) -> str:
+        return "".join(self.render("text"))
+
+
 @dataclass(frozen=True)
 class ReportOptions:
     """What `compile` and `run` report: the stage the report reads
@@ -141,7 +155,7 @@ def run_program(lowered, run, options: ReportOptions = ReportOptions(), *,
 
 
 @dataclass(frozen=True)
-class ProgramLayout:
+class ProgramLayout(_Rendered):
     """`irshard show`: where every input and output of the compiled program
     lives (`stages.placing.Placed`: its report row, its JSON sharding and
     which device holds which block)."""
@@ -154,12 +168,6 @@ class ProgramLayout:
         from irshard.reporting import layout
         return layout.render_show(self.info, self.inputs, self.outputs, fmt)
 
-    def render_json(self) -> str:
-        return self.render("json")
-
-    def render_text(self) -> str:
-        return self.render("text")
-
 
 def show_program(lowered) -> ProgramLayout:
     """`irshard show`: the program compiled, its inputs and outputs placed
@@ -171,7 +179,7 @@ def show_program(lowered) -> ProgramLayout:
 
 
 @dataclass(frozen=True)
-class ModuleReports:
+class ModuleReports(_Rendered):
     """`irshard collectives`: the report of each module of an HLO file, a
     serialized module or an XLA dump directory, and the modules left out
     for running on another number of devices than the mesh asked for."""
@@ -188,9 +196,6 @@ class ModuleReports:
         where it can be."""
         from irshard.stages import output
         return output.render_modules(self, fmt, group_by)
-
-    def render_json(self) -> str:
-        return "".join(self.render("json"))
 
     def render_text(self, group_by: str | None = None) -> str:
         return "".join(self.render("text", group_by))
@@ -228,7 +233,7 @@ def suggest_program(lowered, shards: Sequence[str], out_shards: Sequence[str],
 
 
 @dataclass(frozen=True)
-class DeviceListing:
+class DeviceListing(_Rendered):
     """`irshard devices`: the platform, each process's devices, the list
     (as JAX lists them)."""
 
@@ -237,12 +242,6 @@ class DeviceListing:
     def render(self, fmt: str = "text") -> str:
         from irshard.reporting import layout
         return layout.render_devices(self.listing, fmt)
-
-    def render_json(self) -> str:
-        return self.render("json")
-
-    def render_text(self) -> str:
-        return self.render("text")
 
 
 def devices_of(count: int, cluster=None, platform: str = "cpu",
@@ -256,7 +255,7 @@ def devices_of(count: int, cluster=None, platform: str = "cpu",
 
 
 @dataclass(frozen=True)
-class Calibration:
+class Calibration(_Rendered):
     """`irshard calibrate`: each collective kind measured on the devices
     present, the link model fitted with its error on held-out sizes, and
     the compute rates (`measuring.calibrate.calibrate`'s result)."""
@@ -266,12 +265,6 @@ class Calibration:
     def render(self, fmt: str = "text") -> str:
         from irshard.measuring import calibrate
         return calibrate.render(self.result, fmt)
-
-    def render_json(self) -> str:
-        return self.render("json")
-
-    def render_text(self) -> str:
-        return self.render("text")
 
     def profile_json(self) -> str:
         """The fitted profile, as `--profile PATH` reads it back."""
