@@ -12,6 +12,11 @@ prediction's error against plain JAX's, then the median of each:
 
     python benchmarks/timemodel.py [--repeat 20] [--processes 3] [--only NAME ...]
 
+With `--interleave` both measurements come from one process per program
+and run (`plain_loop.py --interleave`: one irshard execution after each
+plain call), so the process-to-process noise of a shared machine is not
+told apart as a difference between them.
+
 `--platform gpu` runs `GPU_PROGRAMS` on one GPU instead (the programs of
 `benchmarks/gpu.py`, then the CPU mesh's on a mesh of one device), with the
 target named by the GPU present (`--target` names another, `--profile` a
@@ -119,6 +124,24 @@ def plain(program: tuple[str, ...], repeat: int, processes: int) -> float:
     return statistics.median(medians)
 
 
+def interleaved(program: tuple[str, ...], repeat: int,
+                processes: int) -> tuple[float, float]:
+    """Plain JAX's loop and irshard's execution, timed in turn in one
+    process: the median over `processes` processes of each one's medians."""
+    loops, ours = [], []
+    for _ in range(processes):
+        done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks",
+                                                            "plain_loop.py"),
+                               "--repeat", str(repeat), "--interleave", "--", *program],
+                              cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1])
+        found = json.loads(done.stdout.splitlines()[-1])
+        loops.append(found["median_s"])
+        ours.append(found["irshard_median_s"])
+    return statistics.median(loops), statistics.median(ours)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
@@ -128,6 +151,8 @@ def main() -> int:
     parser.add_argument("--target", help="with --platform gpu (default: the "
                         "GPU present's, e.g. gpu-h200:1x1)")
     parser.add_argument("--profile", help="a profile saved by irshard calibrate -o")
+    parser.add_argument("--interleave", action="store_true",
+                        help="measure plain JAX and irshard in one process a run")
     args = parser.parse_args()
     programs, extra = PROGRAMS, ()
     if args.platform == "gpu":
@@ -145,8 +170,11 @@ def main() -> int:
         program = program + extra
         try:
             step = predicted(program)
-            loop = plain(program, args.repeat, args.processes)
-            real = measured(program, args.repeat, args.processes)
+            if args.interleave:
+                loop, real = interleaved(program, args.repeat, args.processes)
+            else:
+                loop = plain(program, args.repeat, args.processes)
+                real = measured(program, args.repeat, args.processes)
         except RuntimeError as e:
             print(f"{name:22} failed: {str(e).splitlines()[0]}")
             continue
