@@ -150,34 +150,25 @@ def script_config(path: str) -> tuple[list[str], str]:
     (those naming a shell variable, the run's output paths, left out) and
     the `LIBTPU_INIT_ARGS` it exports before it."""
     with open(path, encoding="utf-8") as f:
-        text = f.read().replace("\\\n", " ")
-    flags, settings = "", None
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("export LIBTPU_INIT_ARGS="):
-            flags = shlex.split(line)[1].split("=", 1)[1]
-        elif line.startswith("python3 -m maxtext") and settings is None:
-            words = shlex.split(line)
-            after = next(i for i, w in enumerate(words) if w.endswith("base.yml"))
-            settings = [w for w in words[after + 1:] if "=" in w and "$" not in w]
-    if settings is None:
-        raise ValueError(f"{path}: no MaxText command")
-    return settings, flags
+        return _settings_of(f.read(), path)
 
 
-def _settings_of(text: str) -> tuple[list[str], str]:
-    """A 2023 config script's `key=value` settings of `MaxText/train.py`
-    (those naming a shell variable left out) and its `LIBTPU_INIT_ARGS`."""
+def _settings_of(text: str, name: str) -> tuple[list[str], str]:
+    """`script_config` of a script's text: its trainer is MaxText 0.2.5's
+    module (`python3 -m maxtext...`) or 2023's `python3 MaxText/train.py`."""
     text = text.replace("\\\n", " ")
     flags, settings = "", None
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("export LIBTPU_INIT_ARGS="):
             flags = shlex.split(line)[1].split("=", 1)[1]
-        elif line.startswith("python3 MaxText/train.py") and settings is None:
-            settings = [w for w in shlex.split(line)[3:] if "=" in w and "$" not in w]
+        elif line.startswith(("python3 -m maxtext", "python3 MaxText/train.py")) \
+                and settings is None:
+            words = shlex.split(line)
+            after = next(i for i, w in enumerate(words) if w.endswith("base.yml"))
+            settings = [w for w in words[after + 1:] if "=" in w and "$" not in w]
     if settings is None:
-        raise ValueError("no MaxText/train.py command")
+        raise ValueError(f"{name}: no MaxText command")
     return settings, flags
 
 
@@ -204,7 +195,7 @@ def read_history(repository: str) -> dict:
             base = yaml.safe_load(git("show", f"{commit}:MaxText/configs/base.yml"))
             bases[commit] = {"date": date, "base": {k: base[k] for k in (*PUBLISHED_NAMES, "scale")
                                                     if k in base}}
-        settings, flags = _settings_of(git("show", f"{commit}:{path}"))
+        settings, flags = _settings_of(git("show", f"{commit}:{path}"), path)
         scripts[key] = {"commit": commit, "path": path, "settings": settings,
                         "flags": flags}
     return {"repository": "https://github.com/AI-Hypercomputer/maxtext",
