@@ -110,36 +110,34 @@ def measured(program: tuple[str, ...], repeat: int, processes: int) -> float:
     return statistics.median(medians)
 
 
-def plain(program: tuple[str, ...], repeat: int, processes: int) -> float:
-    """The median of `processes` runs of the plain JAX loop."""
-    medians = []
+def _plain_loops(program: tuple[str, ...], repeat: int, processes: int,
+                 *options: str) -> list[dict]:
+    """What `plain_loop.py` printed, one process after another."""
+    found = []
     for _ in range(processes):
         done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks",
                                                             "plain_loop.py"),
-                               "--repeat", str(repeat), "--", *program],
+                               "--repeat", str(repeat), *options, "--", *program],
                               cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(done.stderr.strip().splitlines()[-1])
-        medians.append(json.loads(done.stdout.splitlines()[-1])["median_s"])
-    return statistics.median(medians)
+        found.append(json.loads(done.stdout.splitlines()[-1]))
+    return found
+
+
+def plain(program: tuple[str, ...], repeat: int, processes: int) -> float:
+    """The median of `processes` runs of the plain JAX loop."""
+    return statistics.median(f["median_s"] for f in
+                             _plain_loops(program, repeat, processes))
 
 
 def interleaved(program: tuple[str, ...], repeat: int,
                 processes: int) -> tuple[float, float]:
     """Plain JAX's loop and irshard's execution, timed in turn in one
     process: the median over `processes` processes of each one's medians."""
-    loops, ours = [], []
-    for _ in range(processes):
-        done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks",
-                                                            "plain_loop.py"),
-                               "--repeat", str(repeat), "--interleave", "--", *program],
-                              cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr.strip().splitlines()[-1])
-        found = json.loads(done.stdout.splitlines()[-1])
-        loops.append(found["median_s"])
-        ours.append(found["irshard_median_s"])
-    return statistics.median(loops), statistics.median(ours)
+    found = _plain_loops(program, repeat, processes, "--interleave")
+    return (statistics.median(f["median_s"] for f in found),
+            statistics.median(f["irshard_median_s"] for f in found))
 
 
 def main() -> int:

@@ -43,6 +43,7 @@ the reason; nothing is tuned to make it fit.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -202,13 +203,18 @@ def read_history(repository: str) -> dict:
             "bases": bases, "scripts": scripts}
 
 
+@functools.cache
+def _published_configs() -> dict:
+    with open(PUBLISHED_CONFIGS, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def published_config(generation: str, model: str,
                      slices: int = 1) -> tuple[list[str], str] | None:
     """The MaxText 0.2.5 settings and the flags of a row as published: the
     2023 base.yml's program settings, then its script's, by today's names;
     None where 2023 had no script for it."""
-    with open(PUBLISHED_CONFIGS, encoding="utf-8") as f:
-        history = json.load(f)
+    history = _published_configs()
     script = history["scripts"].get(f"{generation}/{model.lower()}")
     if script is None:
         return None
