@@ -26,12 +26,16 @@ ReLU MLP to a gated SiLU one, a shared 32,768-token embedding to separate
 and remat). `--configs published` (the default) builds each row from the
 script and `base.yml` of the MaxText commit it was published with (v5p and
 v5e: 76bd53b0, 2023-12-15, the first to put each table beside its
-scripts; v4: the commits of March and April 2023 that printed its numbers,
-`HISTORY`), kept in `maxtext-published-configs.json` (`--read-history`
-writes it from a clone of MaxText's repository). The 2023 settings are
+scripts; v5e's numbers were printed in October 2023 with the scripts of
+`MaxText/configs/largest_job/`, which set the same; v4: the commits of
+March and April 2023 that printed its numbers, `HISTORY`), kept in
+`maxtext-published-configs.json` (`--read-history` writes it from a clone
+of MaxText's repository). The 2023 settings are
 given to MaxText 0.2.5 by their names of today (`PUBLISHED_NAMES`); its
 train step, layers and sharding rules are today's. `--configs installed`
-builds the scripts 0.2.5 installs instead.
+builds the scripts 0.2.5 installs instead. `--add-flags='--xla_...'`
+adds libtpu flags to every row's own: a what-if, headed as not the
+programs published.
 
 Each row compiles in a process of its own (libtpu reads the row's flags
 when it loads), at most `--timeout` seconds (default 600). A row whose
@@ -354,6 +358,10 @@ def main() -> None:
     parser.add_argument("--read-history", metavar="REPOSITORY", default=None,
                         help="write maxtext-published-configs.json from a clone "
                              "of MaxText's repository, and stop")
+    parser.add_argument("--add-flags", metavar="FLAGS", default="",
+                        help="libtpu flags added to each row's own, given as "
+                             "--add-flags='--xla_...' (a what-if: the rows "
+                             "are then not the programs published)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--compile-row", default=None, help=argparse.SUPPRESS)
@@ -371,6 +379,9 @@ def main() -> None:
     if options.rows:
         keep = {m.strip().upper() for m in options.rows.split(",")}
         rows = [r for r in rows if r["model"].upper() in keep]
+    if options.add_flags:
+        print(f"not as published: every row compiled with {options.add_flags} "
+              "added to its own flags")
     print(f"{'row':24} {'target':26} {'step':>9} {'TFLOP/s':>8} {'MFU':>6} "
           f"{'published':>9} {'error':>7}  compute (estimate/roofline), "
           f"exposed + overlapped comm, the model's size")
@@ -387,6 +398,7 @@ def main() -> None:
             row["result"] = {"error": f"{chips * row['slices']} chips: past --max-chips"}
         else:
             row["settings"], row["flags"] = config
+            row["flags"] = " ".join(filter(None, (row["flags"], options.add_flags)))
             row["result"] = _run(row, options.timeout)
         result = row["result"]
         step = (result.get("step") or {}).get("step_s")
