@@ -30,9 +30,9 @@ scripts; v5e's numbers were printed in October 2023 with the scripts of
 `MaxText/configs/largest_job/`, which set the same; v4: the commits of
 March and April 2023 that printed its numbers, `HISTORY`), kept in
 `maxtext-published-configs.json` (`--read-history` writes it from a clone
-of MaxText's repository). The 2023 settings are
-given to MaxText 0.2.5 by their names of today (`PUBLISHED_NAMES`); its
-train step, layers and sharding rules are today's. `--configs installed`
+of MaxText's repository). The 2023 settings are given to MaxText 0.2.5 by
+their names of today (`PUBLISHED_NAMES`); its train step, layers and
+sharding rules are today's. `--configs installed`
 builds the scripts 0.2.5 installs instead. `--add-flags='--xla_...'`
 adds libtpu flags to every row's own: a what-if, headed as not the
 programs published.
@@ -52,6 +52,7 @@ import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -370,9 +371,17 @@ def main() -> None:
         print(json.dumps(compile_row(json.loads(options.compile_row))))
         return
     if options.read_history:
-        with open(PUBLISHED_CONFIGS, "w", encoding="utf-8") as f:
-            json.dump(read_history(options.read_history), f, indent=1)
+        # Read whole before the file is touched: a failed read leaves it as it was.
+        try:
+            history = read_history(options.read_history)
+        except (OSError, subprocess.CalledProcessError) as e:
+            parser.error(f"--read-history {options.read_history}: "
+                         f"{(getattr(e, 'stderr', '') or str(e)).strip().splitlines()[-1]}")
+        partial = PUBLISHED_CONFIGS + ".partial"
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(history, f, indent=1)
             f.write("\n")
+        os.replace(partial, PUBLISHED_CONFIGS)
         print(f"wrote {PUBLISHED_CONFIGS}")
         return
     rows = [r for g in options.only.split(",") for r in published(g.strip())]
@@ -425,10 +434,8 @@ def main() -> None:
               f"{result['params'] / 1e9:.1f}B parameters{fits}", flush=True)
     errors = sorted(abs(r["error"]) for r in rows if "error" in r)
     if errors:
-        median = errors[len(errors) // 2] if len(errors) % 2 else \
-            (errors[len(errors) // 2 - 1] + errors[len(errors) // 2]) / 2
         print(f"{len(errors)} of {len(rows)} rows compiled: median |error| "
-              f"{median:.1%}, largest {errors[-1]:.1%}")
+              f"{statistics.median(errors):.1%}, largest {errors[-1]:.1%}")
     if options.json:
         with open(options.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
