@@ -543,11 +543,28 @@ def _check_one_line(args, argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line `argv` (the program's own by default). As the
+    program, a signal after the command is done is ignored; called with
+    `argv` (a test, a tool), the caller's signal handlers are restored."""
     from irshard.core import files, interrupts
-    parser = build_parser()
+    saved = interrupts.install()
+    try:
+        return _main(argv)
+    finally:
+        if argv is None:
+            # Done, however it ended: a late signal no longer changes it.
+            interrupts.settle()
+        else:
+            interrupts.restore(saved)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from irshard.core import files, interrupts
     claimed = False
     try:
-        interrupts.install()
+        # Paths are the user's, from here: the program may change directory.
+        files.anchor()
+        parser = build_parser()
         argv = list(sys.argv[1:] if argv is None else argv)
         args = _parse(parser, argv)
         args.argv = argv
@@ -560,7 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"(see 'irshard --help')")
         files.claim_stdout()
         claimed = True
-        return handler(args)
+        with files.held_outputs():
+            return handler(args)
     except IrshardError as e:
         print(error_line(e), file=sys.stderr)
         if getattr(e, "hard_exit", False):

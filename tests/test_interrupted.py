@@ -115,3 +115,118 @@ def test_an_interrupt_while_the_forked_pass_runs(tmp_path, sig):
     assert err.strip() == "irshard: interrupted"
     assert not any(_alive(child) for child in children)
     assert os.listdir(temp) == []
+
+
+# The command a start-up sweep interrupts: JAX's import and initialization,
+# the user's file, tracing, XLA's compile, the report and its output file.
+SWEPT = ["compile", HEAT, "--fn", "simulate_set", "--mesh", "x=4"]
+# The program as installed (`irshard`), with SIGINT at its default.
+PROGRAM = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv[1:] = sys.argv[2:]
+from irshard.__main__ import main
+sys.exit(main())
+"""
+
+
+def _launch(tmp_path, argv, name="run"):
+    """The program running `argv`, once it has taken over SIGTERM (before
+    that, the interpreter is still starting: Python's own handlers apply)."""
+    temp = tmp_path / f"tmp-{name}"
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp))
+    proc = subprocess.Popen([sys.executable, "-c", PROGRAM, "", *argv],
+                            env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _catches(proc.pid, signal.SIGTERM):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.002)
+    return proc, temp
+
+
+def _catches(pid: int, sig: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(line for line in f if line.startswith("SigCgt:"))
+    except (FileNotFoundError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) >> (sig - 1) & 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_an_interrupt_at_any_moment_ends_in_130_with_no_output(tmp_path):
+    """Swept over the whole command, start-up included: once, a signal
+    during jaxlib's initialization crashed it (SIGSEGV, SIGABRT), one in an
+    import became the program's ImportError (exit 2, a traceback), one in
+    JAX's garbage-collection callback was dropped ("Exception ignored") and
+    the command went on to write its output, and one after the output was
+    written killed the process (-2). Now each ends in 130, with one line,
+    no output file and no temporary file; or, where it came after the
+    command was done, in 0 with the whole output."""
+    whole = tmp_path / "whole.txt"
+    proc, _ = _launch(tmp_path, [*SWEPT, "-o", str(whole)])
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=300)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, err
+    expected = whole.read_text()
+    outcomes = []
+    for k in range(20):
+        at = took * k / 16
+        sig = (signal.SIGINT, signal.SIGTERM)[k % 2]
+        out = tmp_path / f"out-{k}.txt"
+        proc, temp = _launch(tmp_path, [*SWEPT, "-o", str(out)], str(k))
+        time.sleep(at)
+        proc.send_signal(sig)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        waited = time.monotonic() - sent
+        outcomes.append((round(at, 2), sig.name, proc.returncode))
+        assert "Traceback" not in err and "ignored" not in err, (at, err)
+        assert waited < 5, (at, waited)
+        if proc.returncode == 130:
+            assert err.strip() == "irshard: interrupted", (at, err)
+            assert not out.exists(), at
+        else:
+            assert proc.returncode == 0, (at, sig, proc.returncode, err)
+            assert out.read_text() == expected
+        assert os.listdir(temp) == [], at
+        assert not [f for f in os.listdir(tmp_path) if f.startswith(".irshard-")]
+    # The sweep reached both: interrupted work, and a finished command.
+    codes = [code for *_, code in outcomes]
+    assert codes.count(130) >= 8 and 0 in codes, outcomes
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM],
+                         ids=["SIGINT", "SIGTERM"])
+def test_suggest_with_jobs_stops_its_compiles_at_once(tmp_path, sig):
+    """`suggest --jobs 2` once took 15-19 s to exit after a signal: its
+    threads waited for their `irshard compile` processes to finish. Now the
+    signal stops them (only the parent is signalled here, as `kill` would)
+    and the command exits 130 within a moment, leaving no process."""
+    from tests.test_explain import REMAT
+    path = tmp_path / "remat.py"
+    path.write_text(REMAT)
+    proc, temp = _launch(tmp_path, ["suggest", str(path), "--mesh", "x=4,y=2",
+                                    "--jobs", "2", "--format", "json"])
+    deadline = time.monotonic() + 120
+    while not _children(proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, \
+            proc.communicate()[1]
+        time.sleep(0.02)
+    children = _children(proc.pid)
+    time.sleep(0.3)            # the candidates' processes are starting JAX
+    proc.send_signal(sig)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 3
+    assert proc.returncode == 130, err
+    assert err.strip() == "irshard: interrupted"
+    assert out == ""
+    assert not any(_alive(child) for child in children)
+    assert os.listdir(temp) == []

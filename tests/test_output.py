@@ -9,12 +9,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from irshard import cli
 from irshard.core import files
 from irshard.core.errors import OutputError
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, run_irshard
 
 MATMUL = os.path.join(EXAMPLES, "matmul.py")
 COMPILE = ["compile", MATMUL, "--mesh", "x=2,y=2"]
@@ -216,3 +217,46 @@ def test_output_through_a_link_loop_or_a_dangling_link(tmp_path):
         files.write(str(tmp_path / "dangling"), "text")
     assert f"directory '{missing}' does not exist" in str(raised.value)
     assert not missing.exists()
+
+
+CHDIR = """\
+import os
+import jax.numpy as jnp
+os.chdir({module!r})
+
+
+def work():
+    os.chdir({context!r})
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def double(x: "f32[8@x]"):
+    return jnp.sum(x * 2)
+"""
+
+
+@pytest.mark.parametrize("how", ["module", "context"])
+def test_outputs_land_where_the_user_named_them_whatever_the_program_does(
+        tmp_path, how):
+    """`-o out.txt` was resolved after the user's code ran: a module-level
+    `os.chdir`, or one in a `--context`, sent the output elsewhere (once to
+    the file system's root). Every path the user gave is the user's, taken
+    from where the command started; so is a relative `--input`."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    start = tmp_path / "start"
+    start.mkdir()
+    program = start / "prog.py"
+    program.write_text(CHDIR.format(
+        module=str(elsewhere) if how == "module" else str(start),
+        context=str(elsewhere)))
+    np.save(start / "x.npy", np.arange(8, dtype=np.float32))
+    extra = ["--context", "work"] if how == "context" else []
+    done = run_irshard("run", "prog.py", "--fn", "double", "--mesh", "x=2", *extra,
+                       "--input", "x=x.npy", "--save", "saved.npz",
+                       "-o", "out.txt", cwd=str(start))
+    assert done.returncode == 0, done.stderr
+    assert (start / "out.txt").exists() and (start / "saved.npz").exists()
+    assert os.listdir(elsewhere) == []
+    assert np.load(start / "saved.npz")["result"] == 56.0

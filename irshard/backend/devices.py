@@ -12,6 +12,7 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
+from irshard.core import interrupts
 from irshard.core.errors import SpecError
 
 
@@ -192,6 +193,7 @@ class quiet_native_stderr:
         sys.stderr.flush()
         self._file = tempfile.TemporaryFile()
         self._saved = os.dup(2)
+        interrupts.STDERR_COPIES.append(self._saved)
         os.dup2(self._file.fileno(), 2)
         self.text = ""
         # Where the block may still show progress: the real stderr, when it
@@ -201,6 +203,7 @@ class quiet_native_stderr:
 
     def __exit__(self, *exc):
         os.dup2(self._saved, 2)
+        interrupts.STDERR_COPIES.remove(self._saved)
         os.close(self._saved)
         self._file.seek(0)
         self.text = self._file.read().decode("utf-8", "replace")

@@ -154,7 +154,8 @@ def _exclude_own_frames() -> None:
            "<frozen "]
     # The `irshard` console script, where it is the program that runs.
     main = sys.modules.get("__main__")
-    if getattr(getattr(main, "main", None), "__module__", None) == "irshard.cli" \
+    entry = getattr(getattr(main, "main", None), "__module__", None)
+    if entry in ("irshard.cli", "irshard.__main__") \
             and getattr(main, "__file__", None):
         own.append(os.path.abspath(main.__file__))
     for path in own:

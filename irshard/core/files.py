@@ -6,6 +6,14 @@ usual mode, 0666 less the umask); a symlink is followed; a character device,
 FIFO or socket is written through, never replaced. Every failure to write is
 an `OutputError` (exit 2) naming the path and the reason.
 
+The command line holds its output files until the command ends
+(`held_outputs`): each is written whole beside its place, then all are
+renamed into place together, with signals held, so an interrupted command
+leaves none of them. It also anchors the paths the user gave to the
+directory it started in (`anchor`): the user's code may change directory
+(a module-level `os.chdir`, a `--context`), and an output still lands
+where the user asked.
+
 Standard output is claimed once per command (`claim_stdout`): the report goes
 to the real stdout, and whatever else writes there while the user's code runs
 (its `print`s, a `jax.debug.print`, native libraries) goes to stderr, so a JSON
@@ -23,7 +31,62 @@ import sys
 import tempfile
 from typing import IO, Iterable, Iterator
 
+from irshard.core import interrupts
 from irshard.core.errors import InputError, OutputError
+
+# The directory relative paths the user gave are taken from (`anchor`),
+# and the outputs written but not yet renamed into place (`held_outputs`):
+# (the complete temporary file, its place).
+_STATE: dict = {"anchor": None, "held": None}
+
+
+def anchor(directory: str | None = None) -> None:
+    """Relative paths given to this module are taken from `directory` (the
+    current one by default) from now on, wherever the process moves."""
+    _STATE["anchor"] = os.path.abspath(directory or os.getcwd())
+
+
+def here(path: str) -> str:
+    """`path` as the user meant it: relative to the anchored directory."""
+    if _STATE["anchor"] is None or os.path.isabs(path):
+        return path
+    return os.path.join(_STATE["anchor"], path)
+
+
+@contextlib.contextmanager
+def held_outputs() -> Iterator[None]:
+    """Output files written in the block are renamed into place when it
+    ends (not when each is written), together and with signals held; an
+    interruption (which ends the process) leaves none of them."""
+    _STATE["held"] = []
+    try:
+        yield
+    except KeyboardInterrupt:
+        _discard(_STATE["held"])
+        raise
+    finally:
+        held, _STATE["held"] = _STATE["held"], None
+        with interrupts.committing():
+            _commit(held)
+
+
+def _commit(held: list[tuple[str, str, str, str]]) -> None:
+    """Renames each held `(file, place, option, path)` into place."""
+    for at, (tmp, real, option, path) in enumerate(held):
+        try:
+            os.replace(tmp, real)
+        except OSError as e:
+            _discard(held[at:])
+            raise OutputError(f"{option} {path}: cannot write: "
+                              f"{_describe(e)}") from None
+        interrupts.forget_file(tmp)
+
+
+def _discard(held: list[tuple[str, str, str, str]]) -> None:
+    for tmp, *_ in held:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        interrupts.forget_file(tmp)
 
 
 # Text out is UTF-8; a path that is not (its bytes held as lone surrogates)
@@ -47,28 +110,29 @@ def check_writable(path: str | None, option: str = "-o") -> None:
         return
     if not path:
         raise OutputError(f"{option} '': give a file path")
+    shown, path = path, here(path)
     if os.path.islink(path):
         try:
             os.path.realpath(path, strict=True)
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise OutputError(f"{option} {path}: a loop of symbolic links; "
+                raise OutputError(f"{option} {shown}: a loop of symbolic links; "
                                   f"give a file path") from None
     real = os.path.realpath(path)
     if os.path.isdir(real):
-        raise OutputError(f"{option} {path}: is a directory; give a file path")
+        raise OutputError(f"{option} {shown}: is a directory; give a file path")
     if os.path.exists(real) and not stat.S_ISREG(os.stat(real).st_mode):
         if not os.access(real, os.W_OK):
-            raise OutputError(f"{option} {path}: not writable")
+            raise OutputError(f"{option} {shown}: not writable")
         return
     directory = os.path.dirname(real)
     # The directory the file would be made in: where a link points.
-    shown = directory if os.path.islink(path) else os.path.dirname(path) or "."
+    where = directory if os.path.islink(path) else os.path.dirname(shown) or "."
     if not os.path.isdir(directory):
-        raise OutputError(f"{option} {path}: directory '{shown}' does not exist")
+        raise OutputError(f"{option} {shown}: directory '{where}' does not exist")
     if not os.access(directory, os.W_OK):
-        raise OutputError(f"{option} {path}: cannot create files in "
-                          f"'{shown}' (not writable)")
+        raise OutputError(f"{option} {shown}: cannot create files in "
+                          f"'{where}' (not writable)")
 
 
 @contextlib.contextmanager
@@ -82,12 +146,14 @@ def _through(real: str, binary: bool) -> Iterator[IO]:
 
 
 @contextlib.contextmanager
-def _replacing(real: str, binary: bool) -> Iterator[IO]:
+def _replacing(real: str, binary: bool, option: str, path: str) -> Iterator[IO]:
     """Writes a new file beside `real` and renames it over `real` once
-    complete; on an error the new file is removed and `real` is untouched."""
+    complete (or, in `held_outputs`, when the block ends); on an error the
+    new file is removed and `real` is untouched."""
     directory = os.path.dirname(real)
     existing = os.stat(real) if os.path.exists(real) else None
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".irshard-")
+    interrupts.temp_file(tmp)
     try:
         with os.fdopen(fd, "wb" if binary else "w",
                        **({} if binary else _TEXT)) as f:
@@ -99,27 +165,32 @@ def _replacing(real: str, binary: bool) -> Iterator[IO]:
                     os.fchown(f.fileno(), existing.st_uid, existing.st_gid)
             else:
                 os.fchmod(f.fileno(), 0o666 & ~_umask())
-        os.replace(tmp, real)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        _discard([(tmp, real, option, path)])
         raise
+    held = _STATE["held"]
+    if held is None:
+        with interrupts.committing(settle=False):
+            _commit([(tmp, real, option, path)])
+        return
+    # Written twice in one command: the last one counts.
+    _discard([h for h in held if h[1] == real])
+    held[:] = [h for h in held if h[1] != real] + [(tmp, real, option, path)]
 
 
 @contextlib.contextmanager
 def output(path: str, binary: bool = False, option: str = "-o") -> Iterator[IO]:
     """A file to write the output to; see the module docstring."""
     check_writable(path, option)
-    real = os.path.realpath(path)
+    real = os.path.realpath(here(path))
     try:
-        mode = os.stat(real).st_mode if os.path.exists(real) else None
-        if mode is not None and not stat.S_ISREG(mode):
-            opener = _through
-        elif mode is not None and os.stat(real).st_nlink > 1:
-            opener = _through        # keep the other names of the file
-        else:
-            opener = _replacing
-        with opener(real, binary) as f:
+        found = os.stat(real) if os.path.exists(real) else None
+        # A device or FIFO, or a file with other names (kept), is written
+        # through; anything else is replaced.
+        through = found is not None and (not stat.S_ISREG(found.st_mode)
+                                         or found.st_nlink > 1)
+        with (_through(real, binary) if through
+              else _replacing(real, binary, option, path)) as f:
             yield f
     except OSError as e:
         raise OutputError(f"{option} {path}: cannot write: {_describe(e)}") from None
@@ -284,13 +355,14 @@ def unusable_directory(directory: str) -> str | None:
 def check_regular(path: str, what: str) -> None:
     """A path the user gave as a file must be a readable regular file (a FIFO
     would block the read forever; a directory is a mistake)."""
+    shown, path = path, here(path)
     if not os.path.exists(path):
-        raise InputError(f"{what} '{path}' does not exist")
+        raise InputError(f"{what} '{shown}' does not exist")
     mode = os.stat(path).st_mode
     if stat.S_ISDIR(mode):
-        raise InputError(f"{what} '{path}' is a directory; give a file")
+        raise InputError(f"{what} '{shown}' is a directory; give a file")
     if not stat.S_ISREG(mode):
-        raise InputError(f"{what} '{path}' is not a regular file (a FIFO or "
+        raise InputError(f"{what} '{shown}' is not a regular file (a FIFO or "
                          f"device); give a file")
 
 

@@ -1,16 +1,26 @@
 """Prompt interruption, and temporary files that never outlive a command.
 
-Python delivers a signal to its handler only between bytecodes of the main
-thread, so Ctrl-C during a long XLA compile (native code) would wait for the
+On the command line (`install`), Ctrl-C and SIGTERM end the process at
+once: the handler removes every temporary directory and file made through
+this module, stops the child processes it was told of, and exits with
+status 130 (`exit_now`). It raises nothing: an exception raised from a
+signal handler lands in whatever Python code runs at that moment (JAX's
+garbage-collection callback, which drops it; an import, which turns it
+into an ImportError; jaxlib's initialization), so it could be lost or
+mistaken for another error. Code that stops its own children by unwinding
+(the launchers) asks for the old behaviour, a `KeyboardInterrupt`, inside
+`unwinding()`. Once a command's result is written (`settle`), later signals
+are ignored: the process finishes what it wrote and exits as it would have.
+
+Python runs a signal's handler only between bytecodes of the main thread,
+so Ctrl-C during a long XLA compile (native code) would wait for the
 compile to finish. `call` runs such work on a helper thread while the main
-thread waits in short steps: the interrupt arrives at once. SIGTERM is turned
-into the same `KeyboardInterrupt`. The command line then calls `exit_now`,
-which removes every temporary directory made through `temp_dir` and ends the
-process with status 130 without waiting for the native work.
+thread waits in short steps: the interrupt arrives at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,7 +31,20 @@ import time
 from typing import Any, Callable
 
 _TEMP_DIRS: set[str] = set()
-_LOCK = threading.Lock()
+_TEMP_FILES: set[str] = set()
+# Child processes (`subprocess.Popen`s) stopped on interruption.
+_CHILDREN: set[Any] = set()
+_LOCK = threading.RLock()
+_INTERRUPTING = (signal.SIGINT, signal.SIGTERM)
+# Copies of the real stderr while native code's is sent elsewhere
+# (outermost first): where the interruption is said.
+STDERR_COPIES: list[int] = []
+# Whether `install` made signals end the process, and how many `unwinding`
+# blocks are open (there, they raise KeyboardInterrupt instead).
+_STATE = {"installed": False, "unwinding": 0}
+# How long a child process stopped by SIGTERM has to clean up before it is
+# killed.
+GRACE_S = 1.0
 
 
 def temp_dir(prefix: str = "irshard-", parent: str | None = None) -> str:
@@ -39,12 +62,59 @@ def remove(path: str) -> None:
         _TEMP_DIRS.discard(path)
 
 
+def temp_file(path: str) -> None:
+    """Registers `path`, a file being written, to be removed on
+    interruption (until `forget_file`)."""
+    with _LOCK:
+        _TEMP_FILES.add(path)
+
+
+def forget_file(path: str) -> None:
+    with _LOCK:
+        _TEMP_FILES.discard(path)
+
+
+def track(process: Any) -> None:
+    """Registers a child process (a `subprocess.Popen`) to be stopped on
+    interruption (until `untrack`)."""
+    with _LOCK:
+        _CHILDREN.add(process)
+
+
+def untrack(process: Any) -> None:
+    with _LOCK:
+        _CHILDREN.discard(process)
+
+
+def stop(processes: Any) -> None:
+    """Ends `processes`: SIGTERM (an irshard process removes its temporary
+    files and exits), then, after `GRACE_S`, SIGKILL; each is waited for."""
+    import subprocess
+    processes = list(processes)
+    for proc in processes:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+    end = time.monotonic() + GRACE_S
+    for proc in processes:
+        try:
+            proc.wait(max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait()
+
+
 def remove_all() -> None:
     """Removes every temporary directory. Native work still running (an XLA
     dump after a pass) may recreate a directory while it is being removed,
     so removal repeats until each is gone."""
     with _LOCK:
         paths = list(_TEMP_DIRS)
+        files = list(_TEMP_FILES)
+    for path in files:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
     for _ in range(50):
         for path in paths:
             shutil.rmtree(path, ignore_errors=True)
@@ -53,6 +123,7 @@ def remove_all() -> None:
         time.sleep(0.01)
     with _LOCK:
         _TEMP_DIRS.difference_update(paths)
+        _TEMP_FILES.difference_update(files)
 
 
 def call(fn: Callable[..., Any], *args: Any, deadline: float | None = None,
@@ -136,33 +207,118 @@ def fork() -> int:
         return 0
     if caught:
         handler = previous[caught[0]]
-        try:
-            if callable(handler):
-                handler(caught[0], None)
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(caught[0])
-        except BaseException:
+        if callable(handler) or handler == signal.SIG_DFL:
+            # The handler may end the process (exit_now) or raise: the
+            # child goes first either way.
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            raise
+            if callable(handler):
+                handler(caught[0], None)
+            else:
+                signal.raise_signal(caught[0])
+            raise KeyboardInterrupt
     return pid
 
 
-def _terminate(signum, frame) -> None:
-    raise KeyboardInterrupt
+def _interrupted(signum, frame) -> None:
+    if _STATE["unwinding"]:
+        raise KeyboardInterrupt
+    exit_now()
 
 
-def install() -> None:
-    """SIGTERM interrupts like Ctrl-C (main thread only)."""
+def install() -> tuple[dict[int, Any], bool]:
+    """Ctrl-C and SIGTERM end the process at once with status 130 (see the
+    module docstring); main thread only. A Ctrl-C the process was started
+    to ignore (`nohup`, a background job) stays ignored. Returns what it
+    replaced, for `restore`."""
+    saved: dict[int, Any] = {}
+    installed = _STATE["installed"]
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+        for s in _INTERRUPTING:
+            if s != signal.SIGINT or signal.getsignal(s) != signal.SIG_IGN:
+                saved[s] = signal.signal(s, _interrupted)
+        _STATE["installed"] = True
+    return saved, installed
+
+
+def restore(saved: tuple[dict[int, Any], bool]) -> None:
+    """Puts back what `install` replaced."""
+    handlers, _STATE["installed"] = saved
+    if threading.current_thread() is threading.main_thread():
+        for s, handler in handlers.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+class unwinding:
+    """Inside the block, Ctrl-C and SIGTERM raise `KeyboardInterrupt` (for
+    code that stops its children as the exception unwinds) instead of
+    ending the process at once; outside it, as before."""
+
+    def __enter__(self):
+        self.handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in _INTERRUPTING:
+                if signal.getsignal(s) != signal.SIG_IGN:
+                    self.handlers[s] = signal.signal(s, _interrupted)
+        _STATE["unwinding"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        _STATE["unwinding"] -= 1
+        for s, handler in self.handlers.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        return False
+
+
+def settle() -> None:
+    """The command's result is written: from now on, where `install` made
+    signals end the process, they are ignored, and the process ends as it
+    would have (never an exit status of 130 beside a complete output)."""
+    if _STATE["installed"] and threading.current_thread() is threading.main_thread():
+        for s in _INTERRUPTING:
+            signal.signal(s, signal.SIG_IGN)
+
+
+class committing:
+    """Signals held for the block (the renames that put output files in
+    place), then delivered, or, with `settle` (the command's result is then
+    complete), ignored from then on: an interrupted command leaves its
+    outputs either all in place or none."""
+
+    def __init__(self, settle: bool = True):
+        self.settle = settle
+
+    def __enter__(self):
+        self.main = threading.current_thread() is threading.main_thread()
+        if self.main:
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTING)
+        return self
+
+    def __exit__(self, *exc):
+        if self.main:
+            if exc[0] is None and self.settle:
+                settle()
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+        return False
 
 
 def exit_now(message: str = "irshard: interrupted") -> None:
-    """Removes the temporary files and ends the process with status 130,
-    without waiting for native work still running on other threads."""
+    """Stops the child processes, removes the temporary files and ends the
+    process with status 130, without waiting for native work still running
+    on other threads."""
+    for s in _INTERRUPTING:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(s, signal.SIG_IGN)
+    with _LOCK:
+        children = list(_CHILDREN)
+    try:
+        stop(children)
+    except Exception:
+        pass
     remove_all()
     try:
+        if STDERR_COPIES:
+            os.dup2(STDERR_COPIES[0], 2)
         print(message, file=sys.stderr)
         sys.stderr.flush()
     except Exception:

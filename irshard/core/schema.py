@@ -226,7 +226,7 @@ def load_json(path: str, what: str, hint: str) -> Any:
     nested at most `MAX_DEPTH` deep; `hint` says what would be accepted."""
     files.check_regular(path, what)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(files.here(path), encoding="utf-8") as f:
             value = json.load(f)
     except RecursionError:
         raise InputError(f"{what} {path}: nested more than {MAX_DEPTH} deep; "

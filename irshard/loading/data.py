@@ -164,11 +164,11 @@ def format_checksum(value: int) -> str:
 
 def load_npy(path: str, name: str, ttype: TensorType) -> np.ndarray:
     """A `.npy` file, memory-mapped, checked against the argument's type."""
-    if not os.path.exists(path):
+    if not os.path.exists(files.here(path)):
         raise InputError(f"--input {name}: file '{path}' does not exist")
     files.check_regular(path, f"--input {name}: file")
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        array = np.load(files.here(path), mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
         raise InputError(f"--input {name}: cannot read '{path}' as a .npy "
                          f"array: {str(e).splitlines()[0]}") from None

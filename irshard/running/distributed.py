@@ -452,10 +452,6 @@ def _verdict(children, running, timed_out, timeout, first_failure) -> LaunchResu
     return LaunchResult(exit_code, b"", lines)
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def _stage_rank(stage: str) -> int:
     return PHASES.index(stage) if stage in PHASES else len(PHASES)
 
@@ -477,16 +473,14 @@ def relay(run, output: str | None = None) -> int:
     """Runs a launch (`run()` -> LaunchResult), prints process 0's output
     (or writes it to `output`) and the launcher's lines, and returns the
     exit code; SIGTERM and Ctrl-C stop every process."""
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        result = run()
+        with interrupts.unwinding():
+            result = run()
     except KeyboardInterrupt:
         # Ended here, past the interpreter's exit hooks (a cluster runtime's
         # would stop again what is stopped, or crash on the way).
         interrupts.exit_now("irshard: interrupted; stopped every process")
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if output is None or result.stdout:
         files.emit(output, result.stdout.decode("utf-8", "replace"))
     for line in result.stderr:

@@ -211,40 +211,34 @@ def failure_of(returncode: int, stderr: str) -> Failure:
                    returncode if returncode in (1, 2, 3) else 3)
 
 
-# How long a compile stopped by the deadline or an interrupt has to clean up
-# after SIGTERM before it is killed.
-GRACE_S = 1.0
-
-
 class Processes:
     """Compiles candidates in `jobs` processes, each running `irshard
     compile ARGV FLAGS --format json`: a candidate that crashes or hangs is
-    that candidate's failure, and those still running at the deadline are
-    stopped. Each process's temporary files go to a directory of its own,
-    removed when it ends, however it ends."""
+    that candidate's failure, and those still running at the deadline (or
+    an interruption) are stopped. Each process's temporary files go to a
+    directory of its own, removed when it ends, however it ends."""
 
     def __init__(self, argv: Sequence[str], jobs: int):
         self.argv = list(argv)
         self.jobs = jobs
 
-    def run(self, work: Sequence[tuple[Candidate, bool]], deadline: float,
-            done: Callable[[Candidate, bool, Any, float], None]) -> list[Candidate]:
-        """Compiles `work`, calling `done` for each as it finishes; returns
-        the candidates the deadline left uncompiled."""
+    def run(self, work: Sequence[tuple[Any, Sequence[str]]], deadline: float,
+            done: Callable[[Any, Any, float], None]) -> list[Any]:
+        """Compiles each `(key, flags)` of `work`, calling `done(key, result,
+        seconds)` as each finishes (the report's JSON, or a `Failure`);
+        returns the keys the deadline left uncompiled."""
         import subprocess
         pending = list(work)
-        running: list[tuple[Any, Candidate, bool, float, Any, Any, str]] = []
-        left: list[Candidate] = []
+        running: list[tuple[Any, Any, float, Any, Any, str]] = []
+        left: list[Any] = []
         root = interrupts.temp_dir("irshard-search-")
         try:
             while pending or running:
                 now = time.monotonic()
                 while pending and len(running) < self.jobs and now < deadline:
-                    candidate, explain = pending.pop(0)
+                    key, flags = pending.pop(0)
                     command = [sys.executable, "-m", "irshard", "compile",
-                               *self.argv, *candidate.flags(), "--format", "json"]
-                    if explain:
-                        command.append("--explain")
+                               *self.argv, *flags, "--format", "json"]
                     # Files, not pipes: a report larger than a pipe's
                     # buffer would block its writer, which nobody reads
                     # until it ends.
@@ -252,59 +246,55 @@ class Processes:
                     tmp = tempfile.mkdtemp(dir=root)
                     proc = subprocess.Popen(command, stdout=out, stderr=err,
                                             env=dict(os.environ, TMPDIR=tmp))
-                    running.append((proc, candidate, explain, now, out, err, tmp))
+                    interrupts.track(proc)
+                    running.append((proc, key, now, out, err, tmp))
                 if not running:
-                    left += [c for c, _ in pending]
+                    left += [key for key, _ in pending]
                     break
                 if time.monotonic() >= deadline:
-                    _stop([item[0] for item in running])
+                    interrupts.stop([item[0] for item in running])
                     left += [item[1] for item in running]
-                    left += [c for c, _ in pending]
+                    left += [key for key, _ in pending]
                     break
-                finished = None
-                for item in running:
-                    if item[0].poll() is not None:
-                        finished = item
-                        break
+                finished = next((item for item in running
+                                 if item[0].poll() is not None), None)
                 if finished is None:
                     time.sleep(0.05)
                     continue
                 running.remove(finished)
-                proc, candidate, explain, started, out, err, tmp = finished
+                proc, key, started, out, err, tmp = finished
+                interrupts.untrack(proc)
                 seconds = time.monotonic() - started
                 shutil.rmtree(tmp, ignore_errors=True)
-                result: Any
-                if proc.returncode == 0:
-                    try:
-                        result = json.loads(_read(out))
-                    except ValueError:
-                        result = Failure("irshard compile wrote no JSON report", 3)
-                else:
-                    result = failure_of(proc.returncode, _read(err))
-                done(candidate, explain, result, seconds)
+                done(key, _result(proc.returncode, out, err), seconds)
         finally:
-            _stop([proc for proc, *_ in running])
-            for _, _, _, _, out, err, _ in running:
+            interrupts.stop([item[0] for item in running])
+            for proc, _, _, out, err, _ in running:
+                interrupts.untrack(proc)
                 out.close()
                 err.close()
             interrupts.remove(root)
         return left
 
+    def compile_all(self, work: Sequence[tuple[Any, Sequence[str]]]) -> list[Any]:
+        """Each `(key, flags)`'s result, in order, with no deadline."""
+        results: dict[int, Any] = {}
+        indexed = [(i, flags) for i, (_, flags) in enumerate(work)]
+        self.run(indexed, float("inf"),
+                 lambda i, result, seconds: results.__setitem__(i, result))
+        return [results[i] for i in range(len(work))]
 
-def _stop(procs: Sequence[Any]) -> None:
-    """Ends `procs`: SIGTERM (irshard removes its temporary files and
-    exits), then, after `GRACE_S`, SIGKILL."""
-    import subprocess
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    end = time.monotonic() + GRACE_S
-    for proc in procs:
+
+def _result(returncode: int, out, err) -> Any:
+    """A finished `irshard compile --format json`'s report, or its
+    failure."""
+    text, said = _read(out), _read(err)
+    if returncode == 0:
         try:
-            proc.wait(max(0.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            return json.loads(text)
+        except ValueError:
+            return Failure("irshard compile wrote no JSON report", 3)
+    return failure_of(returncode, said)
 
 
 def _read(f) -> str:

@@ -174,8 +174,10 @@ class Search:
             else:
                 todo.append(candidate)
         if self.processes is not None:
-            return self.processes.run([(c, explain) for c in todo], self.deadline,
-                                      self._finish)
+            return [c for c, _ in self.processes.run(
+                [((c, explain), self._cache_key(c, explain)) for c in todo],
+                self.deadline,
+                lambda key, result, seconds: self._finish(*key, result, seconds))]
         left = []
         for candidate in todo:
             # A compile here cannot be stopped: one that would not finish

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-from irshard.core.errors import ERROR_PREFIX
 from irshard.core.specs import parse_sharding
 from irshard.passes import pass_class
 
@@ -35,22 +34,12 @@ def compile_in_process(lowered) -> Callable[[Any], dict[str, Any]]:
 def compile_in_processes(argv: Sequence[str], jobs: int
                          ) -> Callable[[Sequence[Any]], list[Any]]:
     """Compiles candidates in `jobs` processes at once, each running
-    `irshard compile ARGV FLAGS --format json`."""
-    import concurrent.futures
-    import json
-    import subprocess
-    import sys
-
-    def one(candidate):
-        done = subprocess.run([sys.executable, "-m", "irshard", "compile", *argv,
-                               *candidate.flags, "--format", "json"],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["failed"])[0]
-            return first.removeprefix(ERROR_PREFIX)
-        return json.loads(done.stdout)
+    `irshard compile ARGV FLAGS --format json` (search's `Processes`: one
+    that crashes is that candidate's failure; an interruption stops them
+    all)."""
+    from irshard.strategy.compiling import Processes
+    processes = Processes(argv, jobs)
 
     def run(found: Sequence[Any]) -> list[Any]:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(one, found))
+        return processes.compile_all([(c, c.flags) for c in found])
     return run
