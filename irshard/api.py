@@ -113,6 +113,39 @@ class Report(CollectiveReport):
 _observers: list[Callable[[Report], None]] = []
 
 
+def _checked(api: Callable[..., Any]) -> Callable[..., Any]:
+    """`api`, whose arguments are checked against its signature first: an
+    unknown keyword or a missing argument is a `UsageError` naming what it
+    takes, as the command line's usage errors are."""
+    import functools
+    import inspect
+    signature = inspect.signature(api)
+
+    @functools.wraps(api)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise UsageError(f"{api.__name__}(): {e}; it takes "
+                             f"{', '.join(signature.parameters)}") from None
+        return api(*args, **kwargs)
+    return call
+
+
+def _x64_kept(api: Callable[..., Any]) -> Callable[..., Any]:
+    """`api` (arguments checked) leaves JAX's 64-bit mode as the caller had
+    it: a program's 64-bit inputs turn it on for irshard's own trace,
+    compile and run only."""
+    import functools
+
+    @functools.wraps(api)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from irshard import backend
+        with backend.x64_kept():
+            return api(*args, **kwargs)
+    return _checked(call)
+
+
 @contextlib.contextmanager
 def observing(observe: Callable[[Report], None]) -> Iterator[None]:
     """Calls `observe` with every report `compile` and `run` give while open."""
@@ -129,6 +162,7 @@ def _given(report: Report) -> Report:
     return report
 
 
+@_checked
 def collectives_of(path: str, *, stage: str = "optimized", mesh: Any = None):
     """The report of each module of an HLO file, a serialized module or an
     XLA dump directory, as `irshard collectives PATH` (those that run on
@@ -141,6 +175,7 @@ def collectives_of(path: str, *, stage: str = "optimized", mesh: Any = None):
                                   mesh_of(mesh, None)[0] if mesh is not None else None)
 
 
+@_checked
 def opt(module: str | bytes, pipeline: str, *, split_input_file: bool = False,
         debug_info: bool = False) -> str:
     """Runs a pass pipeline (irshard's passes and Shardy's, in MLIR's
@@ -156,6 +191,7 @@ def opt(module: str | bytes, pipeline: str, *, split_input_file: bool = False,
                       split_input_file=split_input_file, debug_info=debug_info)
 
 
+@_checked
 def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     """Compares two reports by source line and kind, as `irshard diff`:
     each a report (`compile`'s), its JSON form, or a path to a JSON report,
@@ -170,21 +206,8 @@ def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     return diffing.compare(dumps.diff_side(a, name_a), dumps.diff_side(b, name_b))
 
 
-def _x64_kept(api: Callable[..., Any]) -> Callable[..., Any]:
-    """`api` leaves JAX's 64-bit mode as the caller had it: a program's
-    64-bit inputs turn it on for irshard's own trace, compile and run only."""
-    import functools
-
-    @functools.wraps(api)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        from irshard import backend
-        with backend.x64_kept():
-            return api(*args, **kwargs)
-    return call
-
-
 @_x64_kept
-def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
+def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
             rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
             static_argnums: int | Sequence[int] = (),
             grad: bool | str | Sequence[str] | None = None,
@@ -250,6 +273,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any,
                             stages=staged.Pipeline(lowered, done.compiled)))
 
 
+@_checked
 def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
            profile: str | None = None, platform: str = "cpu",
            explain: bool = False):
@@ -378,7 +402,7 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
 
 
 @_x64_kept
-def run(fn: Callable[..., Any], *args: Any, mesh: Any,
+def run(fn: Callable[..., Any], *args: Any, mesh: Any = None,
         rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
         static_argnums: int | Sequence[int] = (),
         grad: bool | str | Sequence[str] | None = None,
@@ -442,7 +466,7 @@ def _results(lowered, result, grad: bool) -> Any:
 
 
 @_x64_kept
-def show(fn: Callable[..., Any], *args: Any, mesh: Any, **program: Any):
+def show(fn: Callable[..., Any], *args: Any, mesh: Any = None, **program: Any):
     """Where every input and output of `fn(*args)` lives on `mesh`, from
     the shardings alone, as `irshard show`: the same program arguments as
     `compile` (`rules`, `shardings`, `target`, ...). The result has
@@ -453,7 +477,7 @@ def show(fn: Callable[..., Any], *args: Any, mesh: Any, **program: Any):
 
 
 @_x64_kept
-def suggest(fn: Callable[..., Any], *args: Any, mesh: Any, top: int = 3,
+def suggest(fn: Callable[..., Any], *args: Any, mesh: Any = None, top: int = 3,
             max_candidates: int = 16, **program: Any):
     """Changes that would remove `fn(*args)`'s costliest collectives on
     `mesh`, each compiled here, as `irshard suggest`: the same program
@@ -468,6 +492,7 @@ def suggest(fn: Callable[..., Any], *args: Any, mesh: Any, top: int = 3,
                                    max_candidates=max_candidates)
 
 
+@_checked
 def devices(platform: str = "cpu"):
     """The devices of `platform` this process has, as `irshard devices`
     lists them (after `configure` on a CPU). The result has `listing` and
@@ -478,6 +503,7 @@ def devices(platform: str = "cpu"):
     return library.devices_of(count, None, platform)
 
 
+@_checked
 def calibrate(mesh: str, *, sizes: Sequence[int] | None = None, repeats: int = 5,
               platform: str = "cpu"):
     """Measures each collective kind over `mesh`'s axes on the devices

@@ -78,10 +78,26 @@ def context_of(context: Any) -> Callable[[], Any] | None:
     if hasattr(context, "__enter__") and hasattr(context, "__exit__"):
         return lambda: context
     if callable(context):
-        return context
+        from irshard.loading.program import checked_context
+        return checked_context(context, "context=")
     raise wrong("context", context, "a context manager, or a function "
                                      "returning one (e.g. lambda: "
                                      "jax.set_mesh(mesh))")
+
+
+def _named_mesh(fn: Callable[..., Any], args: Sequence[Any], shardings: Any):
+    """`mesh=` left out: the mesh the arguments' shardings, the `shardings`
+    given or the jitted function's own name."""
+    from irshard import backend
+    try:
+        found = backend.named_mesh((args, shardings), fn)
+    except backend.BadLowering:
+        found = None
+    if found is None:
+        raise UsageError("mesh: give the device mesh (a spec such as "
+                         "'dp=2,tp=4', or a jax.sharding.Mesh): the arguments "
+                         "and shardings name none (no NamedSharding)")
+    return found
 
 
 def pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
@@ -98,6 +114,8 @@ def pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
     rules, static_argnums, constraints = check_common(
         rules, static_argnums, grad, out_shardings, target, profile,
         constraints, platform, axis_types)
+    if mesh is None:
+        mesh = _named_mesh(fn, args, shardings)
     mesh_spec, devices = mesh_of(mesh, axis_types)
     from irshard.hardware import targets
     place = frontend.Hosting(targets.place(target, platform, profile))

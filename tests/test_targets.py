@@ -547,3 +547,58 @@ def test_platform_tpu_without_a_tpu_is_one_error_line(command):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(
         "irshard: error: platform 'tpu' is not available here"), done.stderr
+
+
+@pytest.mark.tpu
+def test_libtpu_logs_go_to_a_folder_of_irshard_that_is_removed(tmp_path):
+    """Every TPU-target compile once left libtpu's logs in `tpu_logs` of the
+    system's temporary folder (ignoring TMPDIR, never removed, recording the
+    working directory), one set per process. Now they go to a folder of
+    the command's own, removed when it ends; a TPU_LOG_DIR the user set is
+    theirs."""
+    require("libtpu", "TPU targets")
+    import glob
+    import subprocess
+    import tempfile
+    default = os.path.join(tempfile.gettempdir(), "tpu_logs")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TPU_LOG_DIR"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "irshard", "compile",
+         os.path.join(EXAMPLES, "matmul.py"), "--mesh", "x=2,y=2",
+         "--target", "tpu-v5e:2x2"], env=dict(env, TMPDIR=str(temp)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert not glob.glob(os.path.join(default, f"*.{proc.pid}"))
+    assert os.listdir(temp) == []
+    mine = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, "-m", "irshard", "compile",
+         os.path.join(EXAMPLES, "matmul.py"), "--mesh", "x=2,y=2",
+         "--target", "tpu-v5e:2x2"], env=dict(env, TPU_LOG_DIR=str(mine)),
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(mine)
+
+
+def test_libtpu_errors_are_shown_with_a_failure_only(tmp_path, monkeypatch):
+    """What libtpu logged as an error in this process, that the failure does
+    not already say, follows the failure's line, indented."""
+    import importlib
+    devices = importlib.import_module("irshard.backend.devices")
+    folder = tmp_path / "irshard-tpu-logs-x"
+    folder.mkdir()
+    (folder / f"tpu_driver.vm.u.log.ERROR.20261127-1.{os.getpid()}").write_text(
+        "Log file created at: 2026/11/27\n"
+        "E1127 22:16:31.57 1 compiler.cc:1] XLA:TPU compile permanent error.\n"
+        "E1127 22:16:31.58 1 compiler.cc:2] the cause, said only here\n"
+        "I1127 22:16:31.59 1 compiler.cc:3] informational\n")
+    (folder / "tpu_driver.vm.u.log.ERROR.20261127-1.1").write_text(
+        "E1127 22:16:31.57 1 other.cc:1] another process's\n")
+    monkeypatch.setenv("TPU_LOG_DIR", str(folder))
+    assert devices.tpu_log_errors("XLA:TPU compile permanent error.") == \
+        ["  libtpu: the cause, said only here"]
+    monkeypatch.setenv("TPU_LOG_DIR", str(tmp_path))     # the user's: not read
+    assert devices.tpu_log_errors("") == []

@@ -41,7 +41,9 @@ from irshard.backend.devices import (  # noqa: F401
     tpu_slice,
     visible_devices)
 from irshard.backend.lowering import (  # noqa: F401
+    BadLowering,
     BadOutput,
+    ContextSwallowed,
     LoweredFunction,
     PassFailure,
     array_outputs,
@@ -71,7 +73,8 @@ from irshard.backend.jitted import (  # noqa: F401
     compiled_of,
     jitted_target,
     lower_jitted,
-    lowered_of)
+    lowered_of,
+    named_mesh)
 from irshard.backend.compiling import (  # noqa: F401
     CompiledExecutable,
     compile_module,

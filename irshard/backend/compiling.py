@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from irshard.backend.devices import (_Progress, cost_analysis, first_line, message,
+                                     tpu_log_errors,
                                      quiet_native_stderr)
 from irshard.core import interrupts, syntax
 from irshard.core.errors import BackendError, IRError
@@ -226,8 +227,9 @@ def compile_module(module, mesh_devices: Sequence[Any],
                                capture_partitioned) \
                 if _OUT_OF_MEMORY.search(refused) else None
             if unbuilt is None:
+                said = "".join(f"\n{line}" for line in tpu_log_errors(refused))
                 raise BackendError(f"XLA failed to compile the module: "
-                                   f"{refused}") from None
+                                   f"{refused}{said}") from None
             return unbuilt
         partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
                        if capture_partitioned else None)

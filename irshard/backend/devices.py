@@ -65,6 +65,8 @@ def configure(num_devices: int, platform: str = "cpu", exact: bool = False) -> N
     # libtpu, which describes TPU slices for TPU targets, otherwise lets one
     # process at a time load it (through a lock file in /tmp).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if platform == "tpu":
+        tpu_log_dir()
 
 
 def _jax_platform(platform: str) -> str:
@@ -240,6 +242,7 @@ def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
     if (topology, slices) in _SLICES:
         return _SLICES[topology, slices]
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    tpu_log_dir()
     if not _SLICES:
         _check_libtpu_flags(topology)
     _jax()
@@ -261,12 +264,49 @@ def tpu_slice(topology: str, slices: int, what: str) -> list[Any]:
         else:
             error = None
     if error is not None:
+        said = "".join(f"\n{line}" for line in tpu_log_errors(message(error)))
         raise SpecError(f"--target {what}: libtpu cannot describe '{topology}': "
-                        f"{first_line(error)}") from None
+                        f"{first_line(error)}{said}") from None
     del noise
     chips = [d for d in topo.devices if getattr(d, "core_on_chip", 0) == 0]
     _SLICES[topology, slices] = chips
     return chips
+
+
+def tpu_log_dir() -> str:
+    """Where libtpu writes its logs (`TPU_LOG_DIR`): the user's folder where
+    they chose one; else a temporary folder of this process's, removed when
+    it ends (libtpu's own default, `tpu_logs` in /tmp, ignores TMPDIR,
+    keeps a set of files per process forever and records the working
+    directory). Set before libtpu loads."""
+    if "TPU_LOG_DIR" not in os.environ:
+        import atexit
+        path = interrupts.temp_dir("irshard-tpu-logs-")
+        atexit.register(interrupts.remove, path)
+        os.environ["TPU_LOG_DIR"] = path
+    return os.environ["TPU_LOG_DIR"]
+
+
+def tpu_log_errors(known: str = "", limit: int = 5) -> list[str]:
+    """The errors libtpu logged in this process (its `tpu_driver.ERROR`
+    file, where irshard chose the folder) that `known` does not already
+    say, each its first line, indented: shown with a failure only."""
+    directory = os.environ.get("TPU_LOG_DIR", "")
+    if not os.path.basename(directory).startswith("irshard-tpu-logs-"):
+        return []
+    import glob
+    found: list[str] = []
+    for path in sorted(glob.glob(os.path.join(directory, f"*.ERROR.*.{os.getpid()}"))):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.read(1 << 20).splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            head, sep, said = line.partition("] ")
+            if sep and head[:1] in "EF" and said.strip() and said.strip() not in known:
+                found.append(f"  libtpu: {said.strip()[:300]}")
+    return found[:limit]
 
 
 def _check_libtpu_flags(topology: str) -> None:

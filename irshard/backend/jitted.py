@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from irshard.backend.devices import _jax
-from irshard.backend.lowering import _exclude_own_frames, _host_callbacks
+from irshard.backend.lowering import (BadLowering, _exclude_own_frames,
+                                     _host_callbacks, entered)
 from irshard.core import tree
 
 
@@ -28,7 +29,11 @@ def jitted_target(fn: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None
         bound = tuple(fn.args) + bound
         keywords = dict(fn.keywords) | keywords
         fn = fn.func
-    lower = getattr(fn, "lower", None)
+    try:
+        lower = getattr(fn, "lower", None)
+    except Exception as e:
+        raise BadLowering(f"looking up its lower raised {type(e).__name__}: "
+                          f"{e}") from None
     if not callable(lower) or isinstance(fn, type):
         return None
     return fn, bound, keywords
@@ -78,9 +83,15 @@ def _jax_lowered(value):
     if isinstance(value, jax.stages.Traced):
         value = value.lower()
     if not isinstance(value, jax.stages.Lowered):
-        raise TypeError(f"its lower() returned a {type(value).__name__}, "
-                        f"not JAX's Lowered")
+        raise BadLowering(f"its lower() returned {_a(type(value).__name__)}, "
+                          f"not a lowering (jax.stages.Lowered): give a "
+                          f"jitted function (jax.jit, nnx.jit, "
+                          f"eqx.filter_jit) whose lower(...) returns one")
     return value
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _leaf_of(path, info, donated: bool = False, kept: bool = True) -> LoweredLeaf:
@@ -140,6 +151,31 @@ def _arguments_mesh(values, mesh):
     return None
 
 
+def named_mesh(values: Any, fn: Any = None):
+    """The `jax.sharding.Mesh` the first `NamedSharding` names among the
+    leaves of `values` (arrays, `ShapeDtypeStruct`s, shardings) and, for a
+    jitted `fn`, its own in and out shardings; None where none does."""
+    jax = _jax()
+    own: list[Any] = []
+    target = jitted_target(fn) if fn is not None else None
+    if target is not None:
+        info = getattr(target[0], "_jit_info", None)
+        own = [*(getattr(info, "in_shardings_leaves", None) or ()),
+               *(getattr(info, "out_shardings_leaves", None) or ())]
+    for leaf in [*jax.tree_util.tree_leaves(values), *own]:
+        if isinstance(leaf, jax.ShapeDtypeStruct):
+            sharding = getattr(leaf, "sharding", None)
+        elif isinstance(leaf, jax.sharding.Sharding):
+            sharding = leaf
+        else:
+            sharding = getattr(leaf, "sharding", None)
+        found = getattr(sharding, "mesh", None) \
+            if isinstance(sharding, jax.sharding.NamedSharding) else None
+        if isinstance(found, jax.sharding.Mesh):
+            return found
+    return None
+
+
 def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
                  context: Callable[[], Any] | None = None) -> JittedLowering:
     """JAX's lowering of the jitted object `fn` (see `jitted_target`) with
@@ -156,16 +192,13 @@ def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
         # described devices, as MaxText's train_compile.py builds it) is the
         # context mesh: another of the same devices would be incompatible.
         mesh = _arguments_mesh((bound, args, keywords, kwargs), mesh) or mesh
-    with contextlib.ExitStack() as stack:
-        if mesh is not None:
-            stack.enter_context(jax.set_mesh(mesh))
-        if context is not None:
-            stack.enter_context(context())
+    with (jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()), \
+            entered(context):
         lowered = target.lower(*bound, *args, **(keywords | dict(kwargs)))
-        # The wrapper's own `Lowered` says whose it is (flax's, equinox's).
-        framework = (type(lowered).__module__ or "jax").split(".")[0]
-        framework = {"jaxlib": "jax"}.get(framework, framework)
-        return lowered_of(lowered, framework)
+    # The wrapper's own `Lowered` says whose it is (flax's, equinox's).
+    framework = (type(lowered).__module__ or "jax").split(".")[0]
+    framework = {"jaxlib": "jax"}.get(framework, framework)
+    return lowered_of(lowered, framework)
 
 
 @dataclass(frozen=True)

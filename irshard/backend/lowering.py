@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from irshard.backend.devices import _jax, partition_spec
 from irshard.core import interrupts, tree
@@ -43,6 +43,40 @@ class LoweredFunction:
 
 class BadOutput(TypeError):
     """The traced function returned something that is not an array."""
+
+
+class BadLowering(TypeError):
+    """The user's jitted object does not lower as JAX's do: its `lower`
+    raised on being looked up, or returned something other than a
+    lowering."""
+
+
+class ContextSwallowed(Exception):
+    """The user's context manager's `__exit__` swallowed the exception that
+    tracing raised inside it (`error`), so there is nothing to report."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+@contextlib.contextmanager
+def entered(context: Callable[[], Any] | None) -> Iterator[None]:
+    """`context()` entered around the block (nothing where None); where its
+    `__exit__` swallows an exception the block raised, `ContextSwallowed`
+    is raised instead of going on as if the block had finished."""
+    if context is None:
+        yield
+        return
+    raised: list[BaseException] = []
+    with context():
+        try:
+            yield
+        except BaseException as e:
+            raised.append(e)
+            raise
+    if raised:
+        raise ContextSwallowed(raised[0])
 
 
 def array_outputs(outputs, refs: Sequence[Any] = ()) -> tuple[Any, list[str]]:
@@ -124,9 +158,7 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
         else [None] * len(shapes)
     avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
              for s, d, w, p in zip(shapes, dtypes, weak, placed)]
-    import contextlib
-    with jax.set_mesh(mesh), (context() if context is not None
-                              else contextlib.nullcontext()):
+    with jax.set_mesh(mesh), entered(context):
         lowered = jax.jit(fn, keep_unused=True,
                           donate_argnums=tuple(donated)).lower(*avals)
         module = lowered.compiler_ir("stablehlo")

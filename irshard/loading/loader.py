@@ -35,10 +35,18 @@ def exception_text(exc: BaseException, limit: int = 40) -> str:
     return f"{type(exc).__name__}: {body}" if body else type(exc).__name__
 
 
+def program_failure(exc: BaseException) -> bool:
+    """Whether `exc`, raised while the user's code ran, is the program's
+    failure: any exception, `sys.exit`, or another `BaseException` the
+    program defines; not an interruption (Ctrl-C) nor a generator's end."""
+    return not isinstance(exc, (KeyboardInterrupt, GeneratorExit))
+
+
 def raised_by_user_code(exc: BaseException) -> bool:
     """Whether the user's code (not JAX alone) raised `exc` or called what
-    did, or it is their `sys.exit`."""
-    return isinstance(exc, SystemExit) or \
+    did, or it is their `sys.exit` or a `BaseException` of their own (JAX
+    raises `Exception`s)."""
+    return not isinstance(exc, Exception) or \
         UserCode().raised_at(exc.__traceback__) is not None
 
 
@@ -96,7 +104,9 @@ def load_module(path: str) -> types.ModuleType:
     sys.modules[name] = module
     try:
         exec(code, module.__dict__)
-    except (Exception, SystemExit) as e:  # The user's module failed to import.
+    except BaseException as e:  # The user's module failed to import.
+        if not program_failure(e):
+            raise
         del sys.modules[name]
         described = describe_user_exception(e, directory)
         from irshard import backend

@@ -24,6 +24,7 @@ array's `NamedSharding`, a type's `@x`); replicated.
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 from irshard import backend
@@ -263,11 +264,12 @@ def parse_names(text: str | None, option: str,
 
 def _call_args_function(module, path: str, name: str) -> tuple[Any, ...]:
     """The positional arguments `--args NAME` returns."""
-    import os
     _, fn = loader.select_function(module, path, name, "--args")
     try:
         value = fn()
-    except (Exception, SystemExit) as e:
+    except BaseException as e:
+        if not loader.program_failure(e):
+            raise
         raise UserCodeError(f"--args {name}: " + describe_user_exception(
             e, os.path.dirname(os.path.abspath(path)))) from None
     if not isinstance(value, (tuple, list)):
@@ -288,7 +290,6 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
     """Loads `path`, picks the function and resolves every input leaf's type
     and sharding from `--args`, `--arg`, annotations and `--shard` rules
     (`--override-shard` rules first)."""
-    import os
 
     out_shardings = parse_out_shardings(out_shards)
     arg_types = assignments(args, "--arg", "TYPE")
@@ -300,6 +301,8 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
     context = None
     if context_fn is not None:
         _, context = loader.select_function(module, path, context_fn, "--context")
+        context = checked_context(context, f"--context {context_fn}",
+                                  os.path.dirname(os.path.abspath(path)))
     rename = output_names = None
     if keras_fit:
         if not args_fn:
@@ -334,7 +337,42 @@ def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
                    user_dir=os.path.dirname(os.path.abspath(path)),
                    namespace=tuple(vars(module).values()), donated=donated,
                    output_names=output_names,
-                   **_jitted(fn, parameters, leaves, positional, grads, context))
+                   **_jitted(fn, name, parameters, leaves, positional, grads, context))
+
+
+def checked_context(fn: Callable[[], Any], what: str,
+                    user_dir: str | None = None) -> Callable[[], Any]:
+    """`fn` (`--context NAME`, the API's `context=`), called as a context
+    manager's maker is: one that takes arguments is refused here; what it
+    raises, or returns that is not a context manager, is the program's
+    error, naming it."""
+    try:
+        inspect.signature(fn).bind()
+    except TypeError:
+        raise UsageError(f"{what} takes arguments "
+                         f"({', '.join(inspect.signature(fn).parameters)}); it "
+                         f"must take none and return a context manager "
+                         f"(e.g. jax.set_mesh(mesh))") from None
+    except ValueError:
+        pass                    # no signature to read (a builtin): called
+
+    def make() -> Any:
+        try:
+            value = fn()
+        except BaseException as e:
+            if not loader.program_failure(e):
+                raise
+            raise UserCodeError(f"{what}: " + describe_user_exception(
+                e, user_dir or os.getcwd())) from None
+        kind = type(value)
+        if not (hasattr(kind, "__enter__") and hasattr(kind, "__exit__")):
+            raise UserCodeError(f"{what} returned {kind.__name__!r}, not a "
+                                f"context manager; return one (e.g. "
+                                f"jax.set_mesh(mesh), or a function decorated "
+                                f"with @contextlib.contextmanager)")
+        return value
+    make.what = what            # type: ignore[attr-defined]
+    return make
 
 
 def _keras_fit(model: Any, name: str, batch: Sequence[Any]):
@@ -356,7 +394,8 @@ def _keras_fit(model: Any, name: str, batch: Sequence[Any]):
     return step, call, rename, outputs
 
 
-def _jitted(fn: Callable[..., Any], parameters: Sequence[ParameterBinding],
+def _jitted(fn: Callable[..., Any], name: str,
+            parameters: Sequence[ParameterBinding],
             leaves: Sequence[Leaf], positional: Sequence[Any],
             grad: tuple[int, ...] | None,
             context: Callable[[], Any] | None) -> dict[str, Any]:
@@ -364,8 +403,11 @@ def _jitted(fn: Callable[..., Any], parameters: Sequence[ParameterBinding],
     (nothing for a plain function, or one differentiated by --grad,
     which irshard wraps itself, or one taking `jax.Ref`s, whose buffers
     irshard lays onto the mesh itself)."""
-    if grad is not None or any(leaf.ref for leaf in leaves) \
-            or backend.jitted_target(fn) is None:
+    try:
+        target = backend.jitted_target(fn)
+    except backend.BadLowering as e:
+        raise UserCodeError(f"cannot lower '{name}': {e}") from None
+    if grad is not None or any(leaf.ref for leaf in leaves) or target is None:
         return {"context": context}
     return {"jitted": fn, "call": call_values(parameters, leaves, positional),
             "context": context}
@@ -445,7 +487,6 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
                keras_fit: bool = False) -> Program:
     """The program of `fn(*args)` (the Python API); with `keras_fit`, of
     the train step Keras model `fn`'s `fit` runs on the batch `args`."""
-    import os
     name = getattr(fn, "__name__", type(fn).__name__)
     try:
         source = inspect.getsourcefile(fn) or "<python>"
@@ -488,7 +529,7 @@ def program_of(fn: Callable[..., Any], args: Sequence[Any], *, mesh: MeshSpec,
                    reference=reference, donated=_with_refs(donated, leaves),
                    user_dir=os.path.dirname(os.path.abspath(source))
                    if source != "<python>" else None, output_names=output_names,
-                   **_jitted(fn, parameters, leaves, args, grads, context))
+                   **_jitted(fn, name, parameters, leaves, args, grads, context))
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -65,6 +65,9 @@ class Budget:
 
 
 def parse_budget(text: str) -> Budget:
+    if not isinstance(text, str):
+        raise SpecError(f"budget {text!r}: a budget is a string, not "
+                        f"{type(text).__name__}: {_HELP}")
     m = _EXPR.match(text)
     if not m:
         raise SpecError(f"budget {text!r}: {_HELP}")

@@ -17,10 +17,12 @@ from typing import Any, Sequence
 
 from irshard import backend
 from irshard.core import tree
-from irshard.core.errors import BackendError, SpecError, UserCodeError
+from irshard.core.errors import (BackendError, IrshardError, SpecError, UsageError,
+                                 UserCodeError)
 from irshard.core.specs import MeshSpec, ShardingSpec, TensorType, lookup_dtype
 from irshard.loading.leaves import Leaf, Program, matched_leaves
-from irshard.loading.loader import describe_user_exception, raised_by_user_code
+from irshard.loading.loader import (describe_user_exception, program_failure,
+                                    raised_by_user_code)
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,23 @@ def tracing_errors(program: Program, mesh: MeshSpec, user_dir: str):
     """Errors while tracing the user's function, in the user's terms."""
     try:
         yield
+    except IrshardError:
+        raise
     except backend.BadOutput as e:
         raise UserCodeError(f"cannot compile '{program.function}': {e}") from None
-    except (Exception, SystemExit) as e:
+    except backend.BadLowering as e:
+        raise UserCodeError(f"cannot lower '{program.function}': {e}") from None
+    except backend.ContextSwallowed as e:
+        raise UserCodeError(
+            f"{getattr(program.context, 'what', 'the context')}: its context "
+            f"manager swallowed the error tracing "
+            f"'{program.function}' raised, so there is no program to "
+            f"compile; let its __exit__ return False: "
+            f"{_hinted(describe_user_exception(e.error, user_dir), e.error, mesh)}"
+        ) from None
+    except BaseException as e:
+        if not program_failure(e):
+            raise
         if raised_by_user_code(e):
             raise UserCodeError(_hinted(describe_user_exception(e, user_dir),
                                         e, mesh)) from None
@@ -58,8 +74,17 @@ def tracing_errors(program: Program, mesh: MeshSpec, user_dir: str):
                 f"--grad needs '{program.function}' to return a real "
                 f"floating-point scalar: "
                 f"{backend.message(e)}") from None
+        if any(said in str(e) for said in _ARGUMENT_ERRORS):
+            raise UsageError(f"cannot lower '{program.function}' with the "
+                             f"arguments given: {backend.message(e)}") from None
         raise BackendError(f"JAX could not trace '{program.function}': "
                            f"{type(e).__name__}: {backend.message(e)}") from None
+
+
+# What JAX says when an argument the user gave cannot be used: a static
+# argument that cannot be hashed, a sharding that names an axis the mesh
+# does not have. The user's to fix, not a failure of JAX.
+_ARGUMENT_ERRORS = ("Non-hashable static arguments", "is not found in mesh")
 
 
 def result_shardings(program: Program, out_tree: Any,
