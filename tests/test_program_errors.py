@@ -202,3 +202,100 @@ def test_the_mesh_comes_from_the_arguments_shardings():
     for report in (by_argument, own):
         assert report.mesh.axes[0].name == "x" and report.mesh.num_devices == 2
         assert report.inputs[0].sharding == ("x", "_")
+
+
+# ---------------------------------------------------------------------------
+# The program the user described: a partial's bound arguments are not the
+# caller's, and leaves the lowering cannot tell apart are said to be so.
+
+PARTIAL = '''
+import functools
+import jax
+import jax.numpy as jnp
+
+
+def f(x, y, *, scale):
+    return x * scale + y
+
+
+step = functools.partial(jax.jit(f, donate_argnums=1), jnp.ones(64), scale=2.0)
+static = functools.partial(jax.jit(lambda n, x, y: x * n + y, static_argnums=0), 3)
+
+
+def args():
+    return (jax.ShapeDtypeStruct((64,), jnp.float32),)
+
+
+def two():
+    return (jax.ShapeDtypeStruct((64,), jnp.float32),) * 2
+'''
+
+
+def test_a_partials_bound_argument_is_not_the_callers(write):
+    """`functools.partial(jax.jit(f, donate_argnums=1), jnp.ones(64))` with
+    the remaining `y` also f32[64]: irshard gave the bound constant `y`'s
+    name and its rule, and called the real `y` `args/1 (donated)`."""
+    import json
+    path = write("partial.py", PARTIAL)
+    done = run_irshard("compile", path, "--fn", "step", "--args", "args",
+                       "--mesh", "x=2", "--shard", "y=x", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    inputs = {t["name"]: t for t in report["inputs"]}
+    assert set(inputs) == {"x (bound)", "scale (bound)", "y"}
+    assert inputs["y"]["donated"] and inputs["y"]["sharding"] == ["x"]
+    assert not inputs["x (bound)"].get("donated")
+    assert any("scale, x are bound by functools.partial" in n for n in report["notes"])
+
+
+def test_a_partial_shifts_the_jitted_functions_own_argument_numbers(write):
+    """`static_argnums=0` of the jitted function is the partial's bound
+    argument, not the caller's first."""
+    import json
+    path = write("partial.py", PARTIAL)
+    done = run_irshard("compile", path, "--fn", "static", "--args", "two",
+                       "--mesh", "x=2", "--shard", "x=x", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [t["name"] for t in report["inputs"]] == ["x", "y"]
+    assert report["inputs"][0]["sharding"] == ["x"]
+    assert not report.get("notes")
+
+
+EQUINOX = '''
+import equinox as eqx
+import jax.numpy as jnp
+
+
+def f(a, b):
+    return a * 2 + b
+
+
+step = eqx.filter_jit(f, donate="all-except-first")
+
+
+def args():
+    return (jnp.zeros((8, 4)), jnp.ones((8, 4)))
+'''
+
+
+def test_leaves_a_wrapper_may_reorder_are_not_guessed(write):
+    """`eqx.filter_jit(donate="all-except-first")` puts `b` first: with `a`
+    of the same shape, the lowering cannot tell them apart. Different
+    shardings for them are an error; the same ones apply, and the inputs
+    keep the wrapper's names, with a note."""
+    import json
+    pytest.importorskip("equinox")
+    path = write("eqx_step.py", EQUINOX)
+    done = run_irshard("compile", path, "--fn", "step", "--args", "args",
+                       "--mesh", "x=2", "--shard", "a=x,_")
+    assert done.returncode == 2
+    assert "a, b have the same shapes and dtypes, and eqx.filter_jit may " \
+        "reorder arguments" in done.stderr
+    done = run_irshard("compile", path, "--fn", "step", "--args", "args",
+                       "--mesh", "x=2", "--shard", "*=x,_", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [t["name"] for t in report["inputs"]] == ["args/0/rest/0", "args/1/first/0"]
+    assert all(t["sharding"] == ["x", "_"] for t in report["inputs"])
+    assert any("irshard cannot tell which input" in n for n in report["notes"])

@@ -67,6 +67,10 @@ class JittedLowering:
     framework: str
     lowered: Any              # the jax.stages.Lowered
     devices: tuple[Any, ...] | None   # the devices its shardings name
+    # The arguments a `functools.partial` binds (not the user's to give):
+    # each one's name, its array leaves, and whether it is bound by keyword;
+    # the positional ones first, then the keywords by name.
+    bound: tuple[tuple[str, tuple[LoweredLeaf, ...], bool], ...] = ()
 
 
 def _jax_lowered(value):
@@ -198,7 +202,48 @@ def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
     # The wrapper's own `Lowered` says whose it is (flax's, equinox's).
     framework = (type(lowered).__module__ or "jax").split(".")[0]
     framework = {"jaxlib": "jax"}.get(framework, framework)
-    return lowered_of(lowered, framework)
+    import dataclasses
+    return dataclasses.replace(lowered_of(lowered, framework),
+                               bound=_bound_leaves(target, bound, keywords))
+
+
+def _bound_leaves(target: Any, bound: Sequence[Any], keywords: dict[str, Any]
+                  ) -> tuple[tuple[str, tuple[LoweredLeaf, ...], bool], ...]:
+    """What a partial binds, as `JittedLowering.bound` holds it: each
+    argument named by the jitted function's parameter it fills (`partial/I`
+    where that cannot be read), its static ones left out."""
+    import inspect
+    info = getattr(target, "_jit_info", None)
+    static = set(getattr(info, "static_argnums", None) or ())
+    static_names = set(getattr(info, "static_argnames", None) or ())
+    try:
+        names = [p.name for p in inspect.signature(target).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    found = []
+    for i, value in enumerate(bound):
+        name = names[i] if i < len(names) else f"partial/{i}"
+        if i not in static and name not in static_names:
+            found.append((name, _leaves_of(value), False))
+    for name in sorted(keywords):
+        if name not in static_names:
+            found.append((name, _leaves_of(keywords[name]), True))
+    return tuple(entry for entry in found if entry[1])
+
+
+def _leaves_of(value: Any) -> tuple[LoweredLeaf, ...]:
+    """The array leaves of a bound argument, typed as JAX traces them (a
+    Python float is a weak f32[])."""
+    jax = _jax()
+    leaves = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+        try:
+            aval = jax.typeof(leaf)
+        except TypeError:
+            continue            # not an array: static to JAX too
+        leaves.append(_leaf_of(path, aval))
+    return tuple(leaves)
 
 
 @dataclass(frozen=True)

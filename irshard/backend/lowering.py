@@ -120,13 +120,33 @@ def ref_value(ref):
 
 
 def jit_options(fn: Callable[..., Any]) -> dict[str, tuple[Any, ...]]:
-    """What a `jax.jit`-wrapped function was told about its arguments:
-    `static_argnums`, `static_argnames`, `donate_argnums`,
+    """What a `jax.jit`-wrapped function (or a `functools.partial` of one,
+    counted from the first argument it leaves to the caller) was told about
+    its arguments: `static_argnums`, `static_argnames`, `donate_argnums`,
     `donate_argnames` (empty for any other callable)."""
+    import functools
+    bound, keywords = 0, set()
+    while isinstance(fn, functools.partial):
+        # A partial's own arguments are not the caller's: numbers shift.
+        bound += len(fn.args)
+        keywords |= set(fn.keywords)
+        fn = fn.func
     info = getattr(fn, "_jit_info", None)
-    return {name: tuple(getattr(info, name, None) or ())
-            for name in ("static_argnums", "static_argnames",
-                         "donate_argnums", "donate_argnames")}
+    found = {name: tuple(getattr(info, name, None) or ())
+             for name in ("static_argnums", "static_argnames",
+                          "donate_argnums", "donate_argnames")}
+    if bound:
+        import inspect
+        try:
+            keywords |= {p.name for p in list(
+                inspect.signature(fn).parameters.values())[:bound]}
+        except (TypeError, ValueError):
+            pass
+    for name in ("static_argnums", "donate_argnums"):
+        found[name] = tuple(i - bound for i in found[name] if i >= bound)
+    for name in ("static_argnames", "donate_argnames"):
+        found[name] = tuple(n for n in found[name] if n not in keywords)
+    return found
 
 
 def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],

@@ -363,44 +363,94 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
     return result
 
 
-def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[ParameterBinding],
-                   lowered: Sequence[Any]) -> list[Leaf | None]:
-    """For each flat input of a jitted object's lowering (`lowered`, each
-    with `shape`, `dtype` and `key`), the user's leaf it is, or None for
-    one that is no leaf of the arguments (a closure's array).
+@dataclass(frozen=True)
+class Matching:
+    """The user's leaf each flat input of a jitted object's lowering is
+    (`leaves`: None for one that is no leaf of the arguments, a closure's
+    array; a bound argument's name for one a `functools.partial` binds),
+    and the user's leaves it could not tell apart (`ambiguous`)."""
 
-    A wrapper flattens each argument as JAX does, in order, but may put
-    whole arguments in another order (`eqx.filter_jit` puts the donated
-    ones first) and add leaves of its own between them. So each
+    leaves: tuple[Leaf | str | None, ...]
+    ambiguous: tuple[str, ...] = ()
+
+
+def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[ParameterBinding],
+                   lowered: Sequence[Any],
+                   bound: Sequence[tuple[str, Sequence[Any], bool]] = (),
+                   in_order: bool = False) -> Matching:
+    """Which of the user's leaves each flat input of a jitted object's
+    lowering is (`lowered`, each with `shape`, `dtype` and `key`); `bound`
+    are the arguments a partial binds (name, leaves, by keyword).
+
+    `jax.jit` (`in_order`) flattens the arguments as they are given: the
+    bound ones, the positional ones, then the keywords by name. Another
+    wrapper may put whole arguments in another order (`eqx.filter_jit` puts
+    the donated ones first) and add leaves of its own between them. So each
     argument's leaves are found as one run in the lowering, the arguments
     in their own order if they fit so, else in the first other order that
-    does. Where no order fits (a wrapper that shares or drops leaves), no
-    leaf is matched and the inputs keep the lowering's own names."""
+    does; where another order fits too and would name a leaf differently,
+    those leaves are `ambiguous`: the lowering cannot tell them apart.
+    Where no order fits (a wrapper that shares or drops leaves), no leaf
+    is matched and the inputs keep the lowering's own names."""
     import itertools
-    groups = [list(leaves[p.start:p.start + p.count]) for p in parameters
-              if not p.static and p.count]
+    # Each argument as (its place in JAX's order, its leaves' names or
+    # leaves, their signatures): the positional ones (bound first), then
+    # the keywords by name.
+    arguments: list[tuple[tuple[int, str], list[Any], list[Any]]] = []
+    for name, found, keyword in bound:
+        arguments.append(((1 if keyword else 0, name if keyword else ""),
+                          [tree.path_of(name, [x.path] if x.path else [])
+                           for x in found],
+                          [(tuple(x.shape), x.dtype, x.key) for x in found]))
+    for p in parameters:
+        if p.static or not p.count:
+            continue
+        group = list(leaves[p.start:p.start + p.count])
+        keyword = p.kind == "keyword-only"
+        arguments.append(((1 if keyword else 0, p.name if keyword else ""), group,
+                          [(x.type.shape, x.type.dtype.numpy, x.key) for x in group]))
+    arguments.sort(key=lambda a: a[0])       # stable: positional in order
+    groups = [a[1] for a in arguments]
+    signatures = [a[2] for a in arguments]
     wanted = [(tuple(x.shape), x.dtype, x.key) for x in lowered]
 
-    def signature(leaf: Leaf):
-        return (leaf.type.shape, leaf.type.dtype.numpy, leaf.key)
-
-    def place(order) -> list[Leaf | None] | None:
-        found: list[Leaf | None] = [None] * len(wanted)
+    def place(order: Sequence[int]) -> tuple[Leaf | str | None, ...] | None:
+        found: list[Leaf | str | None] = [None] * len(wanted)
         start = 0
-        for group in order:
-            sig = [signature(x) for x in group]
+        for g in order:
+            sig = signatures[g]
             for at in range(start, len(wanted) - len(sig) + 1):
                 if wanted[at:at + len(sig)] == sig:
-                    found[at:at + len(sig)] = group
+                    found[at:at + len(sig)] = groups[g]
                     start = at + len(sig)
                     break
             else:
                 return None
-        return found
+        return tuple(found)
 
-    orders = itertools.permutations(groups) if len(groups) <= 6 else [groups]
+    natural = list(range(len(groups)))
+    if in_order:
+        orders: Any = [natural]
+    elif len(groups) <= 6:
+        orders = itertools.permutations(natural)
+    else:
+        orders = [natural]
+    chosen = None
+    ambiguous: set[str] = set()
     for order in orders:
         found = place(order)
-        if found is not None:
-            return found
-    return [None] * len(wanted)
+        if found is None:
+            continue
+        if chosen is None:
+            chosen = found
+            continue
+        for a, b in zip(chosen, found):
+            if _name(a) != _name(b):
+                ambiguous.update(n for n in (_name(a), _name(b)) if n)
+    if chosen is None:
+        return Matching((None,) * len(wanted))
+    return Matching(chosen, tuple(sorted(ambiguous)))
+
+
+def _name(leaf: Leaf | str | None) -> str | None:
+    return leaf.path if isinstance(leaf, Leaf) else leaf

@@ -154,15 +154,21 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
         lowered = backend.lower_jitted(
             program.jitted, args, kwargs,
             jax_mesh if program.context is None else None, program.context)
-    matched = matched_leaves(program.inputs, program.parameters, lowered.inputs)
+    matching = matched_leaves(program.inputs, program.parameters, lowered.inputs,
+                              lowered.bound, lowered.framework in ("jax", "flax"))
+    notes = _ambiguity(program, matching.ambiguous, lowered.framework)
+    bound = {name for name, *_ in lowered.bound}
+    matched = [m if isinstance(m, Leaf) else None for m in matching.leaves]
     index = {leaf.path: i for i, leaf in enumerate(program.inputs)}
     leaves: list[Leaf] = []
     donated: list[bool] = []
     extra_donors: list[int] = []
     unused: list[str] = []
-    notes: tuple[str, ...] = ()
-    for found, user in zip(lowered.inputs, matched):
-        name = user.path if user is not None else lowered_input_name(found.path)
+    for found, user, mark in zip(lowered.inputs, matched, matching.leaves):
+        name = user.path if user is not None \
+            and user.path not in matching.ambiguous else \
+            f"{mark} (bound)" if isinstance(mark, str) \
+            else lowered_input_name(found.path)
         if not found.kept:
             unused.append(name)
             continue
@@ -173,10 +179,17 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
                            else ShardingSpec.replicated(len(found.shape)),
                            key=found.key, value=None if user is None else user.value,
                            given=given))
-        by_user = user is not None and index[user.path] in program.donated
+        by_user = user is not None and index.get(user.path) in program.donated
         if by_user and not found.donated:
             extra_donors.append(len(leaves) - 1)
         donated.append(found.donated or by_user)
+    if bound:
+        one = len(bound) == 1
+        notes += (f"{tree.listing(sorted(bound), 4)} "
+                  f"{'is' if one else 'are'} bound by functools.partial: "
+                  f"{'not an argument' if one else 'not arguments'} of "
+                  f"'{program.function}', and no rule applies to "
+                  f"{'it' if one else 'them'}",)
     if not any(matched) and program.inputs:
         notes += (f"the inputs are named as '{program.function}' flattens its "
                   f"arguments (args/...): irshard could not match them to "
@@ -204,6 +217,29 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
     return JittedProgram(lowered.module, tuple(leaves), tuple(donated), outputs,
                          notes, lowered.devices, lowered.callbacks,
                          lowered.out_tree)
+
+
+def _ambiguity(program: Program, names: Sequence[str], framework: str
+               ) -> tuple[str, ...]:
+    """What irshard says where the lowering cannot tell the user's leaves
+    apart: a note; an error where they were given different shardings,
+    since irshard cannot know which input each applies to."""
+    if not names:
+        return ()
+    given = {leaf.path: (leaf.given, leaf.sharding, i in program.donated)
+             for i, leaf in enumerate(program.inputs) if leaf.path in names}
+    wrapper = {"equinox": "eqx.filter_jit"}.get(framework, f"{framework}'s jit")
+    if len(set(given.values())) > 1:
+        raise SpecError(
+            f"{tree.listing(list(names), 4)} have the same shapes and dtypes, "
+            f"and {wrapper} may reorder arguments: irshard cannot tell which "
+            f"input of the compiled program each is, so it cannot apply "
+            f"their different shardings (or donation); give them the same, "
+            f"or make them one argument (a tuple or dict)")
+    return (f"{tree.listing(list(names), 4)} have the same shapes and "
+            f"dtypes, and {wrapper} may reorder arguments: irshard cannot tell "
+            f"which input of the compiled program each is, so those inputs "
+            f"keep the names {wrapper} gives them",)
 
 
 def lowered_input_name(path: str) -> str:
