@@ -257,6 +257,11 @@ def _add_process_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, metavar="S",
                    help="with --processes: stop every process if the run "
                         "takes longer than S seconds (default 300)")
+    p.add_argument("--join-timeout", type=_seconds, metavar="S",
+                   help="how long each process of a multi-process run waits "
+                        "for the others to join (default: --timeout, else "
+                        "300 s; a loaded machine may take minutes to start "
+                        "them all)")
 
 
 def _seconds(text: str) -> float:

@@ -61,6 +61,11 @@ def write_output(path: str | None, text) -> None:
     files.emit(path, text)
 
 
+def _join_timeout(args) -> float | None:
+    """How long a process of a multi-process run waits for the others."""
+    return args.join_timeout if args.join_timeout is not None else args.timeout
+
+
 def _load(source, cluster=None, timeout: float | None = None):
     """The program (stage `stablehlo`) of the command's FILE."""
     from irshard import frontend
@@ -159,7 +164,7 @@ def cmd_run(args) -> int:
     cluster = _cluster(args)
     if args.processes is not None:
         return _launch(args, source.total_devices())
-    lowered = _load(source, cluster, args.timeout)
+    lowered = _load(source, cluster, _join_timeout(args))
     if not args.random and lowered.given:
         # The values the --args function returned are the inputs; only
         # abstract leaves (ShapeDtypeStructs) are drawn from --seed.
@@ -206,7 +211,7 @@ def cmd_devices(args) -> int:
     if args.processes is not None:
         return _launch(args, count)
     from irshard import library
-    listing = library.devices_of(count, found, args.platform, args.timeout)
+    listing = library.devices_of(count, found, args.platform, _join_timeout(args))
     if listing is not None:
         write_output(None, listing.render(args.format))
     return 0

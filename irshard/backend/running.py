@@ -178,11 +178,13 @@ def initialize_distributed(coordinator: str, num_processes: int,
                     f"{num_processes} processes to join at {coordinator}, and "
                     f"not all of them did; start every process (--process-id "
                     f"0 to {num_processes - 1}) with --coordinator "
-                    f"{coordinator}, or give a longer --timeout")
+                    f"{coordinator}, or give a longer --join-timeout (on a "
+                    f"loaded machine they may take minutes to start)")
         else:
             what = (f"process {process_id} could not join the run coordinated "
                     f"at {coordinator} within {timeout:g} s; is process 0 "
-                    f"running there, and reachable?")
+                    f"running there, and reachable? (--join-timeout sets how "
+                    f"long to wait)")
         error = BackendError(what)
         error.hard_exit = True
         raise error from None
