@@ -69,3 +69,68 @@ def test_a_corrupt_entry_beside_the_executable_is_no_hit(tmp_path):
     second = _compile(cache)
     assert not any("read from" in n for n in second.get("notes", []))
     assert _without_notes(second) == _without_notes(first)
+
+
+def _side_file(cache):
+    (beside,) = [p for p in cache.iterdir() if p.name.startswith("irshard-")]
+    return beside
+
+
+def _not_believed(report):
+    return any("was not believed" in n and "compiled again" in n
+               for n in report.get("notes", []))
+
+
+@pytest.mark.parametrize("change", ["buffer size", "garbage dumps", "huge size",
+                                    "partitioned HLO", "log"])
+def test_a_side_file_changed_by_anyone_else_is_not_believed(tmp_path, change):
+    """A buffer size changed in the side file's dumps once turned a
+    `--budget 'peak<=...'` gate green (exit 1 to 0); garbage dumps gave a
+    peak of 0 B, a huge size 86736 EiB; an all-gather renamed all-reduce in
+    its partitioned HLO was reported. Now a side file that does not carry
+    this user's signature over what it says, or no longer describes the
+    executable, is ignored; the program is compiled again, with a note, and
+    reports as the first compile did."""
+    import re
+    cache = tmp_path / "jax-cache"
+    first = _compile(cache, "--stage", "partitioned")
+    beside = _side_file(cache)
+    kept = json.loads(beside.read_text())
+    if change == "buffer size":
+        kept["buffers"][0] = re.sub(r"size (\d+)", "size 4", kept["buffers"][0], 1)
+    elif change == "garbage dumps":
+        kept["buffers"] = ["garbage", "garbage"]
+    elif change == "huge size":
+        kept["buffers"][0] = re.sub(r"size (\d+)", "size 99999999999999999999",
+                                    kept["buffers"][0], 1)
+    elif change == "partitioned HLO":
+        assert "all-gather" in kept["partitioned"]
+        kept["partitioned"] = kept["partitioned"].replace("all-gather", "all-reduce")
+    else:
+        kept["log"] = "W partitioner: involuntary full rematerialization"
+    beside.write_text(json.dumps(kept))
+    second = _compile(cache, "--stage", "partitioned")
+    assert _not_believed(second), second.get("notes")
+    assert _without_notes(second) == _without_notes(first)
+    # Written again, by this user: believed from then on.
+    third = _compile(cache, "--stage", "partitioned")
+    assert any("read from" in n for n in third["notes"]) and not _not_believed(third)
+
+
+def test_a_side_file_cannot_hang_or_flood_a_compile(tmp_path):
+    """A FIFO in the side file's place hung every later compile of the
+    program in open(); a link to /dev/zero never returned while memory
+    grew. Now only a regular file is read, whole and bounded; anything
+    else is not believed, at once."""
+    import time
+    cache = tmp_path / "jax-cache"
+    first = _compile(cache)
+    beside = _side_file(cache)
+    for make in (lambda: os.mkfifo(beside), lambda: beside.symlink_to("/dev/zero")):
+        beside.unlink()
+        make()
+        started = time.monotonic()
+        again = _compile(cache)
+        assert time.monotonic() - started < 60
+        assert _not_believed(again), again.get("notes")
+        assert _without_notes(again) == _without_notes(first)
