@@ -295,7 +295,9 @@ def _check_legend(references: Sequence[str]) -> list[str]:
                      "error against t)")
     if "unsharded" in references:
         lines.append("unsharded: error against the single-device result (e); "
-                     "allowed atol + rtol (|e| + max|e|)")
+                     "allowed atol + rtol (|e| + max|e|) + 4 s")
+        lines.append("  (s: how far the element moves when the float inputs "
+                     "move by a few units of roundoff; ref error: its largest)")
     return lines
 
 
