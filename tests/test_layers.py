@@ -44,7 +44,7 @@ FLOORS = {
     # The ways in: files, the Python API, pytest helpers and plugin, the
     # command line.
     "front": ["frontend", "library", "apichecks", "apiprogram", "api", "testing",
-              "pytest_plugin", "commands", "cli",
+              "pytest_plugin", "commands", "options", "cli",
               "__main__"],
 }
 

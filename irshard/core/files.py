@@ -29,7 +29,7 @@ import os
 import stat
 import sys
 import tempfile
-from typing import IO, Iterable, Iterator
+from typing import IO, Callable, Iterable, Iterator
 
 from irshard.core import interrupts
 from irshard.core.errors import InputError, OutputError
@@ -350,6 +350,52 @@ def unusable_directory(directory: str) -> str | None:
     if not os.access(directory, os.W_OK | os.X_OK):
         return "is not writable"
     return None
+
+
+class Unreadable(Exception):
+    """Why a file that is there is not read (`read_regular`)."""
+
+
+def read_regular(path: str, limit: int,
+                 check: Callable[[os.stat_result], str | None] | None = None
+                 ) -> bytes | None:
+    """The bytes of `path`, where it is a regular file of at most `limit`
+    bytes, opened without following a link or waiting for a FIFO's writer
+    (a file others may have replaced with anything); None where nothing is
+    there; `Unreadable` saying why otherwise. `check` may refuse the file
+    by its status (its owner, its mode)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK
+                     | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise Unreadable(f"it cannot be opened as a file ({_describe(e)})") from None
+    try:
+        found = os.fstat(fd)
+        why = "it is not a regular file" if not stat.S_ISREG(found.st_mode) \
+            else check(found) if check is not None else None
+        if why is None and found.st_size > limit:
+            why = f"it is larger than {limit} bytes"
+        if why is not None:
+            raise Unreadable(why)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise Unreadable(f"it cannot be read ({_describe(e)})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise Unreadable(f"it is larger than {limit} bytes")
+    return data
+
+
+def cache_dir(*parts: str) -> str:
+    """irshard's folder in the user's cache (`$XDG_CACHE_HOME/irshard`, else
+    `~/.cache/irshard`), joined with `parts`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "irshard", *parts)
 
 
 def check_regular(path: str, what: str) -> None:

@@ -16,40 +16,30 @@ import hashlib
 import hmac
 import os
 import secrets
-import stat
+
+from irshard.core import files
 
 _KEY: dict[str, bytes] = {}
 _KEY_BYTES = 32
 
 
-def _key_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "irshard", "signing.key")
-
-
 def _read_key(path: str) -> bytes | None:
     """The key at `path`, where it is this user's own regular file that no
     one else can read or write; else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK)
-    except OSError:
+    def mine(found: os.stat_result) -> str | None:
+        if found.st_uid != os.getuid() or found.st_mode & 0o077:
+            return "not this user's alone"
         return None
     try:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.getuid() \
-                or found.st_mode & 0o077 or found.st_size != _KEY_BYTES:
-            return None
-        key = os.read(fd, _KEY_BYTES)
-    finally:
-        os.close(fd)
-    return key if len(key) == _KEY_BYTES else None
+        key = files.read_regular(path, _KEY_BYTES, mine)
+    except files.Unreadable:
+        return None
+    return key if key is not None and len(key) == _KEY_BYTES else None
 
 
 def key() -> bytes:
     """This user's signing key (see the module docstring)."""
-    path = _key_path()
+    path = files.cache_dir("signing.key")
     if path in _KEY:
         return _KEY[path]
     found = _read_key(path)

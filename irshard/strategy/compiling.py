@@ -11,7 +11,6 @@ import os
 import secrets
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 import time
@@ -19,7 +18,6 @@ from typing import Any, Callable, Sequence
 
 from irshard.core import files, interrupts, schema
 from irshard.core.errors import ERROR_PREFIX, InputError, UsageError
-from irshard.strategy.candidates import Candidate
 
 # An entry larger than this is not read: a large program's report is a
 # few MB.
@@ -122,19 +120,10 @@ def _read_entry(path: str) -> Any:
     over-large or not regular file (a FIFO is opened without waiting for a
     writer), or one that is not JSON nested at most `schema.MAX_DEPTH`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK
-                     | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        data = files.read_regular(path, MAX_ENTRY_BYTES)
+    except files.Unreadable:
         return None
-    try:
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
-                return None
-            data = f.read(MAX_ENTRY_BYTES + 1)
-    except OSError:
-        return None
-    if len(data) > MAX_ENTRY_BYTES:
+    if data is None:
         return None
     try:
         value = json.loads(data)
@@ -145,9 +134,7 @@ def _read_entry(path: str) -> Any:
 
 
 def default_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "irshard", "search")
+    return files.cache_dir("search")
 
 
 def versions_salt(path: str | None, profile: str | None = None) -> str:
