@@ -97,12 +97,12 @@ def test_a_side_file_changed_by_anyone_else_is_not_believed(tmp_path, change):
     beside = _side_file(cache)
     kept = json.loads(beside.read_text())
     if change == "buffer size":
-        kept["buffers"][0] = re.sub(r"size (\d+)", "size 4", kept["buffers"][0], 1)
+        kept["buffers"][0] = re.sub(r"size (\d+)", "size 4", kept["buffers"][0], count=1)
     elif change == "garbage dumps":
         kept["buffers"] = ["garbage", "garbage"]
     elif change == "huge size":
         kept["buffers"][0] = re.sub(r"size (\d+)", "size 99999999999999999999",
-                                    kept["buffers"][0], 1)
+                                    kept["buffers"][0], count=1)
     elif change == "partitioned HLO":
         assert "all-gather" in kept["partitioned"]
         kept["partitioned"] = kept["partitioned"].replace("all-gather", "all-reduce")

@@ -71,6 +71,16 @@ class SourceLocation:
                            "function": s.function} for s in self.stack]
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> "SourceLocation | None":
+        """A location read back from its JSON form (None for null, or one
+        with no file)."""
+        if not d or d.get("file") is None:
+            return None
+        return cls(d["file"], int(d.get("line") or 0), d.get("function"),
+                   tuple(cls(s["file"], int(s.get("line") or 0), s.get("function"))
+                         for s in d.get("stack") or () if s.get("file") is not None))
+
 
 # The frameworks' plumbing, by import name: where it is installed here is
 # found (not imported) at first use. A name with a `/` is a part of a

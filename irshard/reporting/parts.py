@@ -33,6 +33,12 @@ class Finding:
                 "source": self.source.to_json() if self.source else None,
                 "op_name": self.op_name, "message": self.message}
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Finding":
+        return cls(d.get("kind") or "", d.get("message") or "", d.get("op"),
+                   d.get("shape"), d.get("from"), d.get("to"),
+                   SourceLocation.from_json(d.get("source")), d.get("op_name"))
+
     def describe(self) -> str:
         where = f" at {self.source}" if self.source else ""
         return (f"{self.op or 'an op'}{where}: from {self.from_sharding} to "
@@ -54,6 +60,10 @@ class BudgetOutcome:
             return int(x) if isinstance(x, float) and x.is_integer() else x
         return {"budget": self.budget, "value": whole(self.value),
                 "limit": whole(self.limit), "passed": self.passed}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "BudgetOutcome":
+        return cls(d["budget"], d["value"], d["limit"], bool(d["passed"]))
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,13 @@ class TargetInfo:
         if self.kind == "tpu":
             d["libtpu_flags"] = list(self.libtpu_flags)
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TargetInfo":
+        return cls(d["name"], d["kind"], d.get("profile") or "",
+                   bool(d.get("estimated")), tuple(d.get("topology") or ()),
+                   d.get("slices", 1), d.get("nodes", 1), d.get("gpus_per_node", 0),
+                   d.get("clock_hz"), tuple(d.get("libtpu_flags") or ()))
 
 
 @dataclass(frozen=True)
@@ -149,3 +166,10 @@ class MemoryUse:
             if not self.fits:
                 d["over_bytes"] = self.over_bytes
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "MemoryUse":
+        return cls(d.get("argument_bytes", 0), d.get("output_bytes", 0),
+                   d.get("alias_bytes", 0), d.get("temp_bytes", 0),
+                   Peak.from_json(d["peak"]) if d.get("peak") else None,
+                   d.get("capacity_bytes"))

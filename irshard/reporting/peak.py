@@ -54,6 +54,14 @@ class PeakBuffer:
         d["source"] = self.source.to_json() if self.source is not None else None
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "PeakBuffer":
+        is_input = "path" in d
+        return cls(d["bytes"], d["kind"], d["path"] if is_input else d.get("instruction") or "",
+                   d.get("shape") or "", d.get("op_name"),
+                   SourceLocation.from_json(d.get("source")), is_input,
+                   d.get("copy_of"), d.get("note"))
+
 
 @dataclass(frozen=True)
 class Peak:
@@ -80,6 +88,13 @@ class Peak:
                 "curve": [list(point) for point in self.curve],
                 "by_kind": self.by_kind(),
                 "buffers": [b.to_json() for b in self.buffers]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Peak":
+        return cls(d["bytes"], d.get("schedule_position"), d.get("instruction"),
+                   tuple(PeakBuffer.from_json(b) for b in d.get("buffers") or ()),
+                   d.get("schedule_length", 0),
+                   tuple((int(p), int(b)) for p, b in d.get("curve") or ()))
 
 
 def _prefix(path: str) -> str:

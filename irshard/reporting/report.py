@@ -50,6 +50,15 @@ class TensorInfo:
             d["donated"] = True
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TensorInfo":
+        sharding = d.get("sharding")
+        return cls(d.get("name") or "", d.get("dtype") or "", tuple(d.get("shape") or ()),
+                   tuple(sharding) if isinstance(sharding, list) else None,
+                   tuple(d.get("local_shape") or d.get("shape") or ()), d.get("index"),
+                   sharding if isinstance(sharding, str) else None,
+                   bool(d.get("donated")))
+
     @property
     def sharding_label(self) -> str:
         if self.sharding is None:
@@ -162,6 +171,32 @@ class Collective:
                if self.link is not None else {}),
             **({"why": self.why.to_json()} if self.why is not None else {}),
         }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Collective":
+        """A collective read back from its JSON form; what a short form
+        leaves out (an older report's, one written by hand) reads as
+        unknown."""
+        trips = d.get("loop_trip_counts")
+        if trips is None:
+            runs = d.get("executions", 1)
+            trips = [] if runs == 1 else [runs]
+        axes = d.get("mesh_axes")
+        shapes = d.get("shapes")
+        return cls(
+            name=d["name"], kind=d["kind"], dtype=d.get("dtype") or "?",
+            shape=tuple(d.get("shape") or ()), bytes=d["bytes"],
+            wire_bytes=d.get("wire_bytes", 0),
+            mesh_axes=tuple(axes) if axes is not None else None,
+            group_size=d.get("group_size") or 0,
+            source=SourceLocation.from_json(d.get("source")),
+            attribution=d.get("attribution") or "none", op_name=d.get("op_name"),
+            loop_trip_counts=tuple(trips), is_async=bool(d.get("async")),
+            operands=d.get("operands", 1), backend_dtype=d.get("backend_dtype"),
+            link=d.get("link"), time_s=d.get("time_s"),
+            why=Why.from_json(d["why"]) if d.get("why") else None,
+            shapes=tuple((s["dtype"], tuple(s["shape"])) for s in shapes)
+            if shapes else None)
 
 
 # The fields a `PackedCollective` shares with every collective alike, in
@@ -429,6 +464,38 @@ class CollectiveReport:
         if self.budgets is not None:
             d["budgets"] = [b.to_json() for b in self.budgets]
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CollectiveReport":
+        """The report its JSON form (`to_json`, schema 1) holds, typed again:
+        at a process's or a file's edge, after `core.schema.REPORT` checked
+        it. What the JSON works out from the rest (totals, a collective's
+        executions and scope, the notes of widened types) is worked out
+        again; a short form's missing parts read as unknown."""
+        from irshard.core.specs import MeshAxis
+        mesh = d.get("mesh")
+        spec = MeshSpec(tuple(MeshAxis(a["name"], a["size"], a.get("type", "auto"))
+                              for a in mesh["axes"])) if mesh else None
+        memory, step, roof = d.get("memory"), d.get("step"), d.get("roofline")
+        target = TargetInfo.from_json(d["target"]) if d.get("target") else None
+        report = cls(
+            source=d.get("source") or "-", function=d.get("function"),
+            stage_name=d.get("stage") or "optimized", mesh=spec,
+            platform=(mesh or {}).get("platform"),
+            inputs=tuple(TensorInfo.from_json(t) for t in d.get("inputs") or ()),
+            outputs=tuple(TensorInfo.from_json(t) for t in d.get("outputs") or ()),
+            collectives=tuple(Collective.from_json(c) for c in d["collectives"]),
+            memory=MemoryUse.from_json(memory) if memory else None,
+            module=d.get("module"),
+            budgets=tuple(BudgetOutcome.from_json(b) for b in d["budgets"])
+            if d.get("budgets") is not None else None,
+            target=target, roofline=Roofline.from_json(roof) if roof else None,
+            step=Step.from_json(step) if step else None,
+            findings=tuple(Finding.from_json(f) for f in d.get("findings") or ()))
+        derived = set(report_notes(report))
+        from dataclasses import replace
+        return replace(report, notes=tuple(n for n in d.get("notes") or ()
+                                           if n not in derived))
 
 
 def counted(collectives: Sequence[Collective]) -> Iterable[tuple[Collective, int]]:

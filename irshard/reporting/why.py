@@ -27,6 +27,11 @@ class Origin:
             d["source"] = self.source.to_json() if self.source else None
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Origin":
+        return cls(d.get("kind") or "other", d.get("name") or "",
+                   SourceLocation.from_json(d.get("source")))
+
     def text(self) -> str:
         if self.kind in ("input", "output"):
             return f"{self.kind} {self.name}"
@@ -63,6 +68,14 @@ class Value:
             d["sums_over"] = [v.to_json("value") for v in self.sums]
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any], key: str) -> "Value":
+        sharding = d.get("sharding")
+        return cls(d.get(key) or "", tuple(sharding) if sharding is not None else None,
+                   SourceLocation.from_json(d.get("source")),
+                   {axis: Origin.from_json(o) for axis, o in (d.get("origins") or {}).items()},
+                   tuple(cls.from_json(v, "value") for v in d.get("sums_over") or ()))
+
     def text(self) -> str:
         where = f" at {self.source}" if self.source else ""
         return f"{self.what}{where}"
@@ -98,3 +111,14 @@ class Why:
             d["note"] = self.note
         d["text"] = self.text
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Why":
+        if d.get("made_by") is not None:
+            return cls(d.get("text") or "", note=d.get("note"), made_by=d["made_by"])
+        return cls(d.get("text") or "",
+                   Value.from_json(d["operand"], "value") if d.get("operand") else None,
+                   Value.from_json(d["needed"], "op") if d.get("needed") else None,
+                   {axis: Origin.from_json(o) for axis, o in (d.get("origins") or {}).items()},
+                   tuple(Value.from_json(v, "value") for v in d.get("combined") or ()),
+                   d.get("note"))

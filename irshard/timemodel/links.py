@@ -199,6 +199,11 @@ class Roofline:
             "exposed_comm_s": list(self.exposed_comm_s),
         }
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Roofline":
+        return cls(d["flops"], d.get("bytes_accessed"), d["compute_s"],
+                   d["memory_s"], d["comm_s"])
+
 
 def roofline(profile: Profile, flops: float | None, bytes_accessed: float | None,
              comm_s: float) -> Roofline | None:

@@ -137,6 +137,23 @@ class Step:
             d["unknown_trip_counts"] = self.unknown_trips
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Step":
+        """The step as its JSON form holds it: its times and what they are
+        made of (not its timeline's events, nor its flops and bytes)."""
+        compute = d.get("compute") or {}
+        untimed = d.get("untimed") or {}
+        return cls(step_s=d["step_s"], compute_s=d.get("compute_s", 0.0),
+                   untimed_s=untimed.get("min_s", 0.0), launch_s=d.get("launch_s", 0.0),
+                   exposed_comm_s=d.get("exposed_comm_s", 0.0),
+                   overlapped_comm_s=d.get("overlapped_comm_s", 0.0),
+                   untimed=dict(untimed.get("instructions") or {}),
+                   unknown_trips=d.get("unknown_trip_counts", 0),
+                   compute_by_source=dict(compute.get("by_source") or {}),
+                   compute_by_kind=dict(compute.get("by_kind") or {}),
+                   comm_by_axes={k: (v["exposed_s"], v["overlapped_s"])
+                                 for k, v in (d.get("comm_by_axes") or {}).items()})
+
 
 def _tally() -> SimpleNamespace:
     """`Step`'s fields, mutable, as the walk adds them up."""
