@@ -358,14 +358,14 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     simulated CPU devices or a `target` (`"tpu-v5e:4x4"`), as `irshard
     search` does: mesh shapes over `axes` (default data, fsdp, tensor)
     times the canonical rule sets, each compiled here, within
-    `budget_time` seconds. The result's `winner.candidate` has the
+    `budget_time` seconds. The result's `winner.change` has the
     `mesh_text` and `rules` to give `irshard.compile`; `to_json()`,
     `render_text()`, `render_html()`."""
+    from irshard import library
     from irshard.core import frames
-    from irshard.core.errors import IrshardError
     from irshard.hardware import targets
     from irshard.loading import program
-    from irshard.strategy import candidates, compiling
+    from irshard.strategy import candidates
     from irshard.strategy import search as searching
     frames.note_callers()
     if axes is not None and not isinstance(axes, str):
@@ -384,21 +384,16 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     prog = program.program_of(fn, args, mesh=parse_mesh(f"{names[0]}={count}"),
                               static_argnums=static, grad=grad)
 
-    def compile_one(candidate, explain: bool = False):
-        try:
-            return compile(fn, *args, mesh=candidate.mesh_text,
-                           rules=list(candidate.rules),
-                           constraints=list(candidate.constraints),
-                           static_argnums=static, grad=grad, target=target,
-                           profile=profile, explain=explain).to_json()
-        except IrshardError as e:
-            return compiling.first_line(str(e)) or type(e).__name__
+    def compile_change(change, explain: bool = False):
+        return compile(fn, *args, mesh=change.mesh_text,
+                       rules=list(change.rules), constraints=list(change.constraints),
+                       static_argnums=static, grad=grad, target=target,
+                       profile=profile, explain=explain)
 
-    return searching.search_program(
-        prog, place, devices=count, axes=names,
-        command=(getattr(fn, "__name__", "fn"),), compile_one=compile_one,
-        processes=None, cache=compiling.Cache(None, ""),
-        budget_s=float(budget_time))
+    return library.search_program(
+        prog, place, library.SearchOptions(devices=count, axes=names,
+                                           budget_s=float(budget_time)),
+        command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change)
 
 
 @_x64_kept

@@ -288,11 +288,11 @@ def cmd_suggest(args) -> int:
 def cmd_search(args) -> int:
     import dataclasses
     import json
-    from irshard import frontend
+    from irshard import frontend, library
     from irshard.core.specs import parse_mesh
     from irshard.loading import program as programs
     from irshard.loading.program import parse_names
-    from irshard.strategy import candidates, compiling, search
+    from irshard.strategy import candidates, compilers, search
     axes = candidates.parse_axes(args.axes)
     budget_s = search.parse_duration(args.budget_time)
     check_output_path(args.output)
@@ -318,19 +318,18 @@ def cmd_search(args) -> int:
         source = dataclasses.replace(source, fn=program.function, _resolved={})
     # The program's options; a candidate's --mesh and rules follow them.
     command = source.argv()
-    jobs = compiling.default_jobs() if args.jobs == "auto" else args.jobs
-    cache = compiling.Cache(
-        None if args.no_cache else (args.cache_dir or compiling.default_cache_dir()),
-        compiling.versions_salt(source.path, args.profile) + json.dumps(command),
-        option="--cache-dir" if args.cache_dir and not args.no_cache else None)
-    # Each candidate compiles in a process of its own, even one at a time:
-    # one that crashes or hangs is that candidate's failure, or stopped at
-    # the deadline.
-    processes = compiling.Processes(command, jobs)
-    result = search.search_program(
-        program, placement, devices=count, axes=axes, command=command,
-        compile_one=None, processes=processes, cache=cache, budget_s=budget_s,
-        show_progress=sys.stderr.isatty())
+    options = library.SearchOptions(
+        devices=count, axes=axes, budget_s=budget_s,
+        jobs=compilers.default_jobs() if args.jobs == "auto" else args.jobs,
+        cache_dir=None if args.no_cache else (args.cache_dir
+                                              or compilers.default_cache_dir()),
+        progress=sys.stderr.isatty())
+    if args.cache_dir and not args.no_cache:
+        compilers.Cache(args.cache_dir, "", option="--cache-dir")   # usable
+    result = library.search_program(
+        program, placement, options, command=command,
+        cache_salt=compilers.versions_salt(source.path, args.profile)
+        + json.dumps(command))
     if args.format == "json":
         text = result.render_json()
     elif args.format == "html":

@@ -11,7 +11,7 @@ line parses its arguments into those options and prints what comes back
     collectives  collectives_of(path, stage, mesh)
     diff         reporting.diff.compare(collectives.dumps.diff_side(a), ...)
     suggest      suggest_program(lowered, rules, command)
-    search       strategy.search.search_program
+    search       search_program(program, placement, SearchOptions)
     devices      devices_of(count, cluster, platform)
     calibrate    calibrate_devices(mesh, sizes, repeats, platform)
     opt          ir.opt.opt
@@ -230,6 +230,92 @@ def suggest_program(lowered, shards: Sequence[str], out_shards: Sequence[str],
     return suggest.suggest_for(lowered, options, tuple(command), top=top,
                                max_candidates=max_candidates,
                                jobs=jobs if command else 1)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How a search runs: the devices (or the target's) and the mesh axes
+    to factor them over, the wall-clock budget and the most candidates to
+    compile, the memory limit (bytes per device; the target's capacity
+    where None), how many compiles run at once (`jobs`) or on which Ray
+    cluster (`ray`: an address, or `local`), where compiled candidates are
+    cached (None: nowhere), and whether a progress line is drawn."""
+
+    devices: int | None = None
+    axes: tuple[str, ...] = ("data", "fsdp", "tensor")
+    budget_s: float = 600.0
+    max_candidates: int | None = None
+    memory_limit: int | None = None
+    jobs: int = 1
+    ray: str | None = None
+    cache_dir: str | None = None
+    progress: bool = False
+
+
+def search_program(program, placement, options: SearchOptions, *,
+                   command: Sequence[str], compile_change=None,
+                   fixed_mesh: bool = False, factory: str | None = None,
+                   knob_space: Sequence[tuple[str, Sequence[Any]]] = (),
+                   cache_salt: str = ""):
+    """`irshard search`: the strategies (and knobs) for a loaded program
+    (`program`: its leaves give the rules), compiled by the decision engine
+    as `irshard compile COMMAND FLAGS` in processes of their own (or on a
+    Ray cluster), or, where `compile_change(change, explain)` is given (the
+    Python API), in this process."""
+    import itertools
+    import time
+
+    from irshard.strategy import compilers, engine, search
+    from irshard.strategy import rules as rulesets
+    target = placement.target
+    on_device = target.kind != "cpu"
+    devices = search.device_count(target, options.devices)
+    structure = None if fixed_mesh else rulesets.Structure(search.leaves_of(program))
+    knobs = tuple(tuple(zip([k for k, _ in knob_space], values))
+                  for values in itertools.product(*[v for _, v in knob_space])) \
+        if knob_space else ((),)
+    space = search.Space(structure, devices, tuple(options.axes), knobs,
+                         placement.profile.hbm_bytes if on_device else None,
+                         search.element_bytes)
+    if compile_change is not None:
+        compiler: compilers.Compiler = compilers.Calls(compile_change)
+        explain = lambda o: compile_change(o.change, True)  # noqa: E731
+    else:
+        if options.ray is not None:
+            from irshard.strategy import raycompile
+            compiler = raycompile.RayCluster(command, options.ray, program.source)
+        else:
+            compiler = compilers.Processes(command, options.jobs)
+        explain = _explainer(compiler, command)
+    cache = compilers.Cache(options.cache_dir, cache_salt) \
+        if options.cache_dir is not None else None
+    progress = engine.Progress(0, compiler.jobs, options.progress)
+    budget_s = min(options.budget_s, search.MAX_BUDGET_S)
+    decider = engine.Engine(
+        compiler, cache=cache, argv=lambda change: [*command, *change.flags()],
+        limit=options.memory_limit, deadline=time.monotonic() + budget_s,
+        max_candidates=options.max_candidates,
+        same=search.same_program(structure), progress=progress)
+    try:
+        return search.search(space, decider, command=command,
+                             target=target.text if on_device else "cpu",
+                             budget_s=budget_s, explain=explain, factory=factory,
+                             knob_space=knob_space)
+    finally:
+        close = getattr(compiler, "close", None)
+        if close is not None:
+            close()
+
+
+def _explainer(compiler, command: Sequence[str]):
+    """The report of an outcome's change with each collective's why: its
+    command compiled again with `--explain`."""
+    from irshard.reporting.report import CollectiveReport
+
+    def explain(outcome):
+        found = compiler.compile_all([(0, [*outcome.change.flags(), "--explain"])])
+        return found[0] if isinstance(found[0], CollectiveReport) else None
+    return explain
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,16 @@
 """`irshard suggest`: changes found from the explanations and findings,
 each one's numbers checked against the command it says to run."""
 
+import dataclasses
 import json
 import os
 import re
 
 import pytest
 
-from irshard.strategy import suggest
+from irshard.reporting.report import CollectiveReport
+from irshard.strategy import compilers, suggest
+from irshard.strategy.engine import Engine
 from irshard.core.specs import parse_mesh
 from tests.conftest import EXAMPLES, run_irshard
 from tests.test_explain import REMAT
@@ -47,8 +50,14 @@ def test_remat_is_removed_by_sharding_the_inputs_as_the_op_wants(write):
     assert best["delta_bytes_per_run"] == -result["baseline"]["bytes_per_run"]
     assert {(r["kind"], r["source"]["line"], r["count"]) for r in best["removes"]} \
         == {("all-gather", 4, 2)}
+    assert best["delta_step_s"] < 0
+    # The constraint that moves the add ties on the step and halves the
+    # memory: the verdict's tie-break, as search's, keeps it; it turns one
+    # gather into an all-to-all, and says so rather than "removes".
+    (moved,) = [e for e in result["suggestions"] if e["change"][0] == "--constrain"]
+    assert moved["delta_memory_bytes"] < 0 and not moved["removes"]
+    assert any("becomes an all-to-all" in e for e in moved["effects"])
     for entry in result["suggestions"]:
-        assert entry["delta_time_s"] < 0
         assert_verified(result, entry)
 
 
@@ -103,7 +112,7 @@ def test_bad_counts_are_usage_errors(option, value):
 
 
 def _report(**why):
-    return {
+    return CollectiveReport.from_json({
         "inputs": [{"name": "w", "shape": [8, 16], "sharding": ["x", "_"]},
                    {"name": "b", "shape": [16], "sharding": ["_"]}],
         "outputs": [{"index": 0, "name": "result", "shape": [8, 16]}],
@@ -111,7 +120,7 @@ def _report(**why):
                          "executions": 1, "time_s": 1e-4, "mesh_axes": ["x"],
                          "source": {"file": "m.py", "line": 3}, "why": why}],
         "findings": [],
-    }
+    })
 
 
 def test_candidates_for_a_gathered_input():
@@ -119,7 +128,7 @@ def test_candidates_for_a_gathered_input():
                      needed={"op": "dot_general", "sharding": ["_", "_"],
                              "source": {"file": "m.py", "line": 3}})
     found = suggest.candidates(report, parse_mesh("x=2"), suggest.Options())
-    flags = [c.flags for c in found]
+    flags = [tuple(c.flags()) for c in found]
     assert ("--shard", "w=_,_") in flags              # as the reader needs it
     assert ("--shard", "w=_,x") in flags              # x on the other dimension
     assert found[0].inputs == ((0, "_,_"),)
@@ -130,13 +139,13 @@ def test_candidates_for_an_op_and_an_output():
                               "source": {"file": "m.py", "line": 2}},
                      needed={"op": "output result", "sharding": ["_", "_"]})
     found = suggest.candidates(report, parse_mesh("x=2"), suggest.Options())
-    flags = {c.flags for c in found}
+    flags = {tuple(c.flags()) for c in found}
     assert ("--constrain", "add@m.py:2=_,_") in flags
     assert ("--out-shard", "0=x,_") in flags
     # An output the command already shards is not given twice.
     given = suggest.candidates(report, parse_mesh("x=2"),
                                suggest.Options(out_shards=("0=_,_",)))
-    assert ("--out-shard", "0=x,_") not in {c.flags for c in given}
+    assert ("--out-shard", "0=x,_") not in {tuple(c.flags()) for c in given}
 
 
 # ---------------------------------------------------------------------------
@@ -181,17 +190,17 @@ def test_constrain_mistakes_are_one_line_errors(write, value, message):
 
 def _unfit(inputs, axes="fsdp=4,tp=2"):
     mesh = parse_mesh(axes)
-    return mesh, {
+    return mesh, CollectiveReport.from_json({
         "inputs": [{"name": n, "dtype": "f32", "shape": list(shape),
                     "sharding": list(spec), "local_shape": list(shape)}
                    for n, shape, spec in inputs],
         "outputs": [], "collectives": [], "findings": [],
         "mesh": {"axes": [{"name": a, "size": s} for a, s in
                           zip(mesh.names, [4, 2])]},
-        "memory": {"argument_bytes": 0, "output_bytes": 0, "alias_bytes": 0,
+        "memory": {"argument_bytes": 2, "output_bytes": 0, "alias_bytes": 0,
                    "temp_bytes": 0, "capacity_bytes": 1, "fits": False,
                    "over_bytes": 1},
-    }
+    })
 
 
 def test_memory_candidates_shard_what_the_peak_holds_over_unused_axes():
@@ -213,8 +222,9 @@ def test_memory_candidates_shard_what_the_peak_holds_over_unused_axes():
                for d in described)
     # Memory changes come before any other, and only for what does not fit.
     assert found[0].memory
-    report["memory"]["fits"] = True
-    assert not any(c.memory for c in suggest.candidates(report, mesh, suggest.Options()))
+    fitting = dataclasses.replace(report, memory=dataclasses.replace(
+        report.memory, capacity_bytes=1 << 30))
+    assert not any(c.memory for c in suggest.candidates(fitting, mesh, suggest.Options()))
 
 
 def test_changes_are_combined_until_one_fits():
@@ -226,19 +236,20 @@ def test_changes_are_combined_until_one_fits():
         # Fits only with both the parameters and the batch sharded.
         compiled.append(candidate)
         specs = dict(candidate.inputs)
-        after = json.loads(json.dumps(report))
+        after = report.to_json()
         for i, spec in specs.items():
             after["inputs"][i]["sharding"] = spec.split(",")
-        fits = specs.get(0, "_,_") != "_,_" and specs.get(1, "_,_") != "_,_"
-        after["memory"] = {"argument_bytes": 10 - len(specs), "output_bytes": 0,
-                           "alias_bytes": 0, "temp_bytes": 0, "capacity_bytes": 8,
-                           "fits": fits}
-        return after
+        both = specs.get(0, "_,_") != "_,_" and specs.get(1, "_,_") != "_,_"
+        after["memory"] = {"argument_bytes": 8 if both else 10 - len(specs),
+                           "output_bytes": 0, "alias_bytes": 0, "temp_bytes": 0,
+                           "capacity_bytes": 8}
+        return CollectiveReport.from_json(after)
 
     found = suggest.candidates(report, mesh, suggest.Options())
-    result = suggest.suggest(report, found, compile_one, None, ["f.py"], 3,
-                             mesh, suggest.Options())
-    helpful = result.helpful()
+    engine = Engine(compilers.Calls(compile_one))
+    result = suggest.suggest(engine, report, found, ["f.py"], 3, mesh,
+                             suggest.Options())
+    helpful = result.to_json()["suggestions"]
     assert helpful and all(e["fits"] for e in helpful)
     best = helpful[0]
     assert "; " in best["description"]           # one change on top of another

@@ -70,15 +70,17 @@ def test_a_page_embeds_only_the_sources_its_compile_ran(tmp_path, capsys):
 
 
 def _report(step=0.01):
-    return {"schema": 1, "collectives": [], "inputs": [],
-            "totals": {"count": 0, "bytes_per_run": 0, "wire_bytes_per_run": 0},
-            "step": {"step_s": step, "compute_s": step, "exposed_comm_s": 0.0},
-            "memory": {"argument_bytes": 64, "output_bytes": 0, "temp_bytes": 0,
-                       "alias_bytes": 0}}
+    from irshard.reporting.report import CollectiveReport
+    return CollectiveReport.from_json(
+        {"schema": 1, "collectives": [], "inputs": [],
+         "totals": {"count": 0, "bytes_per_run": 0, "wire_bytes_per_run": 0},
+         "step": {"step_s": step, "compute_s": step, "exposed_comm_s": 0.0},
+         "memory": {"argument_bytes": 64, "output_bytes": 0, "temp_bytes": 0,
+                    "alias_bytes": 0}})
 
 
 def test_the_search_cache_never_writes_through_a_planted_link(tmp_path, monkeypatch):
-    from irshard.strategy import compiling
+    from irshard.strategy import compilers as compiling
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
     cache_dir = tmp_path / "cache"
@@ -103,7 +105,7 @@ def test_the_search_cache_never_writes_through_a_planted_link(tmp_path, monkeypa
 
 
 def test_the_search_cache_key_holds_the_profile_s_contents(tmp_path):
-    from irshard.strategy import compiling
+    from irshard.strategy import compilers as compiling
     program, profile = tmp_path / "p.py", tmp_path / "profile.json"
     program.write_text("def f(a: 'f32[8]'):\n    return a\n")
     profile.write_text('{"links": {}}')
@@ -116,7 +118,7 @@ def test_the_search_cache_key_holds_the_profile_s_contents(tmp_path):
 
 def test_a_failure_is_not_cached(tmp_path):
     from tests.test_search import engine
-    from irshard.strategy import compiling
+    from irshard.strategy import compilers as compiling
     from irshard.core.errors import IrshardError
     cache = compiling.Cache(str(tmp_path), "salt")
     first, second = [], []
@@ -130,7 +132,7 @@ def test_a_failure_is_not_cached(tmp_path):
 
 
 TAMPERED = [
-    json.dumps({"report": _report(-1.0)}),
+    json.dumps({"report": _report(-1.0).to_json()}),
     "[]", "null", '{"report": {}}', '{"key": "k", "report": {}}',
     "[" * 100000 + "]" * 100000,
     '{"a":' * 70 + "1" + "}" * 70,
@@ -143,7 +145,7 @@ TAMPERED = [
 
 def test_a_tampered_or_odd_cache_entry_is_recompiled(tmp_path):
     import threading
-    from irshard.strategy import compiling
+    from irshard.strategy import compilers as compiling
     cache = compiling.Cache(str(tmp_path), "salt")
     argv = ["--mesh", "x=2"]
     cache.put(argv, _report())
@@ -165,15 +167,15 @@ def test_a_tampered_or_odd_cache_entry_is_recompiled(tmp_path):
     calls = []
     result = engine(lambda c: _report(0.5), cache=cache, calls=calls)
     key_of = compiling.Cache(str(tmp_path), "salt")._where
-    first = result.outcomes[0].candidate.flags()
+    compiled = [o for o in result.outcomes if o.status == "ok"]
+    first = ["gpt.py", *compiled[0].change.flags()]
     with open(key_of(first)[0], "w") as f:
-        json.dump({"key": key_of(first)[1], "report": _report(-1.0)}, f)
+        json.dump({"key": key_of(first)[1], "report": _report(-1.0).to_json()}, f)
     again = []
     result = engine(lambda c: _report(0.5), cache=cache, calls=again)
-    # (then the new winner's explanation, which the first search did not need)
-    assert again[0] == calls[0] and calls[0] not in again[1:]
-    assert result.winner.numbers["step_s"] == 0.5
-    assert all(o.numbers["step_s"] == 0.5 for o in result.outcomes)
+    assert again == calls[:1]
+    assert result.winner.figures.step_s == 0.5
+    assert all(o.figures.step_s == 0.5 for o in result.outcomes if o.figures)
     # A FIFO, a directory or a link where an entry would be: missing, at once.
     os.unlink(path)
     os.mkfifo(path)

@@ -316,23 +316,23 @@ def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None
 # A side of `irshard diff`
 
 
-def _pick(modules: list[dict[str, Any]], path: str, module: str | None
-          ) -> dict[str, Any]:
+def _pick(modules: list[CollectiveReport], path: str, module: str | None
+          ) -> CollectiveReport:
     """One module's report among several: the one `--module` names, else
     the only one that runs on more than one device."""
     if module is not None:
-        named = [m for m in modules if module in (m.get("module") or "")]
+        named = [m for m in modules if module in (m.module or "")]
         if len(named) == 1:
             return named[0]
         what = "no module" if not named else f"{len(named)} modules"
         raise UsageError(f"{path}: {what} named like '{module}'; modules: "
-                         + ", ".join(m.get("module") or "?" for m in modules))
-    found = main_module(modules, lambda m: (m.get("mesh") or {}).get("devices", 1) > 1
-                        or bool(m.get("collectives")))
+                         + ", ".join(m.module or "?" for m in modules))
+    found = main_module(modules, lambda m: (m.mesh is not None and m.mesh.num_devices > 1)
+                        or bool(m.collectives))
     if found is not None:
         return found
     raise UsageError(f"{path} holds {len(modules)} modules; name one with "
-                     f"--module: " + ", ".join(m.get("module") or "?" for m in modules))
+                     f"--module: " + ", ".join(m.module or "?" for m in modules))
 
 
 def load_side(path: str, module: str | None = None, stage: str = "optimized") -> Side:
@@ -347,7 +347,8 @@ def load_side(path: str, module: str | None = None, stage: str = "optimized") ->
             modules = [m for m in value["modules"] if is_report(m)]
             for i, m in enumerate(modules):
                 schema.check(m, schema.REPORT, f"report {path}, module {i}")
-            value = _pick(modules, path, module)
+            return Side(path, _pick([CollectiveReport.from_json(m) for m in modules],
+                                    path, module))
         if not is_report(value):
             raise UsageError(f"'{path}' is not an irshard report (no "
                              f"'collectives' list); {HINT}")
@@ -356,10 +357,10 @@ def load_side(path: str, module: str | None = None, stage: str = "optimized") ->
                              f"{json.dumps(value.get('schema'))}; this irshard "
                              f"reads reports of schema {SCHEMA}")
         schema.check(value, schema.REPORT, f"report {path}")
-        return Side(path, value)
+        return Side(path, CollectiveReport.from_json(value))
     backend.configure(1, "cpu")
     found, _ = reports(path, stage, None)
-    return Side(path, _pick([r.to_json() for r in found], path, module))
+    return Side(path, _pick(list(found), path, module))
 
 
 def diff_side(value: Any, label: str | None = None) -> Side:
@@ -370,16 +371,14 @@ def diff_side(value: Any, label: str | None = None) -> Side:
         return Side(found.path, found.report, label)
     if is_report(value):
         schema.check(value, schema.REPORT, "diff: the report")
-        return Side(value.get("source") or "-", value, label)
-    to_json = getattr(value, "to_json", None)
-    if to_json is None or not hasattr(value, "collectives"):
+        value = CollectiveReport.from_json(value)
+    elif not isinstance(value, CollectiveReport):
         raise UsageError(f"diff: expected a report (irshard.compile's), its "
                          f"JSON form or a path, not {type(value).__name__}")
-    report = to_json()
     if label is None:
-        what = report.get("function") or report.get("module")
-        mesh = ",".join(f"{a['name']}={a['size']}"
-                        for a in (report.get("mesh") or {}).get("axes", ()))
-        label = os.path.basename(report.get("source") or "-") \
+        what = value.function or value.module
+        mesh = ",".join(f"{a.name}={a.size}" for a in value.mesh.axes) \
+            if value.mesh is not None else ""
+        label = os.path.basename(value.source or "-") \
             + (f" ({what})" if what else "") + (f" mesh {mesh}" if mesh else "")
-    return Side(report.get("source") or "-", report, label)
+    return Side(value.source or "-", value, label)

@@ -17,6 +17,7 @@ from typing import Any
 
 from irshard.reporting import htmlreport
 from irshard.reporting import notebook
+from irshard.reporting.report import Collective, CollectiveReport
 from irshard.reporting.text import change_text, human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 
@@ -34,14 +35,14 @@ class Group:
     time_s: float | None = None
     names: list[str] = field(default_factory=list)
 
-    def add(self, c: dict[str, Any]) -> None:
-        runs = c.get("executions") or 1
+    def add(self, c: Collective) -> None:
+        runs = c.executions
         self.count += 1
-        self.bytes_per_run += c["bytes"] * runs
-        self.wire_bytes_per_run += c.get("wire_bytes", 0) * runs
-        if c.get("time_s") is not None:
-            self.time_s = (self.time_s or 0.0) + c["time_s"] * runs
-        self.names.append(c["name"])
+        self.bytes_per_run += c.bytes * runs
+        self.wire_bytes_per_run += c.wire_bytes * runs
+        if c.time_s is not None:
+            self.time_s = (self.time_s or 0.0) + c.time_s * runs
+        self.names.append(c.name)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"count": self.count, "bytes_per_run": self.bytes_per_run,
@@ -54,67 +55,61 @@ class Group:
 
 @dataclass(frozen=True)
 class Side:
-    """One report, as its JSON form."""
+    """One report compared, and where it came from."""
 
     path: str
-    report: dict[str, Any]
+    report: CollectiveReport
     name: str | None = None        # the label given, where not the file's
 
     @property
     def label(self) -> str:
         if self.name is not None:
             return self.name
-        r = self.report
-        what = r.get("function") or r.get("module")
+        what = self.report.function or self.report.module
         return f"{os.path.basename(self.path.rstrip(os.sep)) or self.path}" \
             + (f" ({what})" if what else "")
 
     def groups(self) -> dict[tuple[str, int, str], Group]:
-        found: dict[tuple[str, int, str], Group] = {}
-        for c in self.report.get("collectives", []):
-            source = c.get("source") or {}
-            key = (source.get("file") or "-", int(source.get("line") or 0), c["kind"])
-            found.setdefault(key, Group()).add(c)
-        return found
+        return groups(self.report)
 
     def functions(self) -> dict[tuple[str, int], str]:
         """(file, line) -> the function it is in, for display."""
-        result = {}
-        for c in self.report.get("collectives", []):
-            source = c.get("source") or {}
-            if source.get("function"):
-                result.setdefault((source.get("file"), source.get("line")),
-                                  source["function"])
+        result: dict[tuple[str, int], str] = {}
+        for c in self.report.collectives:
+            if c.source is not None and c.source.function:
+                result.setdefault((c.source.file, c.source.line), c.source.function)
         return result
 
     def totals(self) -> dict[str, Any]:
-        t = self.report.get("totals") or {}
-        memory = self.report.get("memory")
-        d: dict[str, Any] = {
-            "count": t.get("count", len(self.report.get("collectives", []))),
-            "bytes_per_run": t.get("bytes_per_run", 0),
-            "wire_bytes_per_run": t.get("wire_bytes_per_run", 0),
-        }
-        if t.get("time_s") is not None:
-            d["time_s"] = t["time_s"]
-        if memory:
-            d["memory_bytes"] = (memory.get("argument_bytes", 0)
-                                 + memory.get("output_bytes", 0)
-                                 + memory.get("temp_bytes", 0)
-                                 - memory.get("alias_bytes", 0))
-            if memory.get("peak"):
-                d["memory_bytes"] = memory["peak"]["bytes"]
-        return d
+        return totals(self.report)
 
     def peak_by_kind(self) -> dict[str, int] | None:
         """The memory peak's bytes per kind of buffer, where it was read."""
-        found = (self.report.get("memory") or {}).get("peak")
-        if not found:
-            return None
-        kinds: dict[str, int] = {}
-        for b in found["buffers"]:
-            kinds[b["kind"]] = kinds.get(b["kind"], 0) + b["bytes"]
-        return kinds
+        memory = self.report.memory
+        return memory.peak.by_kind() if memory is not None and memory.peak else None
+
+
+def groups(report: CollectiveReport) -> dict[tuple[str, int, str], Group]:
+    """The report's collectives by (file, line, kind)."""
+    found: dict[tuple[str, int, str], Group] = {}
+    for c in report.collectives:
+        key = (c.source.file if c.source else "-", c.source.line if c.source else 0,
+               c.kind)
+        found.setdefault(key, Group()).add(c)
+    return found
+
+
+def totals(report: CollectiveReport) -> dict[str, Any]:
+    """What a comparison reads of a report: its collectives' count, bytes
+    and time per run, and memory per device (the peak where it was read)."""
+    t = report.totals()
+    d: dict[str, Any] = {"count": t["count"], "bytes_per_run": t["bytes_per_run"],
+                         "wire_bytes_per_run": t["wire_bytes_per_run"]}
+    if t.get("time_s") is not None:
+        d["time_s"] = t["time_s"]
+    if report.memory is not None:
+        d["memory_bytes"] = report.memory.in_use
+    return d
 
 
 def is_report(value: Any) -> bool:
@@ -212,10 +207,10 @@ class Diff:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA,
-                "a": {"path": self.a.path, "source": self.a.report.get("source"),
-                      "function": self.a.report.get("function")},
-                "b": {"path": self.b.path, "source": self.b.report.get("source"),
-                      "function": self.b.report.get("function")},
+                "a": {"path": self.a.path, "source": self.a.report.source,
+                      "function": self.a.report.function},
+                "b": {"path": self.b.path, "source": self.b.report.source,
+                      "function": self.b.report.function},
                 "changes": [c.to_json() for c in self.changes
                             if c.status != "same"],
                 "unchanged": sum(1 for c in self.changes if c.status == "same"),

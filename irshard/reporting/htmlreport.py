@@ -292,8 +292,8 @@ def render_diff(diff) -> str:
     a, b = diff.a, diff.b
     data = {"diff": diff.to_json(),
             "changes": [c.to_json() for c in diff.changes],
-            "a": {"label": a.label, "report": a.report},
-            "b": {"label": b.label, "report": b.report},
+            "a": {"label": a.label, "report": a.report.to_json()},
+            "b": {"label": b.label, "report": b.report.to_json()},
             "sources": {},
             "renamed": diff.renamed}
     return page("diff", data, f"irshard diff: {a.label} vs {b.label}")
@@ -305,7 +305,7 @@ def render_search(result) -> str:
     data = result.to_json()
     winner = result.winner
     return page("search", {"search": data,
-                           "reproduce": result.command_text(winner.candidate)
+                           "reproduce": result.command_text(winner.change)
                            if winner is not None else ""},
                 f"irshard search: {os.path.basename(result.command[0])} on "
                 f"{result.target}")

@@ -188,7 +188,7 @@ class Collective:
             shape=tuple(d.get("shape") or ()), bytes=d["bytes"],
             wire_bytes=d.get("wire_bytes", 0),
             mesh_axes=tuple(axes) if axes is not None else None,
-            group_size=d.get("group_size") or 0,
+            group_size=d.get("group_size") or 1,
             source=SourceLocation.from_json(d.get("source")),
             attribution=d.get("attribution") or "none", op_name=d.get("op_name"),
             loop_trip_counts=tuple(trips), is_async=bool(d.get("async")),

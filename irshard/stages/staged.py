@@ -286,9 +286,10 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     # Named in the mesh's order: the links of `fsdp,tensor` and
     # `tensor,fsdp` are the same.
     order = {axis.name: i for i, axis in enumerate(info.mesh.axes)}
-    return step.by_axes(lambda name: ",".join(sorted(
+    step = step.by_axes(lambda name: ",".join(sorted(
         axes.get(name, ("?",)),
         key=lambda a: (order.get(a.split(":")[0], len(order)), a))))
+    return dataclasses.replace(step, error_band=info.placement.profile.error_band)
 
 
 def _read(text_of: Callable[[], str], parsed, use):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from irshard.core.errors import UsageError
 from irshard.reporting.text import human_bytes
 from irshard.strategy import rules as rulesets
+from irshard.strategy.change import Change
 
 DEFAULT_AXES = ("data", "fsdp", "tensor")
 _ABBREVIATIONS = {"data": "DP", "fsdp": "FSDP", "tensor": "TP", "sequence": "SP",
@@ -21,38 +22,6 @@ _ABBREVIATIONS = {"data": "DP", "fsdp": "FSDP", "tensor": "TP", "sequence": "SP"
 _CANONICAL = ({"data"}, {"fsdp"}, {"tensor"}, {"fsdp", "tensor"})
 
 
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A mesh and the rules that shard the program's inputs on it."""
-
-    strategy: str                          # FSDP+TP, DP, ...
-    mesh: tuple[tuple[str, int], ...]      # (axis, size), major to minor
-    rules: tuple[tuple[str, str], ...]     # (pattern, spec), first match applies
-    origin: str = "canonical"              # canonical, combined, move
-    change: str = ""                       # what a move changed
-    # A move's --constrain items: (match, spec), as irshard.compile's
-    # constraints=.
-    constraints: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def mesh_text(self) -> str:
-        return ",".join(f"{name}={size}" for name, size in self.mesh)
-
-    @property
-    def key(self) -> tuple[Any, ...]:
-        return (self.mesh, self.rules, self.constraints)
-
-    def flags(self) -> list[str]:
-        """`--mesh`, `--shard` (and a move's `--constrain`) as `irshard
-        compile` takes them."""
-        flags = ["--mesh", self.mesh_text]
-        for pattern, spec in self.rules:
-            flags += ["--shard", f"{pattern}={spec}"]
-        for match, spec in self.constraints:
-            flags += ["--constrain", f"{match}={spec}"]
-        return flags
 
 
 def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
@@ -105,7 +74,7 @@ def plans(devices: int, axes: Sequence[str]) -> list[tuple[rulesets.Plan, str]]:
 
 @dataclass(frozen=True)
 class Pruned:
-    candidate: Candidate
+    change: Change
     reason: str
 
 
@@ -117,7 +86,7 @@ def _spec_factor(spec: str, sizes: dict[str, int]) -> int:
     return factor
 
 
-def argument_bytes(structure: rulesets.Structure, candidate: Candidate,
+def argument_bytes(structure: rulesets.Structure, candidate: Change,
                    element_bytes: Callable[[str], int]) -> int:
     """Bytes of the inputs one device holds under `candidate`'s rules."""
     sizes = dict(candidate.mesh)
@@ -127,7 +96,7 @@ def argument_bytes(structure: rulesets.Structure, candidate: Candidate,
                for leaf in structure.leaves)
 
 
-def _unused_axes(structure: rulesets.Structure, candidate: Candidate) -> list[str]:
+def _unused_axes(structure: rulesets.Structure, candidate: Change) -> list[str]:
     used = set()
     for spec in rulesets.specs_of(structure, candidate.rules).values():
         for entry in spec.split(","):
@@ -137,13 +106,15 @@ def _unused_axes(structure: rulesets.Structure, candidate: Candidate) -> list[st
 
 def candidates(structure: rulesets.Structure, devices: int, axes: Sequence[str],
                capacity: int | None, element_bytes: Callable[[str], int]
-               ) -> tuple[list[Candidate], list[Pruned]]:
+               ) -> tuple[list[Change], list[Pruned]]:
     """The candidates worth compiling, in order, and those pruned."""
     kept, pruned, seen = [], [], set()
     for plan, origin in plans(devices, axes):
         names = [a for a, _ in plan.axes]
-        candidate = Candidate(strategy_name(names, plan.fsdp_hidden), plan.axes,
-                              rulesets.build_rules(structure, plan), origin)
+        strategy = strategy_name(names, plan.fsdp_hidden)
+        candidate = Change(f"{strategy} on {','.join(f'{n}={k}' for n, k in plan.axes)}",
+                           mesh=plan.axes, rules=rulesets.build_rules(structure, plan),
+                           strategy=strategy, origin=origin)
         if candidate.key in seen:
             continue
         seen.add(candidate.key)

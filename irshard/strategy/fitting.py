@@ -43,25 +43,26 @@ def widened(entries: Sequence[str], shape: Sequence[int], axis: str,
     return None
 
 
-def memory_changes(inputs: dict[str, tuple[int, dict[str, Any]]],
+def memory_changes(inputs: dict[str, tuple[int, Any]],
                    axes: Sequence[str],
                    fits: Callable[[Sequence[str], Sequence[int]], bool]
                    ) -> list[tuple[str, list[tuple[str, list[str]]]]]:
     """(description, [(input name, new entries)]) per change, in the order
-    they are worth trying; `inputs` are the report's, by name."""
+    they are worth trying; `inputs` are the report's (`TensorInfo`), by
+    name."""
     choices = ([list(axes)] if len(axes) > 1 else []) + [[a] for a in axes]
     found = []
     for kinds, what in _GROUPS:
         for chosen in choices:
             changes = []
             for name, (_, info) in inputs.items():
-                if input_kind(name, bool(info.get("donated"))) not in kinds \
-                        or info.get("sharding") is None:
+                if input_kind(name, info.donated) not in kinds \
+                        or info.sharding is None:
                     continue
-                entries = info["sharding"]
+                entries = list(info.sharding)
                 for axis in chosen:
-                    entries = widened(entries, info["shape"], axis, fits) or entries
-                if entries != info["sharding"]:
+                    entries = widened(entries, info.shape, axis, fits) or entries
+                if entries != list(info.sharding):
                     changes.append((name, list(entries)))
             if changes:
                 over = " and ".join(chosen)

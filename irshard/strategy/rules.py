@@ -274,7 +274,16 @@ def build_rules(structure: Structure, plan: Plan) -> tuple[tuple[str, str], ...]
         want = None if leaf.path in replicated else wanted[leaf.path]
         if spec != want:
             exact.append((leaf.path, wanted[leaf.path]))
-    return tuple(exact + ordered)
+    # A leaf's own rule goes first, once (a pattern may already be its path).
+    mine = {path for path, _ in exact}
+    found = tuple(exact + [r for r in ordered if r[0] not in mine])
+    if specs_of(structure, found) != {leaf.path: wanted[leaf.path]
+                                      for leaf in structure.leaves}:
+        # What globs cannot say without picking leaves meant otherwise:
+        # each sharded leaf its own rule.
+        found = tuple((leaf.path, wanted[leaf.path]) for leaf in structure.leaves
+                      if leaf.path not in replicated)
+    return found
 
 
 def _first(rules: Iterable[tuple[str, str]], path: str) -> tuple[str, str] | None:

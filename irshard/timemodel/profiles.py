@@ -82,6 +82,9 @@ class Profile:
     # A TPU's clock: what turns the cycles libtpu's cost model estimates for
     # an instruction into seconds; None where no figure is sourced.
     clock_hz: float | None = None
+    # The time model's relative error on this target, as checked against
+    # measurements (its source says which): steps closer than it tie.
+    error_band: float = 0.0
 
     def for_devices(self, devices: int) -> "Profile":
         """The profile as measured with `devices` devices, or with the
@@ -139,7 +142,7 @@ def profile_from_json(name: str, data: dict[str, Any]) -> Profile:
                            {int(g): float(v) for g, v
                             in (values.get("rendezvous") or {}).items()})
     numbers = {k: data.get(k) for k in ("hbm_bytes", "hbm_bandwidth", "peak_flops",
-                                        "clock_hz")}
+                                        "clock_hz", "error_band")}
     return Profile(
         name=name,
         hbm_bytes=int(_number(numbers["hbm_bytes"])) if numbers["hbm_bytes"] else None,
@@ -149,6 +152,7 @@ def profile_from_json(name: str, data: dict[str, Any]) -> Profile:
         if numbers["peak_flops"] else None,
         links=links,
         clock_hz=float(_number(numbers["clock_hz"])) if numbers["clock_hz"] else None,
+        error_band=float(_number(numbers["error_band"])) if numbers["error_band"] else 0.0,
         wraparound=(data.get("torus") or {}).get("wraparound"),
         sources={k: _source(v) for k, v in numbers.items() if v},
         compute={k: _number(v) for k, v in (data.get("compute") or {}).items()},

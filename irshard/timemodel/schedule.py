@@ -106,6 +106,9 @@ class Step:
     # The communication by the mesh axes it crosses, where the report maps
     # its collectives to them (`by_axes`): axes -> (exposed, overlapped).
     comm_by_axes: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # The time model's relative error on the target (its profile's
+    # `error_band`): steps closer than it tie.
+    error_band: float = 0.0
 
     def by_axes(self, axes_of: Callable[[str | None], str]) -> "Step":
         """The step with its communication summed by `axes_of` each
@@ -135,6 +138,8 @@ class Step:
                             "min_s": self.untimed_s}
         if self.unknown_trips:
             d["unknown_trip_counts"] = self.unknown_trips
+        if self.error_band:
+            d["error_band"] = self.error_band
         return d
 
     @classmethod
@@ -152,7 +157,8 @@ class Step:
                    compute_by_source=dict(compute.get("by_source") or {}),
                    compute_by_kind=dict(compute.get("by_kind") or {}),
                    comm_by_axes={k: (v["exposed_s"], v["overlapped_s"])
-                                 for k, v in (d.get("comm_by_axes") or {}).items()})
+                                 for k, v in (d.get("comm_by_axes") or {}).items()},
+                   error_band=d.get("error_band", 0.0))
 
 
 def _tally() -> SimpleNamespace:

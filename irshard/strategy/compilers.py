@@ -1,6 +1,21 @@
-"""How `irshard search` compiles its candidates: as `irshard compile`
-does, in this process or in `jobs` processes running that command (stopped
-at the deadline), with a cache of compiled candidates' reports.
+"""How the decision engine compiles its candidates: one interface, three
+ways. A compiler takes `(key, Change)` pairs and a deadline, and calls back
+with each one's result, a typed report (`CollectiveReport`) or a `Failure`:
+
+- `Traced`: in this process, from the program already traced (its StableHLO
+  with the change's input and output shardings and constraints: JAX does
+  not trace again; no other mesh or knobs);
+- `Calls`: in this process, by a function that compiles a change (the
+  Python API, which traces the user's function again);
+- `Processes`: in `jobs` processes, each running `irshard compile` with the
+  change's flags appended (a candidate that crashes or hangs is that
+  candidate's failure; those still running at the deadline, or an
+  interruption, are stopped);
+- `irshard.strategy.raycompile.RayCluster`: the same command on a Ray
+  cluster's workers.
+
+Reports cross a process's edge as JSON and are typed again at once. The
+cache (`Cache`) keeps compiled reports by what decides the compile.
 """
 
 from __future__ import annotations
@@ -17,16 +32,18 @@ import time
 from typing import Any, Callable, Sequence
 
 from irshard.core import files, interrupts, schema
-from irshard.core.errors import ERROR_PREFIX, InputError, UsageError
+from irshard.core.errors import ERROR_PREFIX, InputError, IrshardError, UsageError
+from irshard.reporting.report import CollectiveReport
+from irshard.strategy.change import Change
 
 # An entry larger than this is not read: a large program's report is a
 # few MB.
 MAX_ENTRY_BYTES = 256 << 20
 
-# What the search reads of a cached report (its ranking, and the moves
-# from an explained one), besides what every report has.
-_STEP = schema.Object({}, {k: schema.Number() for k in (
-    "step_s", "launch_s", "compute_s", "exposed_comm_s", "overlapped_comm_s")})
+# What a cached report must hold (what every report has, and what the
+# verdict and the moves read of one).
+_STEP = schema.Object({"step_s": schema.Number()}, {k: schema.Number() for k in (
+    "launch_s", "compute_s", "exposed_comm_s", "overlapped_comm_s")})
 _MEMORY = schema.Object({}, {
     **schema.MEMORY.optional, "fits": schema.Null(schema.Boolean()),
     "capacity_bytes": schema.Null(schema.Number(integer=True))})
@@ -40,6 +57,35 @@ ENTRY = schema.Object({"key": schema.String(), "report": schema.Object(
      "memory": schema.Null(_MEMORY),
      "outputs": schema.List(schema.Object({}, {"name": schema.Null(schema.String()),
                                                "sharding": _SHARDING}))})})
+
+# What a compiler calls back with: the key it was given, the result, and
+# the compile's wall time.
+Done = Callable[[Any, "CollectiveReport | Failure", float], None]
+
+
+class Failure(str):
+    """Why a candidate did not compile, with the exit status its `irshard
+    compile` ended with (3 for a crash)."""
+
+    exit_code: int = 2
+
+    def __new__(cls, text: str, exit_code: int = 2) -> "Failure":
+        failure = super().__new__(cls, text)
+        failure.exit_code = exit_code
+        return failure
+
+
+def failure_of(returncode: int, stderr: str) -> Failure:
+    """A finished `irshard compile`'s failure: its error line, or the
+    signal that ended it."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return Failure(f"the compile crashed ({name})", 3)
+    return Failure(first_line(stderr) or f"exit status {returncode}",
+                   returncode if returncode in (1, 2, 3) else 3)
 
 
 class Cache:
@@ -72,7 +118,7 @@ class Cache:
             return None, key
         return os.path.join(self.directory, key[:32] + ".json"), key
 
-    def get(self, argv: Sequence[str]) -> dict[str, Any] | None:
+    def get(self, argv: Sequence[str]) -> CollectiveReport | None:
         """The report cached for `argv`, or None."""
         path, key = self._where(argv)
         if path is None:
@@ -82,14 +128,16 @@ class Cache:
             return None
         try:
             schema.check(entry, ENTRY, "search cache entry")
-        except InputError:
+            if entry["key"] != key:
+                return None
+            return CollectiveReport.from_json(entry["report"])
+        except (InputError, KeyError, TypeError, ValueError):
             return None
-        return entry["report"] if entry["key"] == key else None
 
     def put(self, argv: Sequence[str], report: Any) -> None:
         """Keeps `report` (a compile's report; anything else is not kept)."""
         path, key = self._where(argv)
-        if path is None or not isinstance(report, dict):
+        if path is None or not isinstance(report, CollectiveReport):
             return
         tmp = None
         try:
@@ -102,7 +150,7 @@ class Cache:
                          | getattr(os, "O_CLOEXEC", 0), 0o666)
             tmp = name
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"key": key, "report": report}, f)
+                json.dump({"key": key, "report": report.to_json()}, f)
             os.replace(tmp, path)
             tmp = None
         except (OSError, ValueError):
@@ -173,32 +221,114 @@ def first_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[0].removeprefix(ERROR_PREFIX)
 
 
-class Failure(str):
-    """Why a candidate did not compile, with the exit status its `irshard
-    compile` ended with (3 for a crash)."""
-
-    exit_code: int = 2
-
-    def __new__(cls, text: str, exit_code: int = 2) -> "Failure":
-        failure = super().__new__(cls, text)
-        failure.exit_code = exit_code
-        return failure
+# ---------------------------------------------------------------------------
+# The compilers
 
 
-def failure_of(returncode: int, stderr: str) -> Failure:
-    """A finished `irshard compile`'s failure: its error line, or the
-    signal that ended it."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return Failure(f"the compile crashed ({name})", 3)
-    return Failure(first_line(stderr) or f"exit status {returncode}",
-                   returncode if returncode in (1, 2, 3) else 3)
+class Compiler:
+    """Compiles changes: `run(work, deadline, done)` calls `done(key,
+    result, seconds)` for each `(key, change)` of `work` it compiles and
+    returns the keys the deadline left; `jobs` is how many it compiles at
+    once. `remote` says whether a compile's report comes from another
+    process (and so cannot carry what JSON does not hold)."""
+
+    jobs = 1
+
+    def run(self, work: Sequence[tuple[Any, Change]], deadline: float,
+            done: Done) -> list[Any]:
+        raise NotImplementedError
+
+    def compile_all(self, work: Sequence[tuple[Any, Change]]) -> list[Any]:
+        """Each change's result, in order, with no deadline."""
+        results: dict[int, Any] = {}
+        self.run([(i, change) for i, (_, change) in enumerate(work)], float("inf"),
+                 lambda i, result, seconds: results.__setitem__(i, result))
+        return [results[i] for i in range(len(work))]
 
 
-class Processes:
+class _OneAtATime(Compiler):
+    """A compiler that compiles in this process, one change after another;
+    one that would not finish before the deadline (as long as the typical
+    compile so far) is not begun."""
+
+    def compile(self, change: Change) -> CollectiveReport:
+        raise NotImplementedError
+
+    def run(self, work, deadline, done):
+        left, took = [], []
+        for key, change in work:
+            typical = sorted(took)[len(took) // 2] if took else 0.0
+            if time.monotonic() + typical >= deadline:
+                left.append(key)
+                continue
+            started = time.monotonic()
+            try:
+                result: Any = self.compile(change)
+            except IrshardError as e:
+                result = Failure(first_line(str(e)) or type(e).__name__, e.exit_code)
+            seconds = time.monotonic() - started
+            took.append(seconds)
+            done(key, result, seconds)
+        return left
+
+
+class Traced(_OneAtATime):
+    """From the program already traced (`lowered`, the `stablehlo` stage):
+    its module with the change's input and output shardings and
+    constraints, compiled as `compile` compiles it."""
+
+    def __init__(self, lowered, explain: bool = False):
+        self.lowered = lowered
+        self.explain = explain
+
+    def compile(self, change: Change) -> CollectiveReport:
+        import dataclasses
+
+        from irshard.backend import shardy
+        from irshard.core.specs import parse_sharding
+        from irshard.ir.annotation import annotate
+        from irshard.passes import pass_class
+        if change.mesh is not None or change.knobs:
+            raise UsageError("a traced program's mesh and knobs are its own")
+        module = shardy.clone_module(self.lowered.module)
+        annotate(module, self.lowered.info.mesh,
+                 {i: parse_sharding(s) for i, s in change.inputs},
+                 {i: parse_sharding(s) for i, s in change.outputs})
+        constrain = pass_class("irshard-constrain")
+        for match, spec in change.constraints:
+            constrain(match=match, sharding=spec).apply(module)
+        stage = dataclasses.replace(self.lowered, module=module)
+        compiled = stage.compile(partitioned=self.explain)
+        report = compiled.report()
+        if self.explain:
+            from irshard.collectives import explain
+            report = explain.explained(report, stage, compiled)
+        return report
+
+
+class Calls(_OneAtATime):
+    """By `compile_change(change)`, which returns its report (the API's
+    search: the user's function traced again for each change)."""
+
+    def __init__(self, compile_change: Callable[[Change], CollectiveReport]):
+        self.compile_change = compile_change
+
+    def compile(self, change: Change) -> CollectiveReport:
+        return self.compile_change(change)
+
+
+def result_of(returncode: int, out: str, err: str) -> "CollectiveReport | Failure":
+    """A finished `irshard compile --format json`'s report, typed, or its
+    failure."""
+    if returncode != 0:
+        return failure_of(returncode, err)
+    try:
+        return CollectiveReport.from_json(json.loads(out))
+    except (ValueError, KeyError, TypeError):
+        return Failure("irshard compile wrote no JSON report", 3)
+
+
+class Processes(Compiler):
     """Compiles candidates in `jobs` processes, each running `irshard
     compile ARGV FLAGS --format json`: a candidate that crashes or hangs is
     that candidate's failure, and those still running at the deadline (or
@@ -209,11 +339,7 @@ class Processes:
         self.argv = list(argv)
         self.jobs = jobs
 
-    def run(self, work: Sequence[tuple[Any, Sequence[str]]], deadline: float,
-            done: Callable[[Any, Any, float], None]) -> list[Any]:
-        """Compiles each `(key, flags)` of `work`, calling `done(key, result,
-        seconds)` as each finishes (the report's JSON, or a `Failure`);
-        returns the keys the deadline left uncompiled."""
+    def run(self, work, deadline, done):
         import subprocess
         pending = list(work)
         running: list[tuple[Any, Any, float, Any, Any, str]] = []
@@ -223,7 +349,8 @@ class Processes:
             while pending or running:
                 now = time.monotonic()
                 while pending and len(running) < self.jobs and now < deadline:
-                    key, flags = pending.pop(0)
+                    key, change = pending.pop(0)
+                    flags = change.flags() if isinstance(change, Change) else list(change)
                     command = [sys.executable, "-m", "irshard", "compile",
                                *self.argv, *flags, "--format", "json"]
                     # Files, not pipes: a report larger than a pipe's
@@ -253,7 +380,7 @@ class Processes:
                 interrupts.untrack(proc)
                 seconds = time.monotonic() - started
                 shutil.rmtree(tmp, ignore_errors=True)
-                done(key, _result(proc.returncode, out, err), seconds)
+                done(key, result_of(proc.returncode, _read(out), _read(err)), seconds)
         finally:
             interrupts.stop([item[0] for item in running])
             for proc, _, _, out, err, _ in running:
@@ -262,26 +389,6 @@ class Processes:
                 err.close()
             interrupts.remove(root)
         return left
-
-    def compile_all(self, work: Sequence[tuple[Any, Sequence[str]]]) -> list[Any]:
-        """Each `(key, flags)`'s result, in order, with no deadline."""
-        results: dict[int, Any] = {}
-        indexed = [(i, flags) for i, (_, flags) in enumerate(work)]
-        self.run(indexed, float("inf"),
-                 lambda i, result, seconds: results.__setitem__(i, result))
-        return [results[i] for i in range(len(work))]
-
-
-def _result(returncode: int, out, err) -> Any:
-    """A finished `irshard compile --format json`'s report, or its
-    failure."""
-    text, said = _read(out), _read(err)
-    if returncode == 0:
-        try:
-            return json.loads(text)
-        except ValueError:
-            return Failure("irshard compile wrote no JSON report", 3)
-    return failure_of(returncode, said)
 
 
 def _read(f) -> str:

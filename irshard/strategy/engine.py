@@ -1,0 +1,197 @@
+"""The decision engine under `suggest`, `search` and the API: candidates
+(`Change`s), compiled by one compiler (`compilers`: in this process, in
+worker processes, on a Ray cluster), read as typed reports, judged by one
+verdict (`verdict`).
+
+`Engine.evaluate` takes candidates in the order they are worth compiling
+and gives each an `Outcome`: compiled (`ok`), `failed` (the compile's own
+error line), `invalid` (a factory that rejects its knobs), `duplicate` (the
+same effective program as a candidate before it: compiled once, listed
+once), `pruned` (judged before compiling: a bound it cannot beat, arguments
+that cannot fit), or `not reached` (the time budget or the candidate limit
+ran out first). Compiled reports are cached by what decides the compile.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from irshard.reporting.report import CollectiveReport
+from irshard.reporting.text import human_time
+from irshard.strategy.change import Change
+from irshard.strategy.compilers import Cache, Compiler
+from irshard.strategy.verdict import Figures
+
+STATUSES = ("ok", "failed", "invalid", "duplicate", "pruned", "not reached")
+# What a factory's error line starts with when it rejects its knobs
+# (`loading.program`): the candidate is invalid, not failed.
+INVALID = "invalid knobs: "
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one candidate."""
+
+    change: Change
+    status: str
+    report: CollectiveReport | None = None
+    reason: str | None = None
+    seconds: float = 0.0             # the compile's wall time (0: cached)
+    cached: bool = False
+    figures: Figures | None = None
+    exit_code: int = 0               # a failure's `irshard compile` status
+
+    @property
+    def fits(self) -> bool:
+        return self.status == "ok" and self.figures is not None \
+            and self.figures.fits is not False
+
+
+@dataclass
+class Progress:
+    """The engine's progress on a terminal's stderr: done, running and
+    failed candidates, and the time left at the pace so far."""
+
+    total: int
+    jobs: int = 1
+    enabled: bool = False
+    label: str = "compiled"
+    done: int = 0
+    failed: int = 0
+    seconds: list[float] = field(default_factory=list)
+    best: str = ""
+
+    def update(self, outcome: Outcome | None = None, best: str = "") -> None:
+        if outcome is not None:
+            self.done += 1
+            self.failed += outcome.status in ("failed", "invalid")
+            if not outcome.cached and outcome.status in ("ok", "failed", "invalid"):
+                self.seconds.append(outcome.seconds)
+        if best:
+            self.best = best
+        if not self.enabled:
+            return
+        left = max(0, self.total - self.done)
+        running = min(self.jobs, left)
+        eta = ""
+        if self.seconds and left:
+            typical = sorted(self.seconds)[len(self.seconds) // 2]
+            eta = f", about {human_time(typical * math.ceil(left / self.jobs))} left"
+        width = 24
+        filled = width * self.done // max(1, self.total)
+        sys.stderr.write(f"\rirshard: [{'#' * filled}{'.' * (width - filled)}] "
+                         f"{self.done}/{self.total} {self.label}, {running} running"
+                         + (f", {self.failed} failed" if self.failed else "")
+                         + eta + self.best + "\x1b[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+class Engine:
+    """Compiles candidates with `compiler` and judges each against the
+    memory `limit` (bytes per device; the target's capacity where None).
+
+    `argv(change)` is what a cached report is keyed by (the compile's
+    arguments); `same(change)` says which candidates are one program (the
+    same mesh and the same effective shardings: `search` works them out
+    from the program's leaves), by default the change's own key. The
+    engine stops at `deadline` (`time.monotonic()`) and after
+    `max_candidates` compiles."""
+
+    def __init__(self, compiler: Compiler, *, cache: Cache | None = None,
+                 argv: Callable[[Change], Sequence[str]] | None = None,
+                 limit: int | None = None, deadline: float = math.inf,
+                 max_candidates: int | None = None,
+                 same: Callable[[Change], Any] | None = None,
+                 progress: Progress | None = None):
+        self.compiler, self.cache, self.argv = compiler, cache, argv
+        self.limit, self.deadline = limit, deadline
+        self.max_candidates = max_candidates
+        self.same = same or (lambda change: change.key)
+        self.progress = progress
+        self.seen: dict[Any, Change] = {}
+        self.compiled = 0
+
+    def _cache_argv(self, change: Change) -> Sequence[str] | None:
+        return self.argv(change) if self.cache is not None and self.argv else None
+
+    def outcome(self, change: Change, result: Any, seconds: float,
+                cached: bool = False) -> Outcome:
+        if isinstance(result, CollectiveReport):
+            return Outcome(change, "ok", result, None, seconds, cached,
+                           Figures.of(result, self.limit))
+        reason = str(result)
+        status = "invalid" if reason.startswith(INVALID) else "failed"
+        return Outcome(change, status, None, reason.removeprefix(INVALID), seconds,
+                       exit_code=getattr(result, "exit_code", 2))
+
+    def evaluate(self, changes: Sequence[Change]) -> list[Outcome]:
+        """Each candidate's outcome, in the order given (see the module
+        docstring)."""
+        found: dict[int, Outcome] = {}
+        todo: list[tuple[int, Change]] = []
+        for i, change in enumerate(changes):
+            key = self.same(change)
+            if key in self.seen:
+                first = self.seen[key]
+                found[i] = Outcome(change, "duplicate",
+                                   reason=f"the same program as {first.name}")
+                continue
+            self.seen[key] = change
+            argv = self._cache_argv(change)
+            hit = self.cache.get(argv) if argv is not None else None
+            if hit is not None:
+                found[i] = self.outcome(change, hit, 0.0, cached=True)
+                self._tell(found[i])
+                continue
+            if self.max_candidates is not None and \
+                    self.compiled + len(todo) >= self.max_candidates:
+                found[i] = Outcome(change, "not reached", reason="past --max-candidates")
+                continue
+            todo.append((i, change))
+
+        def done(i: int, result: Any, seconds: float) -> None:
+            change = changes[i]
+            outcome = self.outcome(change, result, seconds)
+            if outcome.report is not None and self.cache is not None:
+                argv = self._cache_argv(change)
+                if argv is not None:
+                    self.cache.put(argv, outcome.report)
+            found[i] = outcome
+            self._tell(outcome)
+
+        self.compiled += len(todo)
+        for i in self.compiler.run(todo, self.deadline, done):
+            found[i] = Outcome(changes[i], "not reached",
+                               reason="the time budget ran out")
+        return [found[i] for i in range(len(changes))]
+
+    def _tell(self, outcome: Outcome) -> None:
+        if self.progress is not None:
+            self.progress.update(outcome)
+
+
+def same_error(outcomes: Sequence[Outcome]) -> tuple[str, int] | None:
+    """Where every compile failed alike (the program's own error, most
+    often, the same for every candidate): that error and its exit status."""
+    failed = [o for o in outcomes if o.status in ("ok", "failed", "invalid")]
+    if not failed or any(o.status != "failed" for o in failed):
+        return None
+    reasons = list(dict.fromkeys(o.reason or "" for o in failed))
+    codes = {o.exit_code for o in failed}
+    code = 2 if codes == {2} else 3
+    if len(reasons) == 1:
+        return f"every candidate failed to compile ({len(failed)} tried): " \
+               f"{reasons[0]}", code
+    first = failed[0]
+    return (f"every candidate failed to compile ({len(failed)} tried, "
+            f"{len(reasons)} different errors); the first, "
+            f"{first.change.name}: "
+            f"{first.reason}", code)
