@@ -353,14 +353,21 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
            target: str | None = None, axes: str | Sequence[str] | None = None,
            budget_time: float = 600.0, static_argnums: int | Sequence[int] = (),
            grad: bool | str | Sequence[str] | None = None,
-           profile: str | None = None):
+           profile: str | None = None,
+           knobs: Mapping[str, Sequence[Any]] | None = None,
+           max_candidates: int | None = None, memory_limit: int | None = None):
     """Searches the sharding strategies of `fn(*args)` for `devices`
     simulated CPU devices or a `target` (`"tpu-v5e:4x4"`), as `irshard
     search` does: mesh shapes over `axes` (default data, fsdp, tensor)
     times the canonical rule sets, each compiled here, within
-    `budget_time` seconds. The result's `winner.change` has the
-    `mesh_text` and `rules` to give `irshard.compile`; `to_json()`,
-    `render_text()`, `render_html()`."""
+    `budget_time` seconds and `max_candidates` compiles, judged against
+    `memory_limit` bytes per device (default: the target's capacity).
+    With `knobs` (`{"remat": ["none", "full"], "batch": [32, 64]}`), `fn`
+    is a factory: `fn(**combination)` returns `(jitted_step, args)`, and
+    every combination is searched with the strategies; one it rejects
+    (it raises) is listed as invalid. The result's `winner.change` has the
+    `mesh_text`, `rules` and `knobs` to give `irshard.compile`;
+    `to_json()`, `render_text()`, `render_html()`."""
     from irshard import library
     from irshard.core import frames
     from irshard.hardware import targets
@@ -374,26 +381,73 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     if isinstance(budget_time, bool) or not isinstance(budget_time, (int, float)) \
             or not budget_time > 0:
         raise wrong("budget_time", budget_time, "a positive number of seconds")
-    if devices is not None and (not is_int(devices) or devices < 1):
-        raise wrong("devices", devices, "a positive whole number")
+    for name, value in (("devices", devices), ("max_candidates", max_candidates),
+                        ("memory_limit", memory_limit)):
+        if value is not None and (not is_int(value) or value < 1):
+            raise wrong(name, value, "a positive whole number")
+    knob_space = _knob_space(knobs, args)
     place = targets.place(target, "cpu", profile)
     count = searching.device_count(place.target, devices, "devices=")
     if place.target.kind != "tpu":
         configure(count, place.platform)
     static = number_list("static_argnums", static_argnums)
-    prog = program.program_of(fn, args, mesh=parse_mesh(f"{names[0]}={count}"),
-                              static_argnums=static, grad=grad)
+    made: dict[Any, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+    programs: list[tuple[Any, Any]] = []
+    for combo in library.knob_combinations(knob_space) if knob_space else [()]:
+        try:
+            step, step_args = _made(fn, combo) if knob_space else (fn, args)
+        except UsageError as e:
+            programs.append((combo, str(e)))
+            continue
+        made[combo] = (step, step_args)
+        programs.append((combo, program.program_of(
+            step, step_args, mesh=parse_mesh(f"{names[0]}={count}"),
+            static_argnums=static, grad=grad)))
+    if not made:
+        raise UsageError(f"search: the factory rejects every combination of the "
+                         f"knobs; the first: {programs[0][1]}")
 
     def compile_change(change, explain: bool = False):
-        return compile(fn, *args, mesh=change.mesh_text,
+        step, step_args = made[change.knobs]
+        return compile(step, *step_args, mesh=change.mesh_text,
                        rules=list(change.rules), constraints=list(change.constraints),
                        static_argnums=static, grad=grad, target=target,
                        profile=profile, explain=explain)
 
     return library.search_program(
-        prog, place, library.SearchOptions(devices=count, axes=names,
-                                           budget_s=float(budget_time)),
-        command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change)
+        programs, place, library.SearchOptions(
+            devices=count, axes=names, budget_s=float(budget_time),
+            max_candidates=max_candidates, memory_limit=memory_limit),
+        command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change,
+        factory=getattr(fn, "__name__", "factory") if knob_space else None,
+        knob_space=knob_space)
+
+
+def _knob_space(knobs, args) -> list[tuple[str, tuple[Any, ...]]]:
+    if knobs is None:
+        return []
+    if args:
+        raise UsageError("search: with knobs, fn is a factory that makes its "
+                         "arguments; give no arguments")
+    if not isinstance(knobs, Mapping) or not knobs or not all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and v
+            for k, v in knobs.items()):
+        raise wrong("knobs", knobs, "a dict of each knob's values, e.g. "
+                                    "{'remat': ['none', 'full']}")
+    return [(k, tuple(v)) for k, v in knobs.items()]
+
+
+def _made(factory: Callable[..., Any], combo) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """`factory(**combo)`, as `(step, args)`; its raising is the knobs'
+    fault (`UsageError`, listed as an invalid candidate)."""
+    from irshard.core.knobs import knob_text
+    called = ", ".join(f"{k}={knob_text(v)}" for k, v in combo)
+    try:
+        step, step_args = factory(**dict(combo))
+    except Exception as e:
+        raise UsageError(f"{getattr(factory, '__name__', 'factory')}({called}) "
+                         f"raised {type(e).__name__}: {e}") from None
+    return step, tuple(step_args)
 
 
 @_x64_kept

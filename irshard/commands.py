@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from irshard.core.errors import UsageError
+from irshard.core.errors import UsageError, UserCodeError
 from irshard.core.specs import parse_mesh
 
 
@@ -37,6 +37,7 @@ def _source(args):
     return frontend.Source(
         path=args.file, mesh=args.mesh, axis_types=args.axis_types,
         fn=args.fn, args_fn=args.args_fn,
+        factory=args.factory, knobs=_knobs(args.knob),
         context_fn=getattr(args, "context_fn", None),
         keras_fit=bool(getattr(args, "keras_fit", False)),
         arg_types=tuple(args.arg), shards=tuple(args.shard),
@@ -47,6 +48,13 @@ def _source(args):
         donate=tuple(args.donate),
         reference=getattr(args, "reference", None), platform=args.platform,
         target=args.target, profile=args.profile)
+
+
+def _knobs(items) -> tuple[tuple[str, object], ...]:
+    """`--knob K=V` items as (name, value), each name once."""
+    from irshard.loading.fromfile import assignments
+    from irshard.core.knobs import knob_value
+    return tuple((k, knob_value(v)) for k, v in assignments(items, "--knob", "V").items())
 
 
 def check_output_path(path: str | None, option: str = "-o") -> None:
@@ -289,16 +297,23 @@ def cmd_search(args) -> int:
     import dataclasses
     import json
     from irshard import frontend, library
+    from irshard.core.knobs import knob_values
     from irshard.core.specs import parse_mesh
-    from irshard.loading import program as programs
+    from irshard.loading import fromfile
     from irshard.loading.program import parse_names
     from irshard.strategy import candidates, compilers, search
     axes = candidates.parse_axes(args.axes)
     budget_s = search.parse_duration(args.budget_time)
     check_output_path(args.output)
     grad = parse_names(args.grad, "--grad") if isinstance(args.grad, str) else args.grad
+    knob_space = [(k, knob_values(v)) for k, v in
+                  fromfile.assignments(args.knob, "--knob", "V1,V2,...").items()]
+    if knob_space and not args.factory:
+        raise UsageError("--knob searches --factory's keywords: give --factory NAME")
+    own = args.mesh == "own"
     source = frontend.Source(
-        path=args.file, fn=args.fn, args_fn=args.args_fn,
+        path=args.file, fn=args.fn, args_fn=args.args_fn, factory=args.factory,
+        context_fn=args.context_fn, mesh=None if own else args.mesh,
         arg_types=tuple(args.arg), grad=grad,
         static=parse_names(args.static, "--static", numbers=True),
         donate=tuple(args.donate), target=args.target, profile=args.profile)
@@ -306,28 +321,53 @@ def cmd_search(args) -> int:
         raise UsageError("search traces a Python function: give a .py file, "
                          "not a module")
     placement = source.placement()
-    count = search.device_count(placement.target, args.devices)
+    if own and placement.target.kind != "tpu":
+        raise UsageError("--mesh own takes each candidate's mesh from its "
+                         "arguments, which needs a TPU target (--target tpu-...)")
+    fixed = args.mesh is not None
+    count = source.mesh_spec().num_devices if fixed and not own \
+        else search.device_count(placement.target, args.devices)
     hosting = frontend.Hosting(placement)
     hosting.configure(count)
+    programs = []
     with hosting.visible():
-        program = programs.load_program(
-            source.path, mesh=parse_mesh(f"{axes[0]}={count}"), fn_name=source.fn,
-            args=source.arg_types, grad=source.grad, args_fn=source.args_fn,
-            static=source.static, donate=source.donate)
-    if source.fn is None:
+        for knobs in library.knob_combinations(knob_space):
+            try:
+                program = fromfile.load_program(
+                    source.path, mesh=None if own else
+                    (source.mesh_spec() if fixed else parse_mesh(f"{axes[0]}={count}")),
+                    fn_name=source.fn, args=source.arg_types, grad=source.grad,
+                    args_fn=source.args_fn, static=source.static,
+                    donate=source.donate, context_fn=source.context_fn,
+                    factory=source.factory, knobs=knobs)
+            except UserCodeError as e:
+                if not str(e).startswith(fromfile.INVALID_KNOBS):
+                    raise
+                programs.append((knobs, str(e).splitlines()[0]
+                                 .removeprefix(fromfile.INVALID_KNOBS)))
+                continue
+            programs.append((knobs, program))
+    if all(isinstance(p, str) for _, p in programs):
+        raise UsageError(f"--factory {source.factory} rejects every combination "
+                         f"of the knobs; the first: {programs[0][1]}")
+    program = next(p for _, p in programs if not isinstance(p, str))
+    if source.fn is None and source.factory is None:
         source = dataclasses.replace(source, fn=program.function, _resolved={})
-    # The program's options; a candidate's --mesh and rules follow them.
+    # The program's options; a candidate's --mesh, rules and knobs follow.
     command = source.argv()
     options = library.SearchOptions(
         devices=count, axes=axes, budget_s=budget_s,
+        max_candidates=args.max_candidates, memory_limit=args.memory_limit,
         jobs=compilers.default_jobs() if args.jobs == "auto" else args.jobs,
+        ray=args.ray,
         cache_dir=None if args.no_cache else (args.cache_dir
                                               or compilers.default_cache_dir()),
         progress=sys.stderr.isatty())
     if args.cache_dir and not args.no_cache:
         compilers.Cache(args.cache_dir, "", option="--cache-dir")   # usable
     result = library.search_program(
-        program, placement, options, command=command,
+        programs, placement, options, command=command, fixed_mesh=fixed,
+        factory=args.factory, knob_space=knob_space,
         cache_salt=compilers.versions_salt(source.path, args.profile)
         + json.dumps(command))
     if args.format == "json":

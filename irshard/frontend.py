@@ -28,6 +28,8 @@ class Source:
     axis_types: str | None = None         # --axis-types: auto, explicit, per axis
     fn: str | None = None                 # --fn
     args_fn: str | None = None            # --args: a function returning them
+    factory: str | None = None            # --factory: (step, args) from knobs
+    knobs: tuple[tuple[str, Any], ...] = ()   # --knob K=V
     context_fn: str | None = None         # --context: a context manager's maker
     keras_fit: bool = False               # --keras-fit: --fn is a Keras model
     arg_types: tuple[str, ...] = ()       # --arg NAME=TYPE
@@ -55,12 +57,16 @@ class Source:
         for option, value in (("--fn", self.fn), ("--mesh", self.mesh),
                               ("--axis-types", self.axis_types),
                               ("--args", self.args_fn),
+                              ("--factory", self.factory),
                               ("--context", self.context_fn),
                               ("--static", ",".join(self.static) or None),
                               ("--target", self.target),
                               ("--profile", self.profile)):
             if value is not None:
                 argv += [option, value]
+        from irshard.core.knobs import knob_text
+        for name, value in self.knobs:
+            argv += ["--knob", f"{name}={knob_text(value)}"]
         for option, values in (("--arg", self.arg_types), ("--shard", self.shards),
                                ("--override-shard", self.overrides),
                                ("--out-shard", self.out_shards),
@@ -112,6 +118,8 @@ class Source:
             raise UsageError("--axis-types names the types of --mesh's axes; "
                              "give --mesh too, e.g. --mesh dp=2,tp=4 "
                              "--axis-types explicit")
+        if self.placement().target.kind == "tpu" and (self.args_fn or self.factory):
+            return None          # the mesh its arguments' shardings name
         raise UsageError("--mesh is required, e.g. --mesh x=4 or --mesh dp=2,tp=4")
 
     def total_devices(self) -> int:
@@ -133,7 +141,8 @@ class Source:
                               ("--keras-fit", self.keras_fit),
                               ("--static", self.static),
                               ("--donate", self.donate),
-                              ("--reference", self.reference)):
+                              ("--reference", self.reference),
+                              ("--factory", self.factory), ("--knob", self.knobs)):
             if given:
                 raise UsageError(f"{option} does not apply to a .mlir module: its "
                                  f"entry is @main and its types are in the module")
@@ -220,7 +229,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
         place.configure(mesh.num_devices if mesh
                         else irfile.declared_devices(data) or 1)
         join()
-        from irshard.loading.program import parse_out_shardings
+        from irshard.loading.fromfile import parse_out_shardings
         from irshard.loading.leaves import parse_overrides, parse_rules
         distributed.report_stage("tracing")
         return _noted(constrain(irfile.load(source.path, data, mesh,
@@ -228,21 +237,23 @@ def load(source: Source, cluster=None, timeout: float | None = None):
                                             + parse_rules(source.shards),
                                             parse_out_shardings(source.out_shards),
                                             place), constraints), notes)
-    place.configure(mesh.num_devices)
+    place.configure(mesh.num_devices if mesh is not None else 1)
     join()
     from irshard import backend
-    from irshard.loading import program
+    from irshard.loading import fromfile
     from irshard.stages import staged
     with place.visible():
         # The program's import comes before JAX's backends start, so it may
         # still set JAX's options (`jax_num_cpu_devices`).
-        prog = program.load_program(
+        prog = fromfile.load_program(
             source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
             shards=source.shards, overrides=source.overrides,
             out_shards=source.out_shards, grad=source.grad,
             reference=source.reference, args_fn=source.args_fn,
             static=source.static, donate=source.donate,
-            context_fn=source.context_fn, keras_fit=source.keras_fit)
+            context_fn=source.context_fn, keras_fit=source.keras_fit,
+            factory=source.factory, knobs=source.knobs)
+        mesh = prog.mesh
         devices = place.devices(mesh)
         distributed.report_stage("tracing")
         # A mesh the program built itself with the same axes lays out the

@@ -252,17 +252,27 @@ class SearchOptions:
     progress: bool = False
 
 
-def search_program(program, placement, options: SearchOptions, *,
+def knob_combinations(knob_space: Sequence[tuple[str, Sequence[Any]]]
+                      ) -> list[tuple[tuple[str, Any], ...]]:
+    """Every combination of the knobs' values, the first knob's slowest."""
+    import itertools
+    names = [k for k, _ in knob_space]
+    return [tuple(zip(names, values))
+            for values in itertools.product(*[v for _, v in knob_space])]
+
+
+def search_program(programs, placement, options: SearchOptions, *,
                    command: Sequence[str], compile_change=None,
                    fixed_mesh: bool = False, factory: str | None = None,
                    knob_space: Sequence[tuple[str, Sequence[Any]]] = (),
                    cache_salt: str = ""):
-    """`irshard search`: the strategies (and knobs) for a loaded program
-    (`program`: its leaves give the rules), compiled by the decision engine
-    as `irshard compile COMMAND FLAGS` in processes of their own (or on a
-    Ray cluster), or, where `compile_change(change, explain)` is given (the
-    Python API), in this process."""
-    import itertools
+    """`irshard search`: the strategies (and knobs) for a loaded program,
+    compiled by the decision engine as `irshard compile COMMAND FLAGS` in
+    processes of their own (or on a Ray cluster), or, where
+    `compile_change(change, explain)` is given (the Python API), in this
+    process. `programs` are `(knobs, Program or why the factory rejects
+    them)` for each knob combination (one, with no knobs, for a program as
+    it is); their leaves give the rules."""
     import time
 
     from irshard.strategy import compilers, engine, search
@@ -270,20 +280,20 @@ def search_program(program, placement, options: SearchOptions, *,
     target = placement.target
     on_device = target.kind != "cpu"
     devices = search.device_count(target, options.devices)
-    structure = None if fixed_mesh else rulesets.Structure(search.leaves_of(program))
-    knobs = tuple(tuple(zip([k for k, _ in knob_space], values))
-                  for values in itertools.product(*[v for _, v in knob_space])) \
-        if knob_space else ((),)
-    space = search.Space(structure, devices, tuple(options.axes), knobs,
-                         placement.profile.hbm_bytes if on_device else None,
-                         search.element_bytes)
+    space = search.Space(
+        tuple((knobs, found if isinstance(found, str) else
+               None if fixed_mesh else rulesets.Structure(search.leaves_of(found)))
+              for knobs, found in programs),
+        devices, tuple(options.axes),
+        placement.profile.hbm_bytes if on_device else None, search.element_bytes)
     if compile_change is not None:
         compiler: compilers.Compiler = compilers.Calls(compile_change)
         explain = lambda o: compile_change(o.change, True)  # noqa: E731
     else:
         if options.ray is not None:
             from irshard.strategy import raycompile
-            compiler = raycompile.RayCluster(command, options.ray, program.source)
+            source = next(p for _, p in programs if not isinstance(p, str)).source
+            compiler = raycompile.RayCluster(command, options.ray, source)
         else:
             compiler = compilers.Processes(command, options.jobs)
         explain = _explainer(compiler, command)
@@ -295,7 +305,7 @@ def search_program(program, placement, options: SearchOptions, *,
         compiler, cache=cache, argv=lambda change: [*command, *change.flags()],
         limit=options.memory_limit, deadline=time.monotonic() + budget_s,
         max_candidates=options.max_candidates,
-        same=search.same_program(structure), progress=progress)
+        same=search.same_program(space.structure), progress=progress)
     try:
         return search.search(space, decider, command=command,
                              target=target.text if on_device else "cpu",

@@ -76,6 +76,19 @@ def byte_sizes(text: str) -> list[int]:
     return sizes
 
 
+def byte_size(text: str) -> int:
+    """`16GiB`, `512MiB`, `4096` -> bytes (argparse type)."""
+    import re
+
+    from irshard.reporting.budget import UNITS
+    m = re.fullmatch(r"\s*([0-9]{1,15})\s*(B|KiB|MiB|GiB|TiB)?\s*", text)
+    if not m or int(m.group(1)) == 0:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a size; give one such as 16GiB or 512MiB")
+    unit = m.group(2) or "B"
+    return int(m.group(1)) * (1 << 40 if unit == "TiB" else int(UNITS[unit]))
+
+
 def count(text: str) -> int:
     """A positive whole number (argparse type)."""
     if text.isdigit() and int(text) > 0:
@@ -122,6 +135,13 @@ PROGRAM_OPTIONS = (
                help="--fn names a compiled Keras model: compile the train "
                     "step its fit() runs on the batch --args returns "
                     "((x, y)); inputs are named by Keras' variable paths"),
+    Option.of("--factory", metavar="NAME",
+              help="a function in FILE that takes the --knob values as keywords "
+                   "and returns the program: (jitted_step, args); a knob "
+                   "combination it rejects (it raises) is invalid"),
+    Option.of("--knob", action="append", default=[], metavar="K=V",
+              help="a keyword for --factory: a Python literal where V reads as "
+                   "one (64, 1e-3, True), else the text (full) (repeatable)"),
     Option.of("--context", metavar="NAME", dest="context_fn",
                help="a function in FILE that returns a context manager "
                     "entered around tracing and lowering (e.g. "
@@ -177,8 +197,8 @@ PROGRAM_OPTIONS = (
                help="a hardware profile saved by 'irshard calibrate -o "
                     "PATH', replacing the target's link numbers"),
 )
-SEARCH_PROGRAM = ("file", "--fn", "--args", "--arg", "--grad", "--static",
-                  "--donate", "--target", "--profile")
+SEARCH_PROGRAM = ("file", "--fn", "--args", "--factory", "--context", "--arg",
+                  "--grad", "--static", "--donate", "--target", "--profile")
 
 # How compile and run report.
 REPORT_OPTIONS = (
@@ -371,11 +391,22 @@ _SEARCH_HELP = {
     "--grad": "search for the reverse-mode gradient of the function",
     "--target": "search for a target: a TPU slice (tpu-v5e:4x4, "
                 "tpu-v5p:2x2x4), a GPU cluster (gpu-h100:1x8, estimated) "
-                "or cpu with --devices"}
+                "or cpu with --devices",
+    "--factory": "a function in FILE that takes the --knob values as keywords "
+                 "and returns the program: (jitted_step, args); a combination "
+                 "it rejects (it raises) is listed as invalid"}
 
 SEARCH_OPTIONS = tuple(
     o.helped(_SEARCH_HELP[o.names[0]]) if o.names[0] in _SEARCH_HELP else o
     for name in SEARCH_PROGRAM for o in PROGRAM_OPTIONS if o.names[0] == name) + (
+    Option.of("--knob", action="append", default=[], metavar="K=V1,V2,...",
+              help="search --factory's keyword K over these values (Python "
+                   "literals where they read as one, else text), in every "
+                   "combination with the other knobs (repeatable)"),
+    Option.of("--mesh", metavar="SPEC",
+              help="fix the mesh (e.g. data=2,fsdp=4: no mesh or rule "
+                   "strategies, only knobs), or 'own': each candidate's mesh "
+                   "and shardings are those the program gives its arguments"),
     Option.of("--devices", type=count, metavar="N",
               help="search for N simulated CPU devices"),
     Option.of("--axes", metavar="NAMES",
@@ -389,6 +420,17 @@ SEARCH_OPTIONS = tuple(
               help="compile N candidates at once in separate processes "
                    "(default auto: one on two cores or fewer, half the "
                    "cores otherwise)"),
+    Option.of("--ray", metavar="ADDRESS",
+              help="compile the candidates on a Ray cluster's workers: its "
+                   "address (as ray.init takes it), or 'local' to start one "
+                   "on 127.0.0.1 and stop it afterwards (pip install "
+                   "'irshard[ray]')"),
+    Option.of("--max-candidates", type=count, metavar="N",
+              help="compile at most N candidates (the rest are listed as not "
+                   "reached)"),
+    Option.of("--memory-limit", type=byte_size, metavar="SIZE",
+              help="the memory a candidate must fit per device, e.g. 16GiB "
+                   "(default: the target's capacity; none on a CPU mesh)"),
     Option.of("--cache-dir", metavar="DIR",
               help="where compiled candidates are cached (default "
                    "$XDG_CACHE_HOME/irshard/search)"),

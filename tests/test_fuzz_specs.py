@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from irshard.running import execution
-from irshard.loading import program
+from irshard.loading import fromfile as program
 from irshard.core.errors import IrshardError, UsageError
 from irshard.core import specs
 from irshard.core.specs import (MeshSpec, MeshAxis, check_sharding, parse_mesh,

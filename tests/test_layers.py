@@ -223,7 +223,7 @@ def test_the_report_is_a_typed_frozen_value():
     import dataclasses
     import typing
     from irshard.reporting import parts, peak, report, why
-    from irshard.timemodel import links, schedule
+    from irshard.timemodel import links, step
     seen, todo = set(), [report.CollectiveReport]
     while todo:
         cls = todo.pop()
@@ -238,7 +238,7 @@ def test_the_report_is_a_typed_frozen_value():
                 if dataclasses.is_dataclass(arg):
                     todo.append(arg)
     assert {report.Collective, parts.MemoryUse, peak.Peak, why.Why, why.Origin,
-            schedule.Step, links.Roofline, parts.TargetInfo} <= seen
+            step.Step, links.Roofline, parts.TargetInfo} <= seen
     names = {f.name for f in dataclasses.fields(report.CollectiveReport)}
     assert not names & {"stages", "run", "results", "extra"}
 

@@ -6,7 +6,7 @@ import pytest
 
 from irshard.loading import loader
 from irshard.core.errors import InputError, SpecError, UserCodeError
-from irshard.loading.program import load_program
+from irshard.loading.fromfile import load_program
 from irshard.core.specs import parse_mesh
 
 MESH = parse_mesh("x=4")

@@ -10,7 +10,7 @@ import pytest
 from irshard import cli
 from irshard.core.specs import parse_mesh, parse_type
 from irshard.loading import data
-from irshard.loading.program import load_program
+from irshard.loading.fromfile import load_program
 from irshard.reporting import layout
 from irshard.running import execution
 from irshard.stages import staged

@@ -227,7 +227,7 @@ def engine(results, budget=60.0, cache=None, calls=None):
         if isinstance(found, str):
             raise BackendError(found)
         return found
-    space = S.Space(s, 8, ("data", "fsdp", "tensor"), element_bytes=lambda _: 4)
+    space = S.Space((((), s),), 8, ("data", "fsdp", "tensor"), element_bytes=lambda _: 4)
     decider = Engine(compilers.Calls(compile_change), cache=cache,
                      argv=lambda change: ["gpt.py", *change.flags()],
                      deadline=time.monotonic() + budget, same=S.same_program(s))

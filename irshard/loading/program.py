@@ -30,12 +30,10 @@ from typing import Any, Callable, Mapping, Sequence
 from irshard import backend
 from irshard.core import tree
 from irshard.core.errors import InputError, SpecError, UsageError, UserCodeError
-from irshard.core.specs import (MeshSpec, ShardingSpec, parse_sharding, parse_size,
-                                repeated, split_assignment)
+from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding, repeated
 from irshard.loading import loader
 from irshard.loading.leaves import (Leaf, ParameterBinding, Program, annotated_leaf,
-                                    apply_shardings, spec_of, leaves_of, parse_overrides,
-                                    parse_rules)
+                                    apply_shardings, spec_of, leaves_of)
 from irshard.loading.loader import describe_user_exception
 
 
@@ -212,39 +210,6 @@ def _abstract(leaf: Leaf) -> Any:
     return jax.ShapeDtypeStruct(leaf.type.shape, leaf.type.dtype.numpy)
 
 
-# ---------------------------------------------------------------------------
-# The command line
-
-
-def assignments(items: Sequence[str], option: str,
-                value_name: str) -> dict[str, str]:
-    """`NAME=VALUE` items as a dict; a name given twice is an error."""
-    result: dict[str, str] = {}
-    for item in items:
-        name, value = split_assignment(item, option, value_name)
-        if name in result:
-            raise UsageError(f"{option} {name} is given twice ('{option} "
-                             f"{name}={result[name]}' and '{option} "
-                             f"{name}={value}'); give it once")
-        result[name] = value
-    return result
-
-
-def parse_out_shardings(items: Sequence[str]) -> tuple[tuple[int, ShardingSpec], ...]:
-    """`--out-shard INDEX=SPEC` values."""
-    result: dict[int, ShardingSpec] = {}
-    for item in items:
-        index, spec = split_assignment(item, "--out-shard", "SPEC")
-        if parse_size(index) is None:
-            raise UsageError(f"--out-shard '{item}': output index '{index}' is "
-                             f"not a non-negative integer; expected INDEX=SPEC, "
-                             f"e.g. 0=x,_")
-        if int(index) in result:
-            raise UsageError(f"--out-shard: output {index} is given twice")
-        result[int(index)] = parse_sharding(spec)
-    return tuple(sorted(result.items()))
-
-
 def parse_names(text: str | None, option: str,
                 numbers: bool = False) -> tuple[str, ...]:
     """`a,b` -> ("a", "b"); with `numbers`, argument numbers (`0,2`) too."""
@@ -262,82 +227,23 @@ def parse_names(text: str | None, option: str,
     return names
 
 
-def _call_args_function(module, path: str, name: str) -> tuple[Any, ...]:
-    """The positional arguments `--args NAME` returns."""
-    _, fn = loader.select_function(module, path, name, "--args")
-    try:
-        value = fn()
-    except BaseException as e:
-        if not loader.program_failure(e):
-            raise
-        raise UserCodeError(f"--args {name}: " + describe_user_exception(
-            e, os.path.dirname(os.path.abspath(path)))) from None
-    if not isinstance(value, (tuple, list)):
-        raise InputError(f"--args {name}: it returns a {type(value).__name__}; "
-                         f"it must return the positional arguments as a tuple "
-                         f"(e.g. `return (params, batch)`)")
-    return tuple(value)
+def _keras_fit(model: Any, name: str, batch: Sequence[Any]):
+    """`fit`'s jitted train step of a Keras model, its arguments for one
+    batch, and what names its input leaves by Keras' variable paths."""
+    import dataclasses
 
+    from irshard.loading import kerasfit
+    step, call, variables = kerasfit.train_step(model, name, batch)
 
-def load_program(path: str, *, mesh: MeshSpec, fn_name: str | None = None,
-                 args: Sequence[str] = (), shards: Sequence[str] = (),
-                 overrides: Sequence[str] = (),
-                 out_shards: Sequence[str] = (),
-                 grad: bool | Sequence[str] | None = None,
-                 reference: str | None = None, args_fn: str | None = None,
-                 static: Sequence[str] = (), donate: Sequence[str] = (),
-                 context_fn: str | None = None, keras_fit: bool = False) -> Program:
-    """Loads `path`, picks the function and resolves every input leaf's type
-    and sharding from `--args`, `--arg`, annotations and `--shard` rules
-    (`--override-shard` rules first)."""
+    def rename(leaves: Sequence[Leaf]) -> list[Leaf]:
+        return [dataclasses.replace(
+            leaf, path=kerasfit.renamed(leaf.path, variables))
+            for leaf in leaves]
 
-    out_shardings = parse_out_shardings(out_shards)
-    arg_types = assignments(args, "--arg", "TYPE")
-    rules = parse_overrides(overrides) + parse_rules(shards)
+    def outputs(names: Sequence[str]) -> list[str]:
+        return [kerasfit.output_name(n, variables) for n in names]
 
-    module = loader.load_module(path)
-    name, fn = loader.select_function(module, path, fn_name)
-    positional = _call_args_function(module, path, args_fn) if args_fn else ()
-    context = None
-    if context_fn is not None:
-        _, context = loader.select_function(module, path, context_fn, "--context")
-        context = checked_context(context, f"--context {context_fn}",
-                                  os.path.dirname(os.path.abspath(path)))
-    rename = output_names = None
-    if keras_fit:
-        if not args_fn:
-            raise UsageError("--keras-fit needs one batch: give --args NAME, a "
-                             "function returning (x, y)")
-        fn, positional, rename, output_names = _keras_fit(fn, name, positional)
-    # The function's own jax.jit options count as the flags would.
-    own = backend.jit_options(fn)
-    signature = [p.name for p in loader.parameters(fn, name)]
-    static = argument_names(list(static) + [str(i) for i in own["static_argnums"]]
-                            + list(own["static_argnames"]), signature, name,
-                            "--static")
-    parameters, leaves = bind(fn, name, mesh, positional, static, arg_types,
-                              f"--args {args_fn}")
-    if rename is not None:
-        leaves = rename(leaves)
-    leaves = apply_shardings(leaves, mesh, rules)
-    donated = donated_leaves(
-        list(donate) + [str(i) for i in own["donate_argnums"]]
-        + list(own["donate_argnames"]), leaves, parameters, signature, name)
-    donated = _with_refs(donated, leaves)
-    grads = grad_leaves(grad, leaves, parameters, name)
-    reference_fn = None
-    if reference is not None:
-        _, reference_fn = loader.select_function(module, path, reference,
-                                                 "--reference")
-        reference_fn = _same_parameters(reference_fn, reference, parameters)
-    return Program(source=path, function=name, fn=fn, mesh=mesh,
-                   inputs=tuple(leaves), parameters=tuple(parameters),
-                   out_shardings=out_shardings, grad=grads,
-                   reference=reference_fn,
-                   user_dir=os.path.dirname(os.path.abspath(path)),
-                   namespace=tuple(vars(module).values()), donated=donated,
-                   output_names=output_names,
-                   **_jitted(fn, name, parameters, leaves, positional, grads, context))
+    return step, call, rename, outputs
 
 
 def checked_context(fn: Callable[[], Any], what: str,
@@ -375,25 +281,6 @@ def checked_context(fn: Callable[[], Any], what: str,
     return make
 
 
-def _keras_fit(model: Any, name: str, batch: Sequence[Any]):
-    """`fit`'s jitted train step of a Keras model, its arguments for one
-    batch, and what names its input leaves by Keras' variable paths."""
-    import dataclasses
-
-    from irshard.loading import kerasfit
-    step, call, variables = kerasfit.train_step(model, name, batch)
-
-    def rename(leaves: Sequence[Leaf]) -> list[Leaf]:
-        return [dataclasses.replace(
-            leaf, path=kerasfit.renamed(leaf.path, variables))
-            for leaf in leaves]
-
-    def outputs(names: Sequence[str]) -> list[str]:
-        return [kerasfit.output_name(n, variables) for n in names]
-
-    return step, call, rename, outputs
-
-
 def _jitted(fn: Callable[..., Any], name: str,
             parameters: Sequence[ParameterBinding],
             leaves: Sequence[Leaf], positional: Sequence[Any],
@@ -411,40 +298,6 @@ def _jitted(fn: Callable[..., Any], name: str,
         return {"context": context}
     return {"jitted": fn, "call": call_values(parameters, leaves, positional),
             "context": context}
-
-
-def _same_parameters(fn: Callable[..., Any], name: str,
-                     parameters: Sequence[ParameterBinding]) -> Callable[..., Any]:
-    """The reference function called as the compiled one is: its parameters
-    matched by name, else by position."""
-    params = loader.parameters(fn, name)
-    names = [p.name for p in params]
-    wanted = [p.name for p in parameters]
-    if set(wanted) <= set(names):
-        kinds = {p.name: p.kind for p in params}
-
-        def by_name(*positional, **keywords):
-            values = dict(zip([p.name for p in parameters
-                               if p.kind != "keyword-only"], positional))
-            values.update(keywords)
-            return fn(*[values[n] for n in names if kinds[n] == "positional-only"],
-                      **{n: values[n] for n in names
-                         if kinds[n] != "positional-only" and n in values})
-
-        return by_name
-    required = [p for p in params if not p.has_default]
-    if len(required) <= len(wanted) <= len(params):
-        def by_position(*positional, **keywords):
-            values = dict(zip([p.name for p in parameters
-                               if p.kind != "keyword-only"], positional))
-            values.update(keywords)
-            return fn(*[values[n] for n in wanted])
-
-        return by_position
-    takes = ", ".join(names) or "no arguments"
-    raise InputError(f"--reference {name}: it takes {takes}; it must take the "
-                     f"compiled function's arguments ({', '.join(wanted)}), "
-                     f"by name or in order")
 
 
 # ---------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def main_module(modules: list, is_sharded) -> Any:
 
 
 @dataclass(frozen=True)
-class Change:
+class LineChange:
     file: str
     line: int
     function: str | None
@@ -163,7 +163,7 @@ class Change:
 class Diff:
     a: Side
     b: Side
-    changes: tuple[Change, ...]
+    changes: tuple[LineChange, ...]
     # B's files taken for A's (the same program in another directory).
     renamed: dict[str, str] = field(default_factory=dict)
 
@@ -323,7 +323,7 @@ def compare(a: Side, b: Side) -> Diff:
     changes = []
     for key in set(ga) | set(gb):
         file, line, kind = key
-        changes.append(Change(file, line, functions.get((file, line)), kind,
+        changes.append(LineChange(file, line, functions.get((file, line)), kind,
                               ga.get(key, Group()), gb.get(key, Group())))
     changes.sort(key=lambda c: (-abs(c.b.bytes_per_run - c.a.bytes_per_run),
                                 c.file, c.line, c.kind))

@@ -16,7 +16,7 @@ from irshard.core.specs import MeshSpec, ShardingSpec, format_shape
 from irshard.reporting.parts import BudgetOutcome, Finding, MemoryUse, TargetInfo
 from irshard.reporting.why import Why
 from irshard.timemodel.links import Roofline
-from irshard.timemodel.schedule import Step
+from irshard.timemodel.step import Step
 from irshard.xla import tiling
 
 SCHEMA = 1

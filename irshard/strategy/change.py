@@ -14,6 +14,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from irshard.core.knobs import knob_text
+
 
 @dataclass(frozen=True)
 class Change:
@@ -84,20 +86,3 @@ class Change:
     def command_text(self) -> str:
         return " ".join(shlex.quote(f) for f in self.flags())
 
-
-def knob_value(text: str) -> Any:
-    """A knob's value as given: a Python literal where it reads as one
-    (`64`, `1e-3`, `True`, `None`, `'64'`), else the text itself (`full`)."""
-    import ast
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
-
-
-def knob_text(value: Any) -> str:
-    """`value` as `knob_value` reads it back: a string that would read as
-    another literal is quoted."""
-    if isinstance(value, str) and knob_value(value) == value:
-        return value
-    return repr(value)

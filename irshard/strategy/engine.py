@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from irshard.loading.fromfile import INVALID_KNOBS
 from irshard.reporting.report import CollectiveReport
 from irshard.reporting.text import human_time
 from irshard.strategy.change import Change
@@ -26,9 +27,9 @@ from irshard.strategy.compilers import Cache, Compiler
 from irshard.strategy.verdict import Figures
 
 STATUSES = ("ok", "failed", "invalid", "duplicate", "pruned", "not reached")
-# What a factory's error line starts with when it rejects its knobs
-# (`loading.program`): the candidate is invalid, not failed.
-INVALID = "invalid knobs: "
+# What a factory's error line starts with when it rejects its knobs: the
+# candidate is invalid, not failed.
+INVALID = INVALID_KNOBS
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from irshard.reporting.writer import dumps_json
 from irshard.strategy import rules as rulesets
 from irshard.strategy import verdict
 from irshard.strategy.candidates import candidates
-from irshard.strategy.change import Change, knob_text
+from irshard.core.knobs import knob_text
+from irshard.strategy.change import Change
 from irshard.strategy.engine import Engine, Outcome, Progress, same_error
 
 SCHEMA = 2
@@ -49,26 +50,34 @@ MAX_BUDGET_S = 7 * 24 * 3600.0
 
 @dataclass(frozen=True)
 class Space:
-    """What a search ranges over: the program's leaves (for the rules;
-    None where the mesh and rules are fixed), the devices and the mesh axes
-    to factor them over, the factory's knob combinations (none: the program
-    as it is), and the memory limit (bytes per device; the target's
-    capacity where None)."""
+    """What a search ranges over: for each of the factory's knob
+    combinations (one, empty, for a program as it is) the program's leaves
+    (for the rules; None where the mesh and rules are fixed), or why the
+    factory rejects the combination; the devices and the mesh axes to
+    factor them over; and the capacity that prunes candidates whose
+    arguments alone exceed it."""
 
-    structure: rulesets.Structure | None
+    programs: tuple[tuple[tuple[tuple[str, Any], ...],
+                          "rulesets.Structure | str | None"], ...]
     devices: int
     axes: tuple[str, ...]
-    knobs: tuple[tuple[tuple[str, Any], ...], ...] = ((),)
     capacity: int | None = None
     element_bytes: Any = None
 
+    @property
+    def structure(self) -> rulesets.Structure | None:
+        """The first valid combination's leaves (what tells two rule sets
+        apart)."""
+        return next((s for _, s in self.programs
+                     if isinstance(s, rulesets.Structure)), None)
 
-def _strategies(space: Space) -> tuple[list[Change], list[Outcome]]:
-    """The mesh-and-rules candidates (none where the mesh is fixed) and
-    those pruned before compiling."""
-    if space.structure is None:
+
+def _strategies(space: Space, structure) -> tuple[list[Change], list[Outcome]]:
+    """The mesh-and-rules candidates (one, as given, where the mesh is
+    fixed) and those pruned before compiling."""
+    if structure is None:
         return [Change("as given", origin="canonical")], []
-    kept, pruned = candidates(space.structure, space.devices, space.axes,
+    kept, pruned = candidates(structure, space.devices, space.axes,
                               space.capacity, space.element_bytes)
     return kept, [Outcome(p.change, "pruned", reason=p.reason) for p in pruned]
 
@@ -133,8 +142,17 @@ def run_search(space: Space, engine: Engine, *, move_rounds: int = 2,
     """Every candidate's outcome, in the order considered: the strategies
     times the knobs, then local moves around the best (`explain(outcome)`
     gives its report with each collective's why, or None)."""
-    strategies, outcomes = _strategies(space)
-    todo = [_with_knobs(s, k) for k in space.knobs for s in strategies]
+    outcomes: list[Outcome] = []
+    todo: list[Change] = []
+    for knobs, structure in space.programs:
+        if isinstance(structure, str):
+            # The factory rejects these knobs: nothing to compile.
+            outcomes.append(Outcome(_with_knobs(Change("as given"), knobs),
+                                    "invalid", reason=structure))
+            continue
+        strategies, pruned = _strategies(space, structure)
+        outcomes += [replace(o, change=_with_knobs(o.change, knobs)) for o in pruned]
+        todo += [_with_knobs(s, knobs) for s in strategies]
     if engine.progress is not None:
         engine.progress.total = len(todo)
         engine.progress.update()
@@ -351,7 +369,9 @@ class SearchResult:
         if winner is None:
             return ["", "no candidate compiled and fit"]
         c = winner.change
-        lines = ["", f"winner: {c.description}"]
+        lines = ["", f"winner: {c.name}"]
+        if c.description and c.description != c.name:
+            lines.append(f"  {c.description}")
         baseline = self.baseline
         if baseline is not None and baseline is not winner:
             lines.append(f"  against the baseline ({baseline.change.name}): "
