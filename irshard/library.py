@@ -273,9 +273,7 @@ def search_program(programs, placement, options: SearchOptions, *,
     process. `programs` are `(knobs, Program or why the factory rejects
     them)` for each knob combination (one, with no knobs, for a program as
     it is); their leaves give the rules."""
-    import time
-
-    from irshard.strategy import compilers, engine, search
+    from irshard.strategy import compilers, search
     from irshard.strategy import rules as rulesets
     target = placement.target
     on_device = target.kind != "cpu"
@@ -286,17 +284,36 @@ def search_program(programs, placement, options: SearchOptions, *,
               for knobs, found in programs),
         devices, tuple(options.axes),
         placement.profile.hbm_bytes if on_device else None, search.element_bytes)
+    if options.ray is not None and compile_change is None:
+        # Ray's processes are stopped as an interruption unwinds, not left.
+        from irshard.core import interrupts
+        with interrupts.unwinding():
+            from irshard.strategy import raycompile
+            source = next(p for _, p in programs if not isinstance(p, str)).source
+            compiler = raycompile.RayCluster(command, options.ray, source)
+            try:
+                return _searched(space, compiler, _explainer(compiler, command),
+                                 options, command, cache_salt, target, factory,
+                                 knob_space)
+            finally:
+                compiler.close()
     if compile_change is not None:
         compiler: compilers.Compiler = compilers.Calls(compile_change)
         explain = lambda o: compile_change(o.change, True)  # noqa: E731
     else:
-        if options.ray is not None:
-            from irshard.strategy import raycompile
-            source = next(p for _, p in programs if not isinstance(p, str)).source
-            compiler = raycompile.RayCluster(command, options.ray, source)
-        else:
-            compiler = compilers.Processes(command, options.jobs)
+        compiler = compilers.Processes(command, options.jobs)
         explain = _explainer(compiler, command)
+    return _searched(space, compiler, explain, options, command, cache_salt,
+                     target, factory, knob_space)
+
+
+def _searched(space, compiler, explain, options: SearchOptions,
+              command: Sequence[str], cache_salt: str, target, factory,
+              knob_space):
+    """The search of `space` by the decision engine over `compiler`."""
+    import time
+
+    from irshard.strategy import compilers, engine, search
     cache = compilers.Cache(options.cache_dir, cache_salt) \
         if options.cache_dir is not None else None
     progress = engine.Progress(0, compiler.jobs, options.progress)
@@ -306,15 +323,10 @@ def search_program(programs, placement, options: SearchOptions, *,
         limit=options.memory_limit, deadline=time.monotonic() + budget_s,
         max_candidates=options.max_candidates,
         same=search.same_program(space.structure), progress=progress)
-    try:
-        return search.search(space, decider, command=command,
-                             target=target.text if on_device else "cpu",
-                             budget_s=budget_s, explain=explain, factory=factory,
-                             knob_space=knob_space)
-    finally:
-        close = getattr(compiler, "close", None)
-        if close is not None:
-            close()
+    return search.search(space, decider, command=command,
+                         target=target.text if target.kind != "cpu" else "cpu",
+                         budget_s=budget_s, explain=explain, factory=factory,
+                         knob_space=knob_space)
 
 
 def _explainer(compiler, command: Sequence[str]):

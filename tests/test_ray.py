@@ -479,3 +479,45 @@ def test_launcher_option_errors(argv, message):
     assert result.returncode == 2
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+# ---------------------------------------------------------------------------
+# search --ray: the decision engine's compiles as Ray tasks
+
+
+FACTORY = os.path.join(ROOT, "tests", "programs", "factory.py")
+SEARCH = ["search", FACTORY, "--factory", "make", "--knob", "remat=none,full",
+          "--devices", "2", "--axes", "data,fsdp", "--no-cache", "--format", "json"]
+
+
+def test_a_search_on_a_local_ray_cluster_gives_the_local_table(tmp_path, short_tmp):
+    """Each candidate compiled by a Ray task (the program's files shipped
+    to it) gives the report a local compile gives, so the whole search's
+    JSON is the same, byte for byte; nothing of Ray's is left."""
+    before = _ray_processes()
+    env = _environment(tmp_path, short_tmp)
+    ray = _irshard(*SEARCH, "--ray", "local", env=env, cwd=ROOT)
+    assert ray.returncode == 0, ray.stderr
+    local = _irshard(*SEARCH, "--jobs", "1", env=env, cwd=ROOT)
+    assert local.returncode == 0, local.stderr
+    assert ray.stdout == local.stdout
+    assert json.loads(ray.stdout)["counts"]["ok"] >= 6
+    assert _left_behind(before) == []
+
+
+def test_ctrl_c_during_a_ray_search_cancels_its_tasks(tmp_path, short_tmp):
+    before = _ray_processes()
+    process = subprocess.Popen([sys.executable, "-m", "irshard", *SEARCH, "--ray",
+                                "local"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               env=_environment(tmp_path, short_tmp))
+    deadline = time.monotonic() + 120
+    while not any("ray::_compile_task" in p for p in _ray_processes()):
+        assert process.poll() is None and time.monotonic() < deadline, \
+            process.communicate()[1]
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert out == "" and err.splitlines()[-1] == "irshard: interrupted"
+    assert _left_behind(before) == []
