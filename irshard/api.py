@@ -355,7 +355,8 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
            grad: bool | str | Sequence[str] | None = None,
            profile: str | None = None,
            knobs: Mapping[str, Sequence[Any]] | None = None,
-           max_candidates: int | None = None, memory_limit: int | None = None):
+           max_candidates: int | None = None, memory_limit: int | None = None,
+           per: str | None = None):
     """Searches the sharding strategies of `fn(*args)` for `devices`
     simulated CPU devices or a `target` (`"tpu-v5e:4x4"`), as `irshard
     search` does: mesh shapes over `axes` (default data, fsdp, tensor)
@@ -365,10 +366,14 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     With `knobs` (`{"remat": ["none", "full"], "batch": [32, 64]}`), `fn`
     is a factory: `fn(**combination)` returns `(jitted_step, args)`, and
     every combination is searched with the strategies; one it rejects
-    (it raises) is listed as invalid. The result's `winner.change` has the
+    (it raises) is listed as invalid; `per` names the knob whose value is
+    a step's work (a batch: candidates are ranked by the step per
+    example). Candidates whose least possible step (their products at the
+    chip's peak, no communication) cannot beat the best so far are pruned.
+    The result's `winner.change` has the
     `mesh_text`, `rules` and `knobs` to give `irshard.compile`;
     `to_json()`, `render_text()`, `render_html()`."""
-    from irshard import library
+    from irshard import frontend, library
     from irshard.core import frames
     from irshard.hardware import targets
     from irshard.loading import program
@@ -386,6 +391,9 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
         if value is not None and (not is_int(value) or value < 1):
             raise wrong(name, value, "a positive whole number")
     knob_space = _knob_space(knobs, args)
+    if per is not None and not isinstance(per, str):
+        raise wrong("per", per, "a knob's name")
+    searching.check_per(per, knob_space, "per=")
     place = targets.place(target, "cpu", profile)
     count = searching.device_count(place.target, devices, "devices=")
     if place.target.kind != "tpu":
@@ -420,7 +428,7 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
             max_candidates=max_candidates, memory_limit=memory_limit),
         command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change,
         factory=getattr(fn, "__name__", "factory") if knob_space else None,
-        knob_space=knob_space)
+        knob_space=knob_space, per=per, hosting=frontend.Hosting(place))
 
 
 def _knob_space(knobs, args) -> list[tuple[str, tuple[Any, ...]]]:

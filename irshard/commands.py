@@ -310,6 +310,7 @@ def cmd_search(args) -> int:
                   fromfile.assignments(args.knob, "--knob", "V1,V2,...").items()]
     if knob_space and not args.factory:
         raise UsageError("--knob searches --factory's keywords: give --factory NAME")
+    search.check_per(args.per, knob_space)
     own = args.mesh == "own"
     source = frontend.Source(
         path=args.file, fn=args.fn, args_fn=args.args_fn, factory=args.factory,
@@ -369,7 +370,7 @@ def cmd_search(args) -> int:
         programs, placement, options, command=command, fixed_mesh=fixed,
         factory=args.factory, knob_space=knob_space,
         cache_salt=compilers.versions_salt(source.path, args.profile)
-        + json.dumps(command))
+        + json.dumps(command), per=args.per, hosting=hosting)
     if args.format == "json":
         text = result.render_json()
     elif args.format == "html":

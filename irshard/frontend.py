@@ -197,6 +197,21 @@ class Hosting:
                                      self.target.slices, self.target.text)
         return chosen
 
+    def trace(self, program):
+        """A loaded program traced on its mesh's devices: stage
+        `stablehlo` (within `visible()`)."""
+        from irshard import backend
+        from irshard.stages import staged
+        mesh = program.mesh
+        devices = self.devices(mesh)
+        # A mesh the program built itself with the same axes lays out the
+        # devices as the program expects (its shard_maps name that mesh).
+        own = backend.own_mesh_devices(program.namespace, mesh.names,
+                                       mesh.shape, devices[0].platform)
+        if own is not None and set(own) <= set(self.all_devices(devices)):
+            devices = own
+        return staged.trace(program, self.placement, devices)
+
     def devices(self, mesh: MeshSpec) -> list[Any]:
         from irshard import backend
         self.target.check_mesh(mesh)
@@ -239,9 +254,7 @@ def load(source: Source, cluster=None, timeout: float | None = None):
                                             place), constraints), notes)
     place.configure(mesh.num_devices if mesh is not None else 1)
     join()
-    from irshard import backend
     from irshard.loading import fromfile
-    from irshard.stages import staged
     with place.visible():
         # The program's import comes before JAX's backends start, so it may
         # still set JAX's options (`jax_num_cpu_devices`).
@@ -253,16 +266,8 @@ def load(source: Source, cluster=None, timeout: float | None = None):
             static=source.static, donate=source.donate,
             context_fn=source.context_fn, keras_fit=source.keras_fit,
             factory=source.factory, knobs=source.knobs)
-        mesh = prog.mesh
-        devices = place.devices(mesh)
         distributed.report_stage("tracing")
-        # A mesh the program built itself with the same axes lays out the
-        # devices as the program expects (its shard_maps name that mesh).
-        own = backend.own_mesh_devices(prog.namespace, mesh.names,
-                                       mesh.shape, devices[0].platform)
-        if own is not None and set(own) <= set(place.all_devices(devices)):
-            devices = own
-        traced = staged.trace(prog, place.placement, devices)
+        traced = place.trace(prog)
     return _noted(constrain(traced, constraints), notes)
 
 

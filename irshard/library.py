@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from irshard import REPORT_STAGES, STAGES
-from irshard.core.errors import UsageError
+from irshard.core.errors import IrshardError, UsageError
 from irshard.core.specs import MeshSpec
 
 
@@ -265,14 +265,17 @@ def search_program(programs, placement, options: SearchOptions, *,
                    command: Sequence[str], compile_change=None,
                    fixed_mesh: bool = False, factory: str | None = None,
                    knob_space: Sequence[tuple[str, Sequence[Any]]] = (),
-                   cache_salt: str = ""):
+                   cache_salt: str = "", per: str | None = None, hosting=None):
     """`irshard search`: the strategies (and knobs) for a loaded program,
     compiled by the decision engine as `irshard compile COMMAND FLAGS` in
     processes of their own (or on a Ray cluster), or, where
     `compile_change(change, explain)` is given (the Python API), in this
     process. `programs` are `(knobs, Program or why the factory rejects
     them)` for each knob combination (one, with no knobs, for a program as
-    it is); their leaves give the rules."""
+    it is); their leaves give the rules. `per` names the knob whose value
+    is what a step does (candidates are ranked by the step per unit of
+    it); `hosting` (`frontend.Hosting`) traces the programs again for
+    their bounds (none where None)."""
     from irshard.strategy import compilers, search
     from irshard.strategy import rules as rulesets
     target = placement.target
@@ -284,6 +287,8 @@ def search_program(programs, placement, options: SearchOptions, *,
               for knobs, found in programs),
         devices, tuple(options.axes),
         placement.profile.hbm_bytes if on_device else None, search.element_bytes)
+    judge = (search.work_of(per),
+             _bounds(programs, hosting, devices) if hosting is not None else None)
     if options.ray is not None and compile_change is None:
         # Ray's processes are stopped as an interruption unwinds, not left.
         from irshard.core import interrupts
@@ -294,7 +299,7 @@ def search_program(programs, placement, options: SearchOptions, *,
             try:
                 return _searched(space, compiler, _explainer(compiler, command),
                                  options, command, cache_salt, target, factory,
-                                 knob_space)
+                                 knob_space, per, judge)
             finally:
                 compiler.close()
     if compile_change is not None:
@@ -304,12 +309,41 @@ def search_program(programs, placement, options: SearchOptions, *,
         compiler = compilers.Processes(command, options.jobs)
         explain = _explainer(compiler, command)
     return _searched(space, compiler, explain, options, command, cache_salt,
-                     target, factory, knob_space)
+                     target, factory, knob_space, per, judge)
+
+
+def _bounds(programs, hosting, devices: int):
+    """Each knob combination's `engine.Bound`, traced again when first
+    asked (None where the target has no rates or the tracing fails)."""
+    from irshard.backend import flops
+    from irshard.strategy import engine
+    from irshard.timemodel import rates as compute_rates
+    found = compute_rates.rates(hosting.placement, devices)
+    if found is None:
+        return None
+    rate = found.fastest_products(hosting.placement.profile.peak_flops)
+    loaded = {knobs: p for knobs, p in programs if not isinstance(p, str)}
+    known: dict[Any, Any] = {}
+
+    def bound(change):
+        if change.knobs not in known:
+            known[change.knobs] = None
+            program = loaded.get(change.knobs)
+            if program is not None:
+                try:
+                    with hosting.visible():
+                        stage = hosting.trace(program)
+                    known[change.knobs] = engine.Bound(
+                        flops.product_flops(stage.module), devices, rate)
+                except IrshardError:
+                    pass
+        return known[change.knobs]
+    return bound
 
 
 def _searched(space, compiler, explain, options: SearchOptions,
               command: Sequence[str], cache_salt: str, target, factory,
-              knob_space):
+              knob_space, per=None, judge=(None, None)):
     """The search of `space` by the decision engine over `compiler`."""
     import time
 
@@ -322,11 +356,12 @@ def _searched(space, compiler, explain, options: SearchOptions,
         compiler, cache=cache, argv=lambda change: [*command, *change.flags()],
         limit=options.memory_limit, deadline=time.monotonic() + budget_s,
         max_candidates=options.max_candidates,
-        same=search.same_program(space.structure), progress=progress)
+        same=search.same_program(space.structure), progress=progress,
+        work=judge[0], bound=judge[1])
     return search.search(space, decider, command=command,
                          target=target.text if target.kind != "cpu" else "cpu",
                          budget_s=budget_s, explain=explain, factory=factory,
-                         knob_space=knob_space)
+                         knob_space=knob_space, per=per)
 
 
 def _explainer(compiler, command: Sequence[str]):

@@ -403,6 +403,10 @@ SEARCH_OPTIONS = tuple(
               help="search --factory's keyword K over these values (Python "
                    "literals where they read as one, else text), in every "
                    "combination with the other knobs (repeatable)"),
+    Option.of("--per", metavar="KNOB",
+              help="rank by the step per unit of this knob's value (a batch "
+                   "knob: the step per example), where candidates do "
+                   "different work"),
     Option.of("--mesh", metavar="SPEC",
               help="fix the mesh (e.g. data=2,fsdp=4: no mesh or rule "
                    "strategies, only knobs), or 'own': each candidate's mesh "

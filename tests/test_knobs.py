@@ -114,3 +114,38 @@ def test_the_tutorial_mlp_compiles_every_distinct_candidate_and_suggest_agrees()
         faster = entry["step_s"] < winner["step_s"] * (1 - data["error_band"])
         smaller = entry["memory_bytes"] < winner["memory_bytes"]
         assert faster or smaller, entry
+
+
+@pytest.mark.slow
+def test_a_knob_search_per_example_prunes_what_its_bound_rules_out(tmp_path):
+    """`--per batch` ranks by the step per example; the wider model's
+    products alone (its bound) take longer than the narrower one's best
+    step, so its candidates are pruned, not compiled, and say why. Every
+    compiled candidate's bound is below its simulated step."""
+    out = tmp_path / "search.json"
+    done = run_irshard("search", FACTORY, "--factory", "make", "--knob", "batch=256",
+                       "--knob", "width=256,1024", "--per", "batch", "--devices", "4",
+                       "--no-cache", "--format", "json", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert data["per"] == "batch" and data["notes"] == []
+    compiled = [e for e in data["candidates"] if e["status"] == "ok"]
+    pruned = [e for e in data["candidates"] if e["status"] == "pruned"
+              and "products alone" in e["reason"]]
+    assert pruned and data["counts"]["pruned"] >= len(pruned)
+    assert all(e["knobs"]["width"] == 1024 for e in pruned)
+    assert all(e["bound_s"] <= e["step_s"] for e in compiled)
+    winner = data["winner"]
+    assert winner["step_per_unit_s"] == pytest.approx(winner["step_s"] / 256)
+    band = data["error_band"]
+    assert all(e["bound_s"] / 256 > winner["step_per_unit_s"] * (1 + band) * 0.999
+               for e in pruned)
+    for argv, message in [(["--per", "width"], "--per width: rank per a knob that "
+                                               "is searched"),
+                          (["--per", "batch", "--knob", "batch=0,8"],
+                           "its values must be positive numbers")]:
+        knobs = [] if "--knob" in argv else ["--knob", "batch=8"]
+        done = run_irshard("search", FACTORY, "--factory", "make", *knobs, *argv,
+                           "--devices", "2")
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import EXAMPLES, run_irshard
 from irshard.core import tree
+from irshard.core.errors import UsageError
 from irshard.strategy import candidates as C
 from irshard.reporting.report import CollectiveReport
 from irshard.strategy import compilers
@@ -483,3 +484,71 @@ def test_the_cache_key_follows_the_file_and_its_neighbours(tmp_path):
     assert compilers.versions_salt(str(main)) == first
     helper.write_text("W = 2\n")
     assert compilers.versions_salt(str(main)) != first
+
+
+def _knob_engine(steps, bounds, work=None):
+    """A search over knob `k` alone (the mesh fixed) whose compile of
+    `k=v` reports `steps[v]`, and whose bound for it is `bounds[v]`."""
+    import time
+
+    from irshard.strategy.engine import Bound
+    compiled = []
+
+    def compile_change(change, explain=False):
+        value = dict(change.knobs)["k"]
+        compiled.append(value)
+        return fake_report(steps[value], 10)
+
+    space = S.Space(tuple(((("k", v),), None) for v in steps), 4, ("data",))
+    decider = Engine(compilers.Calls(compile_change),
+                     deadline=time.monotonic() + 60,
+                     bound=lambda c: Bound(bounds[dict(c.knobs)["k"]] * 4 * 1e9, 4, 1e9),
+                     work=work)
+    result = S.search(space, decider, command=("f.py",), target="cpu", budget_s=60,
+                      factory="make", knob_space=[("k", tuple(steps))])
+    return result, compiled
+
+
+def test_a_candidate_whose_bound_cannot_beat_the_best_is_pruned_not_compiled():
+    # k=1's least possible step (its products at the peak) is 3 ms: it
+    # cannot beat k=2's 1 ms, even within the 10% band; k=3's bound
+    # (1.05 ms) can, so it is compiled. Least bound first: k=2, k=3, k=1.
+    result, compiled = _knob_engine({1: 0.004, 2: 0.001, 3: 0.002},
+                                    {1: 0.003, 2: 0.0008, 3: 0.00105})
+    assert compiled == [2, 3]
+    data = result.to_json()
+    assert data["counts"] == {"ok": 2, "pruned": 1}
+    pruned = [e for e in data["candidates"] if e["status"] == "pruned"]
+    assert pruned[0]["knobs"] == {"k": 1} and pruned[0]["bound_s"] == pytest.approx(0.003)
+    assert "k=2's 1 ms" in pruned[0]["reason"] and "3 ms" in pruned[0]["reason"]
+    assert data["winner"]["knobs"] == {"k": 2} and data["notes"] == []
+    assert "1 pruned" in result.render_text()
+
+
+def test_a_step_that_undercuts_its_bound_turns_pruning_off_and_says_so():
+    # k=2 compiles first (least bound) but its step (0.5 ms) is below its
+    # bound (0.8 ms): the bound is not to be trusted, k=1 is compiled.
+    result, compiled = _knob_engine({1: 0.004, 2: 0.0005}, {1: 0.003, 2: 0.0008})
+    assert compiled == [2, 1]
+    data = result.to_json()
+    assert data["counts"] == {"ok": 2}
+    assert data["notes"] and "undercuts its bound" in data["notes"][0]
+    assert "note: k=2's simulated step" in result.render_text()
+
+
+def test_per_ranks_by_the_step_per_unit_of_a_knob():
+    # Twice the batch in 1.5 times the step: the larger batch wins per
+    # example, the smaller per step.
+    from irshard.strategy.search import work_of
+    result, _ = _knob_engine({32: 0.002, 64: 0.003}, {32: 0.0, 64: 0.0})
+    assert result.winner.change.knobs == (("k", 32),)
+    result, _ = _knob_engine({32: 0.002, 64: 0.003}, {32: 0.0, 64: 0.0},
+                             work=lambda c: float(dict(c.knobs)["k"]))
+    assert result.winner.change.knobs == (("k", 64),)
+    entry = result.to_json()["winner"]
+    assert entry["work"] == 64 and entry["step_per_unit_s"] == pytest.approx(0.003 / 64)
+    assert work_of("k")(result.winner.change) == 64.0 and work_of(None)(None) == 1.0
+    with pytest.raises(UsageError, match="rank per a knob that is searched"):
+        S.check_per("batch", [("k", (1, 2))])
+    with pytest.raises(UsageError, match="positive numbers"):
+        S.check_per("k", [("k", (1, "full"))])

@@ -61,6 +61,8 @@ ENTRY = schema.Object({"key": schema.String(), "report": schema.Object(
 # What a compiler calls back with: the key it was given, the result, and
 # the compile's wall time.
 Done = Callable[[Any, "CollectiveReport | Failure", float], None]
+# Whether to pass a candidate by, asked just before it would begin.
+Skip = Callable[[Any], bool]
 
 
 class Failure(str):
@@ -226,16 +228,16 @@ def first_line(text: str) -> str:
 
 
 class Compiler:
-    """Compiles changes: `run(work, deadline, done)` calls `done(key,
-    result, seconds)` for each `(key, change)` of `work` it compiles and
-    returns the keys the deadline left; `jobs` is how many it compiles at
-    once. `remote` says whether a compile's report comes from another
-    process (and so cannot carry what JSON does not hold)."""
+    """Compiles changes: `run(work, deadline, done, skip)` calls
+    `done(key, result, seconds)` for each `(key, change)` of `work` it
+    compiles and returns the keys the deadline left; just before it begins
+    one, `skip(key)` may say to pass it by (the engine has judged it
+    already). `jobs` is how many it compiles at once."""
 
     jobs = 1
 
     def run(self, work: Sequence[tuple[Any, Change]], deadline: float,
-            done: Done) -> list[Any]:
+            done: Done, skip: Skip | None = None) -> list[Any]:
         raise NotImplementedError
 
     def compile_all(self, work: Sequence[tuple[Any, Change]]) -> list[Any]:
@@ -254,12 +256,14 @@ class _OneAtATime(Compiler):
     def compile(self, change: Change) -> CollectiveReport:
         raise NotImplementedError
 
-    def run(self, work, deadline, done):
+    def run(self, work, deadline, done, skip=None):
         left, took = [], []
         for key, change in work:
             typical = sorted(took)[len(took) // 2] if took else 0.0
             if time.monotonic() + typical >= deadline:
                 left.append(key)
+                continue
+            if skip is not None and skip(key):
                 continue
             started = time.monotonic()
             try:
@@ -339,7 +343,7 @@ class Processes(Compiler):
         self.argv = list(argv)
         self.jobs = jobs
 
-    def run(self, work, deadline, done):
+    def run(self, work, deadline, done, skip=None):
         import subprocess
         pending = list(work)
         running: list[tuple[Any, Any, float, Any, Any, str]] = []
@@ -350,6 +354,8 @@ class Processes(Compiler):
                 now = time.monotonic()
                 while pending and len(running) < self.jobs and now < deadline:
                     key, change = pending.pop(0)
+                    if skip is not None and skip(key):
+                        continue
                     flags = change.flags() if isinstance(change, Change) else list(change)
                     command = [sys.executable, "-m", "irshard", "compile",
                                *self.argv, *flags, "--format", "json"]

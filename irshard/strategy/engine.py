@@ -10,6 +10,16 @@ same effective program as a candidate before it: compiled once, listed
 once), `pruned` (judged before compiling: a bound it cannot beat, arguments
 that cannot fit), or `not reached` (the time budget or the candidate limit
 ran out first). Compiled reports are cached by what decides the compile.
+
+The bound (`Bound`) is the least step any sharding of a candidate's program
+can take: the products it must compute (`backend.flops`, counted from its
+StableHLO before partitioning, shared by every device) at the fastest
+product rate the time model knows, with no communication at all. A
+candidate whose bound, per unit of work, is slower than the best compiled
+so far beyond the model's error band cannot win, and is not compiled.
+Every compiled candidate checks the bound against its own simulated step:
+one that undercuts its bound turns pruning off for the rest of the search,
+and the result says so.
 """
 
 from __future__ import annotations
@@ -33,6 +43,21 @@ INVALID = INVALID_KNOBS
 
 
 @dataclass(frozen=True)
+class Bound:
+    """The least step a program can take on `devices` devices: its
+    `flops` of products at `rate` (flops per second per device), no
+    communication."""
+
+    flops: float
+    devices: int
+    rate: float
+
+    @property
+    def step_s(self) -> float:
+        return self.flops / (self.devices * self.rate)
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What became of one candidate."""
 
@@ -44,6 +69,7 @@ class Outcome:
     cached: bool = False
     figures: Figures | None = None
     exit_code: int = 0               # a failure's `irshard compile` status
+    bound: Bound | None = None
 
     @property
     def fits(self) -> bool:
@@ -104,21 +130,31 @@ class Engine:
     same mesh and the same effective shardings: `search` works them out
     from the program's leaves), by default the change's own key. The
     engine stops at `deadline` (`time.monotonic()`) and after
-    `max_candidates` compiles."""
+    `max_candidates` compiles. `work(change)` is what a candidate's step
+    does (1 unless the search ranks per unit of a knob); `bound(change)`
+    its `Bound`, or None where none is known (see the module docstring)."""
 
     def __init__(self, compiler: Compiler, *, cache: Cache | None = None,
                  argv: Callable[[Change], Sequence[str]] | None = None,
                  limit: int | None = None, deadline: float = math.inf,
                  max_candidates: int | None = None,
                  same: Callable[[Change], Any] | None = None,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None,
+                 work: Callable[[Change], float] | None = None,
+                 bound: Callable[[Change], Bound | None] | None = None):
         self.compiler, self.cache, self.argv = compiler, cache, argv
         self.limit, self.deadline = limit, deadline
         self.max_candidates = max_candidates
         self.same = same or (lambda change: change.key)
         self.progress = progress
+        self.work = work or (lambda change: 1.0)
+        self.bound = bound
         self.seen: dict[Any, Change] = {}
         self.compiled = 0
+        self.best: Figures | None = None     # the fastest that fits, per unit
+        self.best_name = ""
+        # A compiled candidate faster than its bound: pruning is off.
+        self.undercut: str | None = None
 
     def _cache_argv(self, change: Change) -> Sequence[str] | None:
         return self.argv(change) if self.cache is not None and self.argv else None
@@ -126,8 +162,11 @@ class Engine:
     def outcome(self, change: Change, result: Any, seconds: float,
                 cached: bool = False) -> Outcome:
         if isinstance(result, CollectiveReport):
-            return Outcome(change, "ok", result, None, seconds, cached,
-                           Figures.of(result, self.limit))
+            outcome = Outcome(change, "ok", result, None, seconds, cached,
+                              Figures.of(result, self.limit, self.work(change)),
+                              bound=self._bound(change))
+            self._judged(outcome)
+            return outcome
         reason = str(result)
         status = "invalid" if reason.startswith(INVALID) else "failed"
         return Outcome(change, status, None, reason.removeprefix(INVALID), seconds,
@@ -168,11 +207,63 @@ class Engine:
             found[i] = outcome
             self._tell(outcome)
 
+        def skip(i: int) -> bool:
+            pruned = self._pruned(changes[i])
+            if pruned is not None:
+                found[i] = pruned
+                self._tell(pruned)
+                self.compiled -= 1
+            return pruned is not None
+
         self.compiled += len(todo)
-        for i in self.compiler.run(todo, self.deadline, done):
+        for i in self.compiler.run(todo, self.deadline, done, skip):
             found[i] = Outcome(changes[i], "not reached",
                                reason="the time budget ran out")
         return [found[i] for i in range(len(changes))]
+
+    def least(self, change: Change) -> float:
+        """The least step per unit of work `change` can take (0 where no
+        bound is known)."""
+        bound = self._bound(change)
+        return bound.step_s / self.work(change) if bound is not None else 0.0
+
+    def _bound(self, change: Change) -> Bound | None:
+        return self.bound(change) if self.bound is not None else None
+
+    def _judged(self, outcome: Outcome) -> None:
+        """Keeps the best compiled so far, and checks the bound against
+        the simulated step it bounds."""
+        figures, bound = outcome.figures, outcome.bound
+        if figures is None or figures.step_s is None:
+            return
+        if bound is not None and self.undercut is None \
+                and figures.step_s < bound.step_s * (1 - 1e-9):
+            self.undercut = (f"{outcome.change.name}'s simulated step "
+                             f"({human_time(figures.step_s)}) undercuts its bound "
+                             f"({human_time(bound.step_s)}): nothing was pruned "
+                             f"after it")
+        if figures.fits is not False and (self.best is None
+                                          or figures.rate < self.best.rate):
+            self.best, self.best_name = figures, outcome.change.name
+
+    def _pruned(self, change: Change) -> Outcome | None:
+        """`change` judged without compiling it, where its bound cannot
+        beat the best so far (None: compile it)."""
+        best = self.best
+        if best is None or self.undercut is not None or self.bound is None:
+            return None
+        bound = self.bound(change)
+        if bound is None:
+            return None
+        least = bound.step_s / self.work(change)
+        if least <= best.rate * (1 + best.band):
+            return None
+        per = "" if self.work(change) == 1.0 and best.work == 1.0 else " per unit of work"
+        return Outcome(change, "pruned", bound=bound, reason=(
+            f"its products alone ({bound.flops:.3g} flops over {bound.devices} "
+            f"devices at {bound.rate:.3g}/s) take {human_time(least)}{per}, "
+            f"beyond the error band of {self.best_name}'s "
+            f"{human_time(best.rate)}"))
 
     def _tell(self, outcome: Outcome) -> None:
         if self.progress is not None:

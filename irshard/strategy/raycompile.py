@@ -88,23 +88,35 @@ class RayCluster(Compiler):
         self.files = shipped(program_path)
         self.task = self.ray.remote(num_cpus=1, max_retries=1)(_compile_task)
 
-    def run(self, work, deadline, done):
+    def run(self, work, deadline, done, skip=None):
         ray = self.ray
+        waiting = list(work)
         pending: dict[Any, tuple[Any, float]] = {}
         left: list[Any] = []
         with interrupts.unwinding():
             try:
-                for key, change in work:
-                    flags = change.flags() if hasattr(change, "flags") else list(change)
-                    ref = self.task.remote(self.files, [*self.command, *flags,
-                                                        "--format", "json"])
-                    pending[ref] = (key, time.monotonic())
-                while pending:
+                while waiting or pending:
+                    # As many tasks in flight as the cluster has CPUs: the
+                    # rest wait here, where the deadline and the engine's
+                    # judgement still reach them.
+                    while waiting and len(pending) < self.jobs \
+                            and time.monotonic() < deadline:
+                        key, change = waiting.pop(0)
+                        if skip is not None and skip(key):
+                            continue
+                        flags = change.flags() if hasattr(change, "flags") \
+                            else list(change)
+                        ref = self.task.remote(self.files, [*self.command, *flags,
+                                                            "--format", "json"])
+                        pending[ref] = (key, time.monotonic())
                     if time.monotonic() >= deadline:
                         for ref, (key, _) in pending.items():
                             ray.cancel(ref, force=True)
                             left.append(key)
+                        left += [key for key, _ in waiting]
                         break
+                    if not pending:
+                        continue
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL)
                     for ref in ready:
                         key, started = pending.pop(ref)

@@ -153,6 +153,9 @@ def run_search(space: Space, engine: Engine, *, move_rounds: int = 2,
         strategies, pruned = _strategies(space, structure)
         outcomes += [replace(o, change=_with_knobs(o.change, knobs)) for o in pruned]
         todo += [_with_knobs(s, knobs) for s in strategies]
+    # The knob combinations whose bound is least first: the likeliest to
+    # win, and what lets the bound prune the rest.
+    todo.sort(key=engine.least)
     if engine.progress is not None:
         engine.progress.total = len(todo)
         engine.progress.update()
@@ -203,6 +206,8 @@ class SearchResult:
     factory: str | None = None
     knob_space: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     limit: int | None = None
+    per: str | None = None              # the knob whose value is a step's work
+    notes: tuple[str, ...] = ()
 
     def ranked(self) -> list[Outcome]:
         return rank(self.outcomes)
@@ -281,6 +286,8 @@ class SearchResult:
                 entry.update(compute_s=step.compute_s,
                              exposed_comm_s=step.exposed_comm_s)
             entry["pareto"] = front is not None and id(outcome) in front
+        if outcome.bound is not None:
+            entry["bound_s"] = outcome.bound.step_s
         if outcome.reason:
             entry["reason"] = outcome.reason
         return entry
@@ -302,6 +309,7 @@ class SearchResult:
             "devices": self.devices, "axes": list(self.axes),
             "factory": self.factory,
             "knobs": {k: list(v) for k, v in self.knob_space},
+            "per": self.per, "notes": list(self.notes),
             "error_band": self.band, "memory_limit": self.limit,
             "counts": self.counts(),
             "compiled": sum(1 for o in self.outcomes if o.figures is not None),
@@ -349,17 +357,20 @@ class SearchResult:
             mark = (" *" if id(o) in front else "") + (" (baseline)" if o is baseline
                                                         else "")
             rows.append([f"{i}{mark}", o.change.name,
-                         _t(f.step_s),
+                         _t(f.step_s), *([_t(f.rate)] if self.per else []),
                          (human_bytes(f.memory_bytes) if f.memory_bytes is not None
                           else "-") + ("" if f.fits is not False else " (does not fit)"),
                          human_bytes(f.bytes_per_step), str(f.collectives),
                          o.change.origin])
         if rows:
-            lines += table(["rank", "candidate", "step", "peak memory", "bytes/step",
-                            "collectives", "origin"], rows)
-            lines.append(f"  (* on the Pareto front of step against memory; steps "
-                         f"within ±{self.band:.0%}, the time model's error band, tie, "
-                         f"broken by memory, then bytes)")
+            lines += table(["rank", "candidate", "step",
+                            *([f"step/{self.per}"] if self.per else []),
+                            "peak memory", "bytes/step", "collectives", "origin"], rows)
+            step = f"step per {self.per}" if self.per else "step"
+            lines.append(f"  (* on the Pareto front of {step} against memory; "
+                         f"{step}s within ±{self.band:.0%}, the time model's error "
+                         f"band, tie, broken by memory, then bytes)")
+        lines += [f"note: {n}" for n in self.notes]
         lines += self._winner_lines()
         lines += self._unranked_lines()
         return "\n".join(lines) + "\n"
@@ -450,6 +461,33 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def work_of(per: str | None):
+    """What a candidate's step does: the value of knob `per` (1 where
+    None)."""
+    def work(change: Change) -> float:
+        if per is None:
+            return 1.0
+        return float(dict(change.knobs)[per])
+    return work
+
+
+def check_per(per: str | None, knob_space: Sequence[tuple[str, Sequence[Any]]],
+              option: str = "--per") -> None:
+    """`per` names a searched knob whose every value is a positive number."""
+    if per is None:
+        return
+    values = dict(knob_space)
+    if per not in values:
+        searched = ", ".join(values) or "none"
+        raise UsageError(f"{option} {per}: rank per a knob that is searched "
+                         f"(--knob {per}=V1,V2,...); searched: {searched}")
+    wrong = [v for v in values[per] if isinstance(v, bool)
+             or not isinstance(v, (int, float)) or not v > 0]
+    if wrong:
+        raise UsageError(f"{option} {per}: its values must be positive numbers "
+                         f"(a step's work: examples, tokens); not {wrong[0]!r}")
+
+
 def leaves_of(program) -> list[rulesets.LeafShape]:
     return [rulesets.LeafShape(leaf.path, tuple(leaf.type.shape), leaf.type.dtype.name)
             for leaf in program.inputs]
@@ -476,7 +514,8 @@ def device_count(target, devices: int | None, option: str = "--devices") -> int:
 
 def search(space: Space, engine: Engine, *, command: Sequence[str], target: str,
            budget_s: float, explain=None, factory: str | None = None,
-           knob_space: Sequence[tuple[str, Sequence[Any]]] = ()) -> SearchResult:
+           knob_space: Sequence[tuple[str, Sequence[Any]]] = (),
+           per: str | None = None) -> SearchResult:
     """The search over `space`, compiled by `engine`; `budget_s` (what it
     was given, a week at most) is reported."""
     budget_s = min(budget_s, MAX_BUDGET_S)
@@ -490,7 +529,8 @@ def search(space: Space, engine: Engine, *, command: Sequence[str], target: str,
     return SearchResult(tuple(command), target, space.devices, space.axes,
                         tuple(outcomes), time.monotonic() - started, budget_s,
                         factory, tuple((k, tuple(v)) for k, v in knob_space),
-                        engine.limit)
+                        engine.limit, per,
+                        (engine.undercut,) if engine.undercut else ())
 
 
 def progress(total: int, jobs: int, enabled: bool) -> Progress:

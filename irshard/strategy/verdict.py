@@ -2,7 +2,9 @@
 programs is better, and what a change did.
 
 A program must first fit the memory limit (the target's capacity, or the
-limit the user gave). Among those that fit, the simulated step decides; a
+limit the user gave). Among those that fit, the simulated step decides
+(per unit of work, where candidates do different work: a search `--per`
+a batch knob ranks by the step per example); a
 difference within the time model's stated error band (`Step.error_band`,
 from the target's profile) is a tie, broken by the memory peak, then the
 bytes the collectives move per step. `rank` orders outcomes so; `pareto`
@@ -37,11 +39,19 @@ class Figures:
     findings: int
     fits: bool | None        # None: no limit known
     band: float = DEFAULT_BAND
+    work: float = 1.0        # what the step does, in the units ranked by
+
+    @property
+    def rate(self) -> float | None:
+        """The simulated step per unit of work (the step itself where the
+        work is one)."""
+        return self.step_s / self.work if self.step_s is not None else None
 
     @classmethod
-    def of(cls, report: CollectiveReport, limit: int | None = None) -> "Figures":
+    def of(cls, report: CollectiveReport, limit: int | None = None,
+           work: float = 1.0) -> "Figures":
         """`report`'s figures; `limit` (bytes per device) replaces the
-        target's capacity where given."""
+        target's capacity where given; `work` is what one step does."""
         totals = report.totals()
         memory = report.memory
         used = memory.in_use if memory is not None else None
@@ -52,12 +62,15 @@ class Figures:
         return cls(step.step_s if step is not None else None, used,
                    totals["bytes_per_run"], totals["count"], len(report.findings),
                    None if capacity is None or used is None else used <= capacity,
-                   band)
+                   band, work)
 
     def to_json(self) -> dict[str, Any]:
-        return {"step_s": self.step_s, "memory_bytes": self.memory_bytes,
-                "fits": self.fits, "bytes_per_run": self.bytes_per_step,
-                "collectives": self.collectives, "findings": self.findings}
+        found = {"step_s": self.step_s, "memory_bytes": self.memory_bytes,
+                 "fits": self.fits, "bytes_per_run": self.bytes_per_step,
+                 "collectives": self.collectives, "findings": self.findings}
+        if self.work != 1.0:
+            found.update(work=self.work, step_per_unit_s=self.rate)
+        return found
 
 
 def _ties(a: float, b: float, band: float) -> bool:
@@ -70,8 +83,8 @@ def compare(a: Figures, b: Figures) -> int:
     cannot tell them apart."""
     if (a.fits is False) != (b.fits is False):
         return -1 if b.fits is False else 1
-    sa = a.step_s if a.step_s is not None else math.inf
-    sb = b.step_s if b.step_s is not None else math.inf
+    sa = a.rate if a.rate is not None else math.inf
+    sb = b.rate if b.rate is not None else math.inf
     band = max(a.band, b.band)
     if not (math.isfinite(sa) and math.isfinite(sb) and _ties(sa, sb, band)):
         if sa != sb:
@@ -93,7 +106,7 @@ def rank(figures: Sequence[Figures]) -> list[int]:
     fit, the same way. Ties keep their given order."""
     order = sorted(range(len(figures)), key=lambda i: (
         figures[i].fits is False,
-        figures[i].step_s if figures[i].step_s is not None else math.inf, i))
+        figures[i].rate if figures[i].rate is not None else math.inf, i))
     result: list[int] = []
     start = 0
     while start < len(order):
@@ -101,16 +114,16 @@ def rank(figures: Sequence[Figures]) -> list[int]:
         end = start + 1
         while end < len(order):
             f = figures[order[end]]
-            if (f.fits is False) != (first.fits is False) or first.step_s is None \
-                    or f.step_s is None \
-                    or not _ties(first.step_s, f.step_s, max(first.band, f.band)):
+            if (f.fits is False) != (first.fits is False) or first.rate is None \
+                    or f.rate is None \
+                    or not _ties(first.rate, f.rate, max(first.band, f.band)):
                 break
             end += 1
         group = order[start:end]
         group.sort(key=lambda i: (
             figures[i].memory_bytes if figures[i].memory_bytes is not None else math.inf,
             figures[i].bytes_per_step,
-            figures[i].step_s if figures[i].step_s is not None else math.inf, i))
+            figures[i].rate if figures[i].rate is not None else math.inf, i))
         result += group
         start = end
     return result
@@ -120,13 +133,13 @@ def pareto(figures: Sequence[Figures]) -> set[int]:
     """The indices no other figure beats on both the simulated step and the
     memory peak (the front of step against memory), among those that fit."""
     fitting = [i for i, f in enumerate(figures)
-               if f.fits is not False and f.step_s is not None
+               if f.fits is not False and f.rate is not None
                and f.memory_bytes is not None]
     front = set()
     for i in fitting:
         a = figures[i]
-        if not any(figures[j].step_s <= a.step_s and figures[j].memory_bytes <= a.memory_bytes
-                   and (figures[j].step_s < a.step_s
+        if not any(figures[j].rate <= a.rate and figures[j].memory_bytes <= a.memory_bytes
+                   and (figures[j].rate < a.rate
                         or figures[j].memory_bytes < a.memory_bytes)
                    for j in fitting if j != i):
             front.add(i)
@@ -137,8 +150,11 @@ def why_better(a: Figures, b: Figures) -> str:
     """In words, why `a` beats `b` (as `compare` decided)."""
     if (a.fits is False) != (b.fits is False):
         return "it fits the memory limit"
-    if a.step_s is not None and b.step_s is not None \
-            and not _ties(a.step_s, b.step_s, max(a.band, b.band)):
+    if a.rate is not None and b.rate is not None \
+            and not _ties(a.rate, b.rate, max(a.band, b.band)):
+        if a.work != 1.0 or b.work != 1.0:
+            return f"its simulated step per unit of work is shorter " \
+                   f"({human_time(a.rate)} against {human_time(b.rate)})"
         return f"its simulated step is shorter ({human_time(a.step_s)} against " \
                f"{human_time(b.step_s)})"
     if a.memory_bytes is not None and b.memory_bytes is not None \

@@ -56,6 +56,18 @@ class Rates:
     def bandwidth(self, nbytes: float) -> float:
         return along(self.bandwidth_curve, nbytes, self.memory_bandwidth)
 
+    def fastest_products(self, peak: float | None = None) -> float:
+        """The fastest rate at which these rates (or the chip's `peak`,
+        where faster) compute matrix products, whatever their size or
+        type: what no product is timed faster than."""
+        found = [self.peak_flops, *(r for _, r in self.flops_curve),
+                 *(r for _, r in self.wide_curve)]
+        if self.wide_flops:
+            found.append(self.wide_flops)
+        if peak:
+            found.append(peak)
+        return max(found)
+
     def seconds(self, flops: float, transcendentals: float, nbytes: float,
                 sliced: float = 0.0, wide: float = 0.0,
                 products: float = 0.0) -> float:
