@@ -399,28 +399,31 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     if place.target.kind != "tpu":
         configure(count, place.platform)
     static = number_list("static_argnums", static_argnums)
-    made: dict[Any, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+    made: dict[Any, tuple[Callable[..., Any], tuple[Any, ...], Any]] = {}
     programs: list[tuple[Any, Any]] = []
     for combo in library.knob_combinations(knob_space) if knob_space else [()]:
         try:
-            step, step_args = _made(fn, combo) if knob_space else (fn, args)
+            step, step_args, context = _made(fn, combo) if knob_space \
+                else (fn, args, None)
         except UsageError as e:
+            if str(e).startswith("search: "):
+                raise
             programs.append((combo, str(e)))
             continue
-        made[combo] = (step, step_args)
+        made[combo] = (step, step_args, context)
         programs.append((combo, program.program_of(
             step, step_args, mesh=parse_mesh(f"{names[0]}={count}"),
-            static_argnums=static, grad=grad)))
+            static_argnums=static, grad=grad, context=context)))
     if not made:
         raise UsageError(f"search: the factory rejects every combination of the "
                          f"knobs; the first: {programs[0][1]}")
 
     def compile_change(change, explain: bool = False):
-        step, step_args = made[change.knobs]
+        step, step_args, context = made[change.knobs]
         return compile(step, *step_args, mesh=change.mesh_text,
                        rules=list(change.rules), constraints=list(change.constraints),
                        static_argnums=static, grad=grad, target=target,
-                       profile=profile, explain=explain)
+                       profile=profile, explain=explain, context=context)
 
     return library.search_program(
         programs, place, library.SearchOptions(
@@ -445,17 +448,25 @@ def _knob_space(knobs, args) -> list[tuple[str, tuple[Any, ...]]]:
     return [(k, tuple(v)) for k, v in knobs.items()]
 
 
-def _made(factory: Callable[..., Any], combo) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """`factory(**combo)`, as `(step, args)`; its raising is the knobs'
-    fault (`UsageError`, listed as an invalid candidate)."""
+def _made(factory: Callable[..., Any], combo
+          ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
+    """`factory(**combo)`, as `(step, args, context)` (the context's maker,
+    or None); its raising is the knobs' fault (`UsageError`, listed as an
+    invalid candidate)."""
     from irshard.core.knobs import knob_text
+    name = getattr(factory, "__name__", "factory")
     called = ", ".join(f"{k}={knob_text(v)}" for k, v in combo)
     try:
-        step, step_args = factory(**dict(combo))
+        made = factory(**dict(combo))
     except Exception as e:
-        raise UsageError(f"{getattr(factory, '__name__', 'factory')}({called}) "
-                         f"raised {type(e).__name__}: {e}") from None
-    return step, tuple(step_args)
+        raise UsageError(f"{name}({called}) raised {type(e).__name__}: {e}") from None
+    if not (isinstance(made, (tuple, list)) and len(made) in (2, 3)
+            and isinstance(made[1], (tuple, list))
+            and (len(made) == 2 or callable(made[2]))):
+        raise UsageError(f"search: {name}({called}) returned "
+                         f"{type(made).__name__}; a factory returns (step, args) "
+                         f"or (step, args, context)")
+    return made[0], tuple(made[1]), made[2] if len(made) == 3 else None
 
 
 @_x64_kept

@@ -359,7 +359,9 @@ def cmd_search(args) -> int:
     options = library.SearchOptions(
         devices=count, axes=axes, budget_s=budget_s,
         max_candidates=args.max_candidates, memory_limit=args.memory_limit,
-        jobs=compilers.default_jobs() if args.jobs == "auto" else args.jobs,
+        # auto on a Ray cluster: as many as it has CPUs.
+        jobs=(None if args.ray else compilers.default_jobs()) if args.jobs == "auto"
+        else args.jobs,
         ray=args.ray,
         cache_dir=None if args.no_cache else (args.cache_dir
                                               or compilers.default_cache_dir()),
@@ -384,11 +386,8 @@ def cmd_search(args) -> int:
 
 def cmd_diff(args) -> int:
     check_output_path(args.output)
-    from irshard.collectives import dumps
-    from irshard.reporting import diff
-    a = dumps.load_side(args.a, args.module, args.stage)
-    b = dumps.load_side(args.b, args.module, args.stage)
-    result = diff.compare(a, b)
+    from irshard import library
+    result = library.diff_paths(args.a, args.b, args.module, args.stage)
     if args.format == "html":
         from irshard.reporting import htmlreport
         text = htmlreport.render_diff(result)

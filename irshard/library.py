@@ -9,9 +9,9 @@ line parses its arguments into those options and prints what comes back
     run          run_program(lowered, RunOptions, ReportOptions)
     show         show_program(lowered)
     collectives  collectives_of(path, stage, mesh)
-    diff         reporting.diff.compare(collectives.dumps.diff_side(a), ...)
+    diff         diff_paths(a, b, module, stage)
     suggest      suggest_program(lowered, rules, command)
-    search       search_program(program, placement, SearchOptions)
+    search       search_program(programs, placement, SearchOptions)
     devices      devices_of(count, cluster, platform)
     calibrate    calibrate_devices(mesh, sizes, repeats, platform)
     opt          ir.opt.opt
@@ -215,6 +215,16 @@ def collectives_of(path: str, stage: str = "optimized",
     return ModuleReports(path, stage, mesh, tuple(reports), tuple(skipped))
 
 
+def diff_paths(a: str, b: str, module: str | None = None,
+               stage: str = "optimized"):
+    """`irshard diff`: two reports (JSON reports, HLO files or XLA dump
+    folders) compared by source line and kind."""
+    from irshard.collectives import dumps
+    from irshard.reporting import diff
+    return diff.compare(dumps.load_side(a, module, stage),
+                        dumps.load_side(b, module, stage))
+
+
 def suggest_program(lowered, shards: Sequence[str], out_shards: Sequence[str],
                     command: Sequence[str], *, is_module: bool = False,
                     top: int = 3, max_candidates: int = 16,
@@ -237,7 +247,8 @@ class SearchOptions:
     """How a search runs: the devices (or the target's) and the mesh axes
     to factor them over, the wall-clock budget and the most candidates to
     compile, the memory limit (bytes per device; the target's capacity
-    where None), how many compiles run at once (`jobs`) or on which Ray
+    where None), how many compiles run at once (`jobs`; None: half the
+    cores, or on a Ray cluster as many as it has CPUs) and on which Ray
     cluster (`ray`: an address, or `local`), where compiled candidates are
     cached (None: nowhere), and whether a progress line is drawn."""
 
@@ -246,7 +257,7 @@ class SearchOptions:
     budget_s: float = 600.0
     max_candidates: int | None = None
     memory_limit: int | None = None
-    jobs: int = 1
+    jobs: int | None = 1
     ray: str | None = None
     cache_dir: str | None = None
     progress: bool = False
@@ -295,7 +306,8 @@ def search_program(programs, placement, options: SearchOptions, *,
         with interrupts.unwinding():
             from irshard.strategy import raycompile
             source = next(p for _, p in programs if not isinstance(p, str)).source
-            compiler = raycompile.RayCluster(command, options.ray, source)
+            compiler = raycompile.RayCluster(command, options.ray, source,
+                                             options.jobs)
             try:
                 return _searched(space, compiler, _explainer(compiler, command),
                                  options, command, cache_salt, target, factory,
@@ -306,7 +318,7 @@ def search_program(programs, placement, options: SearchOptions, *,
         compiler: compilers.Compiler = compilers.Calls(compile_change)
         explain = lambda o: compile_change(o.change, True)  # noqa: E731
     else:
-        compiler = compilers.Processes(command, options.jobs)
+        compiler = compilers.Processes(command, options.jobs or compilers.default_jobs())
         explain = _explainer(compiler, command)
     return _searched(space, compiler, explain, options, command, cache_salt,
                      target, factory, knob_space, per, judge)

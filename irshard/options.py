@@ -137,8 +137,10 @@ PROGRAM_OPTIONS = (
                     "((x, y)); inputs are named by Keras' variable paths"),
     Option.of("--factory", metavar="NAME",
               help="a function in FILE that takes the --knob values as keywords "
-                   "and returns the program: (jitted_step, args); a knob "
-                   "combination it rejects (it raises) is invalid"),
+                   "and returns the program: (jitted_step, args), or "
+                   "(jitted_step, args, context) with the function that "
+                   "returns the context it lowers in; a knob combination it "
+                   "rejects (it raises) is invalid"),
     Option.of("--knob", action="append", default=[], metavar="K=V",
               help="a keyword for --factory: a Python literal where V reads as "
                    "one (64, 1e-3, True), else the text (full) (repeatable)"),
@@ -393,8 +395,10 @@ _SEARCH_HELP = {
                 "tpu-v5p:2x2x4), a GPU cluster (gpu-h100:1x8, estimated) "
                 "or cpu with --devices",
     "--factory": "a function in FILE that takes the --knob values as keywords "
-                 "and returns the program: (jitted_step, args); a combination "
-                 "it rejects (it raises) is listed as invalid"}
+                 "and returns the program: (jitted_step, args), or "
+                 "(jitted_step, args, context) with the function that returns "
+                 "the context it lowers in; a combination it rejects (it "
+                 "raises) is listed as invalid"}
 
 SEARCH_OPTIONS = tuple(
     o.helped(_SEARCH_HELP[o.names[0]]) if o.names[0] in _SEARCH_HELP else o
@@ -421,9 +425,10 @@ SEARCH_OPTIONS = tuple(
               help="stop compiling after DURATION: 600, 90s, 10m, 1h "
                    "(default 10m); candidates left are listed"),
     Option.of("--jobs", type=jobs, default="auto", metavar="N",
-              help="compile N candidates at once in separate processes "
-                   "(default auto: one on two cores or fewer, half the "
-                   "cores otherwise)"),
+              help="compile N candidates at once in separate processes, or "
+                   "as Ray tasks with --ray (default auto: one on two cores or "
+                   "fewer, half the cores otherwise; with --ray, as many as "
+                   "the cluster has CPUs)"),
     Option.of("--ray", metavar="ADDRESS",
               help="compile the candidates on a Ray cluster's workers: its "
                    "address (as ray.init takes it), or 'local' to start one "

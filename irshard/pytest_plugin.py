@@ -20,7 +20,8 @@ imports JAX; nothing is asked where `XLA_FLAGS` or `JAX_NUM_CPU_DEVICES`
 already says how many.
 
 `--irshard-report DIR` writes the JSON and HTML report of every budgeted
-test to `DIR/<test id>.json` and `.html`, with its budgets' outcomes: the
+test to `DIR/<name>.json` and `.html` (`report_name`: the test's id made a
+file name, and a hash of it), with its budgets' outcomes: the
 id made a file name (`report_name`), readable and told apart by a hash of
 the id itself.
 The `irshard_reports` fixture holds the reports a test has been given.

@@ -530,3 +530,41 @@ def test_results_and_loop_trips_cost_what_the_profile_says():
     assert step.launch_s == 0.5 + 3 * 10.0
     assert step.compute_s == plain.compute_s + 5 * 100.0
     assert step.step_s == plain.step_s + 0.5 + 30.0 + 500.0
+
+
+def test_one_time_story_per_report():
+    """Every line of a report tells the simulated step's time story: on the
+    CPU mesh, where the step's communication is more than the collectives'
+    own times, a line says what the rest is; on a TPU target the verdict
+    beside the memory is the step's, not the roofline's."""
+    import re
+
+    import irshard
+    import jax
+    import jax.numpy as jnp
+    f32 = jnp.float32
+
+    def matmul(a, b):
+        return a @ b
+    args = (jax.ShapeDtypeStruct((64, 64), f32), jax.ShapeDtypeStruct((64, 64), f32))
+    report = irshard.compile(matmul, *args, mesh="x=2,y=2",
+                             rules=[("a", "x,y"), ("b", "y,_")])
+    text = report.to_text()
+    own = report.totals()["time_s"]
+    step = report.step
+    line = next(l for l in text.splitlines() if l.startswith("  communication: "))
+    assert f"the collectives' own {irshard_time(own)}" in line
+    assert f"{irshard_time(step.exposed_comm_s + step.overlapped_comm_s)} in the step" in line
+    assert "rendezvous" in line
+    tpu = irshard.compile(matmul, *args, mesh="x=2,y=2", rules=[("a", "x,y"), ("b", "y,_")],
+                          target="tpu-v5e:2x2")
+    verdict = next(l for l in tpu.to_text().splitlines() if l.startswith("fits in"))
+    s = tpu.step
+    expected = "communication" if s.exposed_comm_s > s.compute_s else "compute"
+    assert verdict.endswith(f"; the step is {expected}-bound")
+    assert not re.search(r"comm .* vs compute", tpu.to_text())
+
+
+def irshard_time(seconds):
+    from irshard.reporting.text import human_time
+    return human_time(seconds)

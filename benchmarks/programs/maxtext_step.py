@@ -32,6 +32,13 @@ DEFAULT_OVERRIDES = (
 
 @functools.cache
 def _built():
+    return build(tuple(os.environ.get("MAXTEXT_OVERRIDES", DEFAULT_OVERRIDES).split()))
+
+
+def build(overrides):
+    """The step, its shaped arguments and keywords, the context maker, the
+    mesh and the config, for MaxText's `base.yml` with `overrides`
+    (`key=value` strings)."""
     import jax
     from flax.core.spmd import logical_axis_rules
     from maxtext.configs import pyconfig
@@ -39,7 +46,6 @@ def _built():
     from maxtext.utils import maxtext_utils, sharding
 
     base = os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")
-    overrides = os.environ.get("MAXTEXT_OVERRIDES", DEFAULT_OVERRIDES).split()
     config = pyconfig.initialize([sys.argv[0], base, *overrides])
     jax.config.update("jax_default_prng_impl", "unsafe_rbg")
     if os.environ.get("MAXTEXT_PLATFORM") == "cpu":

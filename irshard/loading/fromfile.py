@@ -77,8 +77,9 @@ INVALID_KNOBS = "invalid knobs: "
 
 
 def _made(module, path: str, factory: str, knobs: Sequence[tuple[str, Any]]):
-    """(name, the jitted step, its positional arguments) that `factory`
-    makes of `knobs`; the factory raising is the knobs' fault."""
+    """(name, the jitted step, its positional arguments, the maker of the
+    context it lowers in or None) that `factory` makes of `knobs`; the
+    factory raising is the knobs' fault."""
     from irshard.core.knobs import knob_text
     _, make = loader.select_function(module, path, factory, "--factory")
     called = f"{factory}({', '.join(f'{k}={knob_text(v)}' for k, v in knobs)})"
@@ -89,14 +90,17 @@ def _made(module, path: str, factory: str, knobs: Sequence[tuple[str, Any]]):
             raise
         raise UserCodeError(INVALID_KNOBS + f"{called} raised: " + describe_user_exception(
             e, os.path.dirname(os.path.abspath(path)))) from None
-    if not (isinstance(made, (tuple, list)) and len(made) == 2
-            and callable(made[0]) and isinstance(made[1], (tuple, list))):
+    if not (isinstance(made, (tuple, list)) and len(made) in (2, 3)
+            and callable(made[0]) and isinstance(made[1], (tuple, list))
+            and (len(made) == 2 or callable(made[2]))):
         raise UserCodeError(f"--factory {factory}: it returns "
-                            f"{type(made).__name__}; it must return (step, args): "
-                            f"a jitted function and its positional arguments")
-    step, positional = made
+                            f"{type(made).__name__}; it must return (step, args) "
+                            f"or (step, args, context): a jitted function, its "
+                            f"positional arguments, and a function returning "
+                            f"the context manager it lowers in")
+    step, positional = made[:2]
     name = getattr(step, "__name__", None) or factory
-    return name, step, tuple(positional)
+    return name, step, tuple(positional), made[2] if len(made) == 3 else None
 
 
 def _arguments_mesh(fn, positional, name: str) -> MeshSpec:
@@ -137,7 +141,10 @@ def load_program(path: str, *, mesh: MeshSpec | None, fn_name: str | None = None
         if fn_name is not None or args_fn is not None:
             raise UsageError("--factory makes the program and its arguments: "
                              "give it instead of --fn and --args")
-        name, fn, positional = _made(module, path, factory, knobs)
+        name, fn, positional, made_context = _made(module, path, factory, knobs)
+        if made_context is not None and context_fn is not None:
+            raise UsageError(f"--factory {factory} returns the context its step "
+                             f"lowers in: give no --context")
         args_fn = factory
     else:
         if knobs:
@@ -145,9 +152,13 @@ def load_program(path: str, *, mesh: MeshSpec | None, fn_name: str | None = None
                              "NAME too")
         name, fn = loader.select_function(module, path, fn_name)
         positional = _call_args_function(module, path, args_fn) if args_fn else ()
+        made_context = None
     if mesh is None:
         mesh = _arguments_mesh(fn, positional, name)
     context = None
+    if made_context is not None:
+        context = checked_context(made_context, f"--factory {factory}'s context",
+                                  os.path.dirname(os.path.abspath(path)))
     if context_fn is not None:
         _, context = loader.select_function(module, path, context_fn, "--context")
         context = checked_context(context, f"--context {context_fn}",

@@ -359,6 +359,7 @@ def _step_lines(report: CollectiveReport) -> list[str]:
              + (f" ({human_time(s['overlapped_comm_s'])} more overlapped "
                 f"with compute)" if s["overlapped_comm_s"] else "")]
     lines += _made_of(s, report.target.clock_hz if report.target else None)
+    lines += _communication_line(report, s)
     untimed = s.get("untimed")
     if untimed:
         ops = ", ".join(f"{n} {op}{'' if n == 1 else 's'}"
@@ -370,6 +371,22 @@ def _step_lines(report: CollectiveReport) -> list[str]:
         lines.append(f"  {n} loop{'' if n == 1 else 's'} whose trip count is "
                      f"not known counted once: the step is a lower bound")
     return lines
+
+
+def _communication_line(report: CollectiveReport, s: dict) -> list[str]:
+    """Where the step's communication is more than the collectives' own
+    times (the totals' `time per run`): what the rest is."""
+    own = report.totals().get("time_s")
+    comm = s["exposed_comm_s"] + s["overlapped_comm_s"]
+    if not own or comm <= own * 1.01:
+        return []
+    host = report.target is None or report.target.kind == "cpu"
+    why = ("the devices' rendezvous on this host: an execution's first "
+           "collective, and the wait for the devices its scheduler ran last"
+           if host else "what the schedule adds around them")
+    return [f"  communication: {human_time(comm)} in the step, of which the "
+            f"collectives' own {human_time(own)} (the table's time per run) "
+            f"and {human_time(comm - own)} {why}"]
 
 
 # What timed the step's compute, as the text says it (`schedule`'s sources).
@@ -408,7 +425,9 @@ def _made_of(s: dict, clock: float | None) -> list[str]:
 
 
 def _verdict(report: CollectiveReport) -> str | None:
-    """`fits in 16 GiB HBM: 11.2 GiB; comm 3.1 ms vs compute 8.4 ms per step`."""
+    """`fits in 16 GiB HBM: 11.2 GiB; the step is compute-bound` (as the
+    step line above it says; the roofline's figures where no step was
+    simulated)."""
     m = report.memory
     parts = []
     if m is not None and m.capacity_bytes:
@@ -417,9 +436,13 @@ def _verdict(report: CollectiveReport) -> str | None:
                      f"{human_bytes(m.in_use)}"
                      + (f", {human_bytes(m.over_bytes)} over"
                         if m.over_bytes else ""))
-    r = report.roofline
-    if r:
-        parts.append(f"comm {human_time(r.comm_s)} vs compute "
+    r, step = report.roofline, report.step
+    if step is not None:
+        # One time story: the simulated step's, as the step line says it.
+        bound = "communication" if step.exposed_comm_s > step.compute_s else "compute"
+        parts.append(f"the step is {bound}-bound")
+    elif r:
+        parts.append(f"roofline: comm {human_time(r.comm_s)} vs compute "
                      f"{human_time(r.compute_s)} (memory "
                      f"{human_time(r.memory_s)}) per step, {r.bound}-bound")
     return "; ".join(parts) if parts else None

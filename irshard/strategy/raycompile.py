@@ -75,16 +75,18 @@ def _compile_task(files: dict[str, bytes], argv: list[str]) -> tuple[int, str, s
 
 class RayCluster(Compiler):
     """Compiles on the Ray cluster at `address` (`local`: one started here
-    for the search); `jobs` is the cluster's CPUs."""
+    for the search), `jobs` candidates at once (default: as many as the
+    cluster has CPUs)."""
 
-    def __init__(self, command: Sequence[str], address: str, program_path: str):
+    def __init__(self, command: Sequence[str], address: str, program_path: str,
+                 jobs: int | None = None):
         from irshard.running import raylaunch
         local = address == "local"
         self.ray = raylaunch._import_ray(local)
         self.command = list(command)
         self.session = raylaunch._init(self.ray, None if local else address,
-                                       os.cpu_count() or 1, _START_S, _START_S)
-        self.jobs = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+                                       jobs or os.cpu_count() or 1, _START_S, _START_S)
+        self.jobs = jobs or max(1, int(self.ray.cluster_resources().get("CPU", 1)))
         self.files = shipped(program_path)
         self.task = self.ray.remote(num_cpus=1, max_retries=1)(_compile_task)
 

@@ -22,6 +22,7 @@ limit, the bytes the collectives move per step.
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections import Counter
@@ -366,10 +367,11 @@ class SearchResult:
             lines += table(["rank", "candidate", "step",
                             *([f"step/{self.per}"] if self.per else []),
                             "peak memory", "bytes/step", "collectives", "origin"], rows)
-            step = f"step per {self.per}" if self.per else "step"
+            step = f"the step per {self.per}" if self.per else "the step"
             lines.append(f"  (* on the Pareto front of {step} against memory; "
-                         f"{step}s within ±{self.band:.0%}, the time model's error "
-                         f"band, tie, broken by memory, then bytes)")
+                         f"where {step} is within ±{self.band:.0%} of another's, "
+                         f"the time model's error band, the two tie, broken by "
+                         f"memory, then bytes)")
         lines += [f"note: {n}" for n in self.notes]
         lines += self._winner_lines()
         lines += self._unranked_lines()
@@ -413,7 +415,12 @@ class SearchResult:
         failed = [o for o in rest if o.status in ("failed", "invalid")]
         by_reason: dict[tuple[str, str], list[Outcome]] = {}
         for o in failed:
-            by_reason.setdefault((o.status, o.reason or ""), []).append(o)
+            # A factory's reason without the call that names the knobs (the
+            # candidates are listed after it).
+            reason = o.reason or ""
+            if o.status == "invalid" and re.match(r"\w+\(.*?\) raised: ", reason):
+                reason = reason.split(" raised: ", 1)[1]
+            by_reason.setdefault((o.status, reason), []).append(o)
         for (status, reason), group in by_reason.items():
             names = ", ".join(o.change.name for o in group[:3]) + (
                 f" and {len(group) - 3} more" if len(group) > 3 else "")

@@ -8,9 +8,10 @@
 # RUN: irshard compile %s --mesh dp=2,tp=2 --grad --target tpu-v5e:2x2 --format json | filecheck %s --check-prefix=JSON
 
 # CHECK: mesh dp=2,tp=2 (4 tpu devices)  target tpu-v5e:2x2  stage optimized
-# CHECK: all-reduce {{.*}}bf16[32,512]  32768  32768  tp  2  1  ici  2.73 us  tpu_bf16.py:[[# @LINE + 23]] (loss)
+# CHECK: all-reduce {{.*}}bf16[32,512]  32768  32768  tp  2  1  ici  2.73 us  tpu_bf16.py:[[# @LINE + 24]] (loss)
 # CHECK: time per run: {{[0-9.]+ us}}, from the tpu-v5e profile
-# CHECK: fits in 16.0 GiB HBM: {{[0-9.]+ MiB}}; comm {{.*}} per step, communication-bound
+# CHECK: step: {{.*}} simulated = compute {{.*}} + exposed communication
+# CHECK: fits in 16.0 GiB HBM: {{[0-9.]+ MiB}}; the step is communication-bound
 # CHECK-NOT: note: the
 
 # JSON: "target": {

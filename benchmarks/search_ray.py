@@ -1,0 +1,96 @@
+"""A knob search compiled by worker processes (`--jobs 1`) and by a local
+Ray cluster with 1, 2, ... workers at once: the same report byte for
+byte, the wall-time ratio, and a model of throughput against workers
+fitted to what was measured.
+
+    python benchmarks/search_ray.py [--workers 1,2,3,4] [--repeats 2]
+
+The search: `tests/programs/factory.py` over batch x width x remat on a
+fixed mesh (`--mesh data=2,tensor=2`, knobs only), every candidate
+compiled (`--no-cache`). Each configuration runs `--repeats` times; the
+fastest is kept. The time is the search's own ("searched in N s": the
+compiles, not starting Ray or tracing the factory's programs). The model
+is Amdahl's with contention (the universal scalability law without its
+coherence term): throughput(w) = w * X1 / (1 + s * (w - 1)), s fitted by
+least squares to the measured throughputs. On this machine's two cores,
+workers beyond two share cores, and s says how much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FACTORY = os.path.join(ROOT, "tests", "programs", "factory.py")
+SEARCH = ["search", FACTORY, "--factory", "make", "--knob", "batch=32,64,128,256",
+          "--knob", "width=256,512,1024", "--knob", "remat=none,full",
+          "--mesh", "data=2,tensor=2", "--no-cache", "--format", "json"]
+
+
+def run(compiler: list[str], out: str) -> tuple[float, str]:
+    done = subprocess.run([sys.executable, "-m", "irshard", *SEARCH, *compiler,
+                           "-o", out], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"irshard search {' '.join(compiler)} failed:\n{done.stderr}")
+    seconds = float(re.search(r"searched in (\d+(?:\.\d+)?) s", done.stderr).group(1))
+    with open(out) as f:
+        return seconds, f.read()
+
+
+def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(X1, s) of throughput(w) = w X1 / (1 + s (w - 1)): X1 the one-worker
+    throughput measured, s by least squares on w X1 / X(w) - 1 = s (w - 1)."""
+    x1 = dict(points)[1]
+    num = sum((w - 1) * (w * x1 / x - 1) for w, x in points)
+    den = sum((w - 1) ** 2 for w, _ in points)
+    return x1, (num / den if den else 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="1,2,3,4")
+    parser.add_argument("--repeats", type=int, default=2)
+    options = parser.parse_args()
+    workers = [int(w) for w in options.workers.split(",")]
+    if 1 not in workers:
+        workers = [1] + workers
+    with tempfile.TemporaryDirectory(prefix="irshard-search-ray-") as work:
+        out = os.path.join(work, "search.json")
+
+        def best(compiler):
+            found = [run(compiler, out) for _ in range(options.repeats)]
+            return min(s for s, _ in found), found[0][1]
+
+        local_s, local = best(["--jobs", "1"])
+        candidates = len(json.loads(local)["candidates"])
+        print(f"{candidates} candidates; --jobs 1 (processes): {local_s:.1f} s")
+        points = []
+        for w in workers:
+            seconds, text = best(["--ray", "local", "--jobs", str(w)])
+            same = text == local
+            points.append((w, candidates / seconds))
+            print(f"--ray local --jobs {w}: {seconds:.1f} s, "
+                  f"{candidates / seconds:.2f} candidates/s, "
+                  f"{local_s / seconds:.2f}x --jobs 1; the same report: {same}")
+            if not same:
+                raise SystemExit("the Ray search's report differs from --jobs 1's")
+    x1, s = fit(points)
+    print(f"\nmodel: throughput(w) = w x {x1:.2f} / (1 + {s:.2f} (w - 1)) "
+          f"candidates/s, fitted to w = {', '.join(str(w) for w, _ in points)} "
+          f"on {os.cpu_count()} cores")
+    for w, x in points:
+        model = w * x1 / (1 + s * (w - 1))
+        print(f"  w={w}: measured {x:.2f}, model {model:.2f} ({model / x - 1:+.1%})")
+    limit = x1 / s if s > 0 else float("inf")
+    print(f"  the most it approaches: {limit:.2f} candidates/s "
+          f"({limit / x1:.1f}x one worker)")
+
+
+if __name__ == "__main__":
+    main()
