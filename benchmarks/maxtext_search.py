@@ -104,7 +104,10 @@ def figures(env: dict, batch: int) -> dict:
 
 def search(env: dict, target: str, space: dict, compiler: list[str], out: str,
            budget: str, cache: str, fmt: str) -> tuple[float, subprocess.CompletedProcess]:
-    argv = [sys.executable, "-m", "irshard", "search", FACTORY, "--factory", "make",
+    # The factory by its path in the repository (the search runs there):
+    # what the reproduce line shows.
+    argv = [sys.executable, "-m", "irshard", "search", os.path.relpath(FACTORY, ROOT),
+            "--factory", "make",
             *[a for k, vs in space.items()
               for a in ("--knob", f"{k}={','.join(map(str, vs))}")],
             "--per", "per_device_batch_size", "--mesh", "own", "--target", target,

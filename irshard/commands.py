@@ -288,8 +288,7 @@ def cmd_suggest(args) -> int:
         _load(source), source.shards + source.overrides, source.out_shards,
         source.argv(), is_module=source.is_module, top=args.top,
         max_candidates=args.max_candidates, jobs=args.jobs)
-    write_output(args.output, result.render_json() if args.format == "json"
-                 else result.render_text())
+    write_output(args.output, result.render(args.format))
     return 0
 
 
@@ -373,13 +372,7 @@ def cmd_search(args) -> int:
         factory=args.factory, knob_space=knob_space,
         cache_salt=compilers.versions_salt(source.path, args.profile)
         + json.dumps(command), per=args.per, hosting=hosting)
-    if args.format == "json":
-        text = result.render_json()
-    elif args.format == "html":
-        text = result.render_html()
-    else:
-        text = result.render_text()
-    write_output(args.output, text)
+    write_output(args.output, result.render(args.format))
     _note(result.timing_note())
     return 0
 
@@ -388,12 +381,7 @@ def cmd_diff(args) -> int:
     check_output_path(args.output)
     from irshard import library
     result = library.diff_paths(args.a, args.b, args.module, args.stage)
-    if args.format == "html":
-        from irshard.reporting import htmlreport
-        text = htmlreport.render_diff(result)
-    else:
-        text = result.render_json() if args.format == "json" else result.render_text()
-    write_output(args.output, text)
+    write_output(args.output, result.render(args.format))
     regressions = result.regressions()
     if args.fail_on_regression and regressions:
         from irshard.core.errors import Regression

@@ -229,3 +229,26 @@ def test_no_command_names_every_command(capsys):
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert listed == list(sub.choices) and len(listed) >= 10
+
+
+@pytest.mark.parametrize("command, result", [
+    ("search", "irshard.strategy.search:SearchResult"),
+    ("diff", "irshard.reporting.diff:Diff"),
+    ("suggest", "irshard.strategy.suggest:Suggestions")])
+def test_format_choices_are_what_the_result_writes(command, result):
+    """A command's --format choices are the formats its result renders,
+    and each renders (an unknown one is a usage error)."""
+    import importlib
+
+    from irshard import cli
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    choices = next(a.choices for a in sub.choices[command]._actions
+                   if "--format" in a.option_strings)
+    module, name = result.split(":")
+    kind = getattr(importlib.import_module(module), name)
+    assert tuple(choices) == kind.FORMATS
+    assert all(callable(getattr(kind, f"render_{fmt}")) for fmt in kind.FORMATS)
+    from irshard.core.errors import UsageError
+    with pytest.raises(UsageError, match="is written as"):
+        kind.render(object.__new__(kind), "yaml")

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from irshard.core.rendering import Rendered
 from irshard.reporting import htmlreport
 from irshard.reporting import notebook
 from irshard.reporting.report import Collective, CollectiveReport
@@ -160,7 +161,10 @@ class LineChange:
 
 
 @dataclass(frozen=True)
-class Diff:
+class Diff(Rendered):
+    """Two reports compared by source line and kind (`irshard diff`)."""
+
+    FORMATS = ("text", "json", "html")
     a: Side
     b: Side
     changes: tuple[LineChange, ...]
@@ -233,6 +237,9 @@ class Diff:
 
     def _repr_markdown_(self) -> str:
         return notebook.diff_markdown(self)
+
+    def render_html(self) -> str:
+        return htmlreport.render_diff(self)
 
     def render_text(self) -> str:
         lines = [f"A: {self.a.label}", f"B: {self.b.label}", ""]

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from irshard.core.rendering import Rendered
 from irshard.core.errors import BackendError, UsageError
 from irshard.reporting.text import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
@@ -196,7 +197,9 @@ def rank(outcomes: Sequence[Outcome]) -> list[Outcome]:
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class SearchResult(Rendered):
+    FORMATS = ("text", "json", "html")
+
     command: tuple[str, ...]            # the program's options, as compile takes them
     target: str
     devices: int

@@ -33,6 +33,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from irshard.core.rendering import Rendered
 from irshard.collectives.values import PRIMITIVE_OPS
 from irshard.core import tree
 from irshard.core.errors import IrshardError
@@ -308,7 +309,7 @@ def combined(first: Change, then: Change, report: CollectiveReport,
 
 
 @dataclass(frozen=True)
-class Suggestions:
+class Suggestions(Rendered):
     """The baseline and every change tried, each judged against it by the
     one verdict."""
 
