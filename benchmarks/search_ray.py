@@ -10,10 +10,11 @@ fixed mesh (`--mesh data=2,tensor=2`, knobs only), every candidate
 compiled (`--no-cache`). Each configuration runs `--repeats` times; the
 fastest is kept. The time is the search's own ("searched in N s": the
 compiles, not starting Ray or tracing the factory's programs). The model
-is Amdahl's with contention (the universal scalability law without its
-coherence term): throughput(w) = w * X1 / (1 + s * (w - 1)), s fitted by
-least squares to the measured throughputs. On this machine's two cores,
-workers beyond two share cores, and s says how much.
+is the universal scalability law, throughput(w) = w * X1 / (1 + s * (w - 1)
++ k * w * (w - 1)), s (contention) and k (coherence) fitted by least squares
+to the measured throughputs. On this machine's two cores, workers beyond
+two share cores: the fit says how much each costs, and where more stop
+helping.
 """
 
 from __future__ import annotations
@@ -43,13 +44,26 @@ def run(compiler: list[str], out: str) -> tuple[float, str]:
         return seconds, f.read()
 
 
-def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """(X1, s) of throughput(w) = w X1 / (1 + s (w - 1)): X1 the one-worker
-    throughput measured, s by least squares on w X1 / X(w) - 1 = s (w - 1)."""
+def fit(points: list[tuple[int, float]]) -> tuple[float, float, float]:
+    """(X1, s, k) of the universal scalability law, throughput(w) =
+    w X1 / (1 + s (w - 1) + k w (w - 1)): X1 the one-worker throughput
+    measured, s (contention) and k (coherence: what makes more workers
+    slower than fewer) by least squares on w X1 / X(w) - 1."""
     x1 = dict(points)[1]
-    num = sum((w - 1) * (w * x1 / x - 1) for w, x in points)
-    den = sum((w - 1) ** 2 for w, _ in points)
-    return x1, (num / den if den else 0.0)
+    rows = [(w - 1, w * (w - 1), w * x1 / x - 1) for w, x in points if w > 1]
+    if not rows:
+        return x1, 0.0, 0.0
+    a11 = sum(a * a for a, _, _ in rows)
+    a12 = sum(a * b for a, b, _ in rows)
+    a22 = sum(b * b for _, b, _ in rows)
+    b1 = sum(a * y for a, _, y in rows)
+    b2 = sum(b * y for _, b, y in rows)
+    det = a11 * a22 - a12 * a12
+    if len(rows) < 2 or abs(det) < 1e-12:
+        return x1, b1 / a11, 0.0
+    s = (b1 * a22 - b2 * a12) / det
+    k = (a11 * b2 - a12 * b1) / det
+    return x1, s, k
 
 
 def main() -> None:
@@ -80,16 +94,20 @@ def main() -> None:
                   f"{local_s / seconds:.2f}x --jobs 1; the same report: {same}")
             if not same:
                 raise SystemExit("the Ray search's report differs from --jobs 1's")
-    x1, s = fit(points)
-    print(f"\nmodel: throughput(w) = w x {x1:.2f} / (1 + {s:.2f} (w - 1)) "
-          f"candidates/s, fitted to w = {', '.join(str(w) for w, _ in points)} "
-          f"on {os.cpu_count()} cores")
+    x1, s, k = fit(points)
+    print(f"\nmodel: throughput(w) = w x {x1:.2f} / (1 + {s:.3f} (w - 1) + "
+          f"{k:.3f} w (w - 1)) candidates/s (the universal scalability law), "
+          f"fitted to w = {', '.join(str(w) for w, _ in points)} on "
+          f"{os.cpu_count()} cores")
+
+    def model(w: int) -> float:
+        return w * x1 / (1 + s * (w - 1) + k * w * (w - 1))
+
     for w, x in points:
-        model = w * x1 / (1 + s * (w - 1))
-        print(f"  w={w}: measured {x:.2f}, model {model:.2f} ({model / x - 1:+.1%})")
-    limit = x1 / s if s > 0 else float("inf")
-    print(f"  the most it approaches: {limit:.2f} candidates/s "
-          f"({limit / x1:.1f}x one worker)")
+        print(f"  w={w}: measured {x:.2f}, model {model(w):.2f} ({model(w) / x - 1:+.1%})")
+    best = max(range(1, 65), key=model)
+    print(f"  the model's best: {best} workers, {model(best):.2f} candidates/s "
+          f"({model(best) / x1:.2f}x one worker)")
 
 
 if __name__ == "__main__":

@@ -552,3 +552,46 @@ def test_per_ranks_by_the_step_per_unit_of_a_knob():
         S.check_per("batch", [("k", (1, 2))])
     with pytest.raises(UsageError, match="positive numbers"):
         S.check_per("k", [("k", (1, "full"))])
+
+
+def test_pruning_gives_the_same_outcomes_whatever_order_compiles_finish_in():
+    """With several compiles at once the best so far depends on which
+    finishes first; the outcomes must not: a candidate compiled while those
+    before it ran, that the bound rules out against them all, is pruned as
+    it would have been one compile at a time, naming the same best."""
+    import time
+
+    from irshard.strategy.engine import Bound
+
+    steps = {1: 0.0010, 2: 0.0009, 3: 0.0030, 4: 0.0012, 5: 0.0040, 6: 0.0011}
+    bounds = {1: 0.0001, 2: 0.0002, 3: 0.0020, 4: 0.0003, 5: 0.0025, 6: 0.00095}
+
+    class LastFirst(compilers.Compiler):
+        """`jobs` at a time, the last begun finishing first."""
+        jobs = 3
+
+        def run(self, work, deadline, done, skip=None):
+            pending, running = list(work), []
+            while pending or running:
+                while pending and len(running) < self.jobs:
+                    key, change = pending.pop(0)
+                    if skip is None or not skip(key):
+                        running.append((key, change))
+                if running:
+                    key, change = running.pop()
+                    done(key, fake_report(steps[dict(change.knobs)["k"]], 10), 0.0)
+            return []
+
+    def outcomes(compiler):
+        space = S.Space(tuple(((("k", v),), None) for v in steps), 4, ("data",))
+        decider = Engine(compiler, deadline=time.monotonic() + 60,
+                         bound=lambda c: Bound(bounds[dict(c.knobs)["k"]] * 4e9, 4, 1e9))
+        result = S.search(space, decider, command=("f.py",), target="cpu",
+                          budget_s=60, factory="make", knob_space=[("k", tuple(steps))])
+        return [(e["knobs"]["k"], e["status"], e.get("reason"))
+                for e in result.to_json()["candidates"]]
+
+    serial = outcomes(compilers.Calls(
+        lambda change: fake_report(steps[dict(change.knobs)["k"]], 10)))
+    assert {k for k, status, _ in serial if status == "pruned"} == {3, 5}
+    assert outcomes(LastFirst()) == serial

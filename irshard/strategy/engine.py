@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from irshard.loading.fromfile import INVALID_KNOBS
@@ -162,11 +162,9 @@ class Engine:
     def outcome(self, change: Change, result: Any, seconds: float,
                 cached: bool = False) -> Outcome:
         if isinstance(result, CollectiveReport):
-            outcome = Outcome(change, "ok", result, None, seconds, cached,
-                              Figures.of(result, self.limit, self.work(change)),
-                              bound=self._bound(change))
-            self._judged(outcome)
-            return outcome
+            return Outcome(change, "ok", result, None, seconds, cached,
+                           Figures.of(result, self.limit, self.work(change)),
+                           bound=self._bound(change))
         reason = str(result)
         status = "invalid" if reason.startswith(INVALID) else "failed"
         return Outcome(change, status, None, reason.removeprefix(INVALID), seconds,
@@ -189,6 +187,8 @@ class Engine:
             hit = self.cache.get(argv) if argv is not None else None
             if hit is not None:
                 found[i] = self.outcome(change, hit, 0.0, cached=True)
+                if self.undercut is None:
+                    self.undercut = _undercut(found[i])
                 self._tell(found[i])
                 continue
             if self.max_candidates is not None and \
@@ -205,10 +205,15 @@ class Engine:
                 if argv is not None:
                     self.cache.put(argv, outcome.report)
             found[i] = outcome
+            if self.undercut is None:
+                self.undercut = _undercut(outcome)
             self._tell(outcome)
 
         def skip(i: int) -> bool:
-            pruned = self._pruned(changes[i])
+            # Judged on what the candidates before it in the order gave, as
+            # far as they have finished: a best among fewer is no better,
+            # so what prunes now prunes when all are in (`_settled`).
+            pruned = self._pruned(changes[i], self._best_before(i, found))
             if pruned is not None:
                 found[i] = pruned
                 self._tell(pruned)
@@ -219,7 +224,7 @@ class Engine:
         for i in self.compiler.run(todo, self.deadline, done, skip):
             found[i] = Outcome(changes[i], "not reached",
                                reason="the time budget ran out")
-        return [found[i] for i in range(len(changes))]
+        return self._settled([found[i] for i in range(len(changes))])
 
     def least(self, change: Change) -> float:
         """The least step per unit of work `change` can take (0 where no
@@ -230,44 +235,83 @@ class Engine:
     def _bound(self, change: Change) -> Bound | None:
         return self.bound(change) if self.bound is not None else None
 
-    def _judged(self, outcome: Outcome) -> None:
-        """Keeps the best compiled so far, and checks the bound against
-        the simulated step it bounds."""
-        figures, bound = outcome.figures, outcome.bound
-        if figures is None or figures.step_s is None:
-            return
-        if bound is not None and self.undercut is None \
-                and figures.step_s < bound.step_s * (1 - 1e-9):
-            self.undercut = (f"{outcome.change.name}'s simulated step "
-                             f"({human_time(figures.step_s)}) undercuts its bound "
-                             f"({human_time(bound.step_s)}): nothing was pruned "
-                             f"after it")
-        if figures.fits is not False and (self.best is None
-                                          or figures.rate < self.best.rate):
-            self.best, self.best_name = figures, outcome.change.name
+    def _best_before(self, i: int, found: dict[int, Outcome]
+                     ) -> tuple[Figures, str] | None:
+        """The fastest per unit of work that fits among the candidates of
+        earlier calls and those before position `i` that have finished
+        (the first of equals)."""
+        best = (self.best, self.best_name) if self.best is not None else None
+        for j in range(i):
+            o = found.get(j)
+            if o is not None and o.fits and o.figures.rate is not None and \
+                    (best is None or o.figures.rate < best[0].rate):
+                best = (o.figures, o.change.name)
+        return best
 
-    def _pruned(self, change: Change) -> Outcome | None:
+    def _settled(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """The outcomes as the order decides them, whatever order the
+        compiles finished in: a candidate the bound rules out against the
+        best of all before it is pruned (one compiled while those were
+        still running is judged so too, its compile set aside), each
+        pruned one names that best, and the bound is checked against every
+        step in order. The same candidates give the same outcomes with one
+        compile at a time or many."""
+        found = dict(enumerate(outcomes))
+        if self.undercut is not None:
+            # Named by the first in the order, whichever finished first.
+            self.undercut = next(filter(None, map(_undercut, outcomes)),
+                                 self.undercut)
+        for i, o in enumerate(outcomes):
+            if o.status in ("ok", "failed", "pruned") and \
+                    (o.status != "pruned" or o.bound is not None):
+                judged = self._pruned(o.change, self._best_before(i, found))
+                if judged is not None:
+                    found[i] = judged
+                elif o.status == "pruned" and o.bound is not None:
+                    # Pruned before the bound was found wanting.
+                    found[i] = replace(o, reason=o.reason + " (pruned before a "
+                                       "step undercut its bound)")
+        settled = [found[i] for i in range(len(outcomes))]
+        best = self._best_before(len(settled), found)
+        if best is not None:
+            self.best, self.best_name = best
+        return settled
+
+    def _pruned(self, change: Change, best: tuple[Figures, str] | None
+                ) -> Outcome | None:
         """`change` judged without compiling it, where its bound cannot
-        beat the best so far (None: compile it)."""
-        best = self.best
+        beat `best` (None: compile it)."""
         if best is None or self.undercut is not None or self.bound is None:
             return None
+        figures, name = best
         bound = self.bound(change)
         if bound is None:
             return None
         least = bound.step_s / self.work(change)
-        if least <= best.rate * (1 + best.band):
+        if least <= figures.rate * (1 + figures.band):
             return None
-        per = "" if self.work(change) == 1.0 and best.work == 1.0 else " per unit of work"
+        per = "" if self.work(change) == 1.0 and figures.work == 1.0 \
+            else " per unit of work"
         return Outcome(change, "pruned", bound=bound, reason=(
             f"its products alone ({bound.flops:.3g} flops over {bound.devices} "
             f"devices at {bound.rate:.3g}/s) take {human_time(least)}{per}, "
-            f"beyond the error band of {self.best_name}'s "
-            f"{human_time(best.rate)}"))
+            f"beyond the error band of {name}'s {human_time(figures.rate)}"))
 
     def _tell(self, outcome: Outcome) -> None:
         if self.progress is not None:
             self.progress.update(outcome)
+
+
+def _undercut(outcome: Outcome) -> str | None:
+    """What to say where a compiled step is shorter than its bound (the
+    bound is then wrong, and nothing more is pruned)."""
+    o = outcome
+    if o.status != "ok" or o.bound is None or o.figures.step_s is None \
+            or not o.figures.step_s < o.bound.step_s * (1 - 1e-9):
+        return None
+    return (f"{o.change.name}'s simulated step ({human_time(o.figures.step_s)}) "
+            f"undercuts its bound ({human_time(o.bound.step_s)}): nothing was "
+            f"pruned after it")
 
 
 def same_error(outcomes: Sequence[Outcome]) -> tuple[str, int] | None:

@@ -334,7 +334,7 @@ class SearchResult(Rendered):
         same search gives byte for byte again."""
         cached = sum(1 for o in self.outcomes if o.cached)
         compiled = sum(1 for o in self.outcomes if o.status == "ok" and not o.cached)
-        return (f"searched in {self.seconds:.0f} s: {compiled} compiled"
+        return (f"searched in {self.seconds:.1f} s: {compiled} compiled"
                 + (f", {cached} from the cache" if cached else ""))
 
     def summary(self) -> str:
