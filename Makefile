@@ -72,7 +72,7 @@ FAST := not (slow or multiprocess or browser or tpu)
 
 test-fast: $(STAMP_EXTRAS)
 	$(BIN)/python -m pytest -m '$(FAST)'
-	$(BIN)/lit -s tests/lit/opt tests/lit/ir
+	$(BIN)/lit -v tests/lit/opt tests/lit/ir
 
 # The HTML report's tests drive a real Chromium (Debian's package): installed
 # here when missing and this user may install packages; otherwise those
@@ -88,7 +88,7 @@ browser:
 	fi
 
 lit: $(STAMP_EXTRAS)
-	$(BIN)/lit -s tests/lit
+	$(BIN)/lit -v tests/lit
 	@test -c /dev/null || { echo "error: a test replaced /dev/null" >&2; exit 1; }
 
 test-latest: unit-latest lit-latest
@@ -97,7 +97,7 @@ unit-latest: $(STAMP_LATEST) browser
 	$(BIN_LATEST)/python -m pytest
 
 lit-latest: $(STAMP_LATEST)
-	$(BIN_LATEST)/lit -s tests/lit
+	$(BIN_LATEST)/lit -v tests/lit
 	@test -c /dev/null || { echo "error: a test replaced /dev/null" >&2; exit 1; }
 
 docs: $(STAMP_DOCS)

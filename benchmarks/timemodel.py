@@ -53,6 +53,35 @@ PROGRAMS = {
 }
 
 
+# Programs the CPU model was never fitted to (`benchmarks/programs/
+# heldout.py`), each on 2, 4, 8 and 16 devices: `--heldout`.
+HELDOUT_FILE = "benchmarks/programs/heldout.py"
+HELDOUT = {
+    # name: (meshes by device count, rules)
+    "mlp_grad": ({2: "dp=2", 4: "dp=4", 8: "dp=8", 16: "dp=16"},
+                 ("w1=dp,_", "w2=dp,_", "x=dp,_", "y=dp,_")),
+    "attention": ({2: "dp=1,tp=2", 4: "dp=2,tp=2", 8: "dp=2,tp=4", 16: "dp=2,tp=8"},
+                  ("wq=_,tp,_", "wk=_,tp,_", "wv=_,tp,_", "wo=tp,_,_", "x=dp,_,_")),
+    "conv_grad": ({2: "dp=2", 4: "dp=4", 8: "dp=8", 16: "dp=16"},
+                  ("images=dp,_,_,_",)),
+    "scan_blocks": ({2: "dp=1,tp=2", 4: "dp=2,tp=2", 8: "dp=2,tp=4", 16: "dp=4,tp=4"},
+                    ("w_in=_,_,tp", "w_out=_,tp,_", "x=dp,_")),
+    "embed_xent": ({2: "dp=1,tp=2", 4: "dp=2,tp=2", 8: "dp=2,tp=4", 16: "dp=2,tp=8"},
+                   ("table=tp,_", "ids=dp", "labels=dp")),
+    "gelu_stream": ({2: "dp=2", 4: "dp=4", 8: "dp=8", 16: "dp=16"}, ("x=dp",)),
+}
+
+
+def heldout_programs(counts) -> dict[str, tuple[str, ...]]:
+    found = {}
+    for name, (meshes, rules) in HELDOUT.items():
+        for n in counts:
+            found[f"{name} {n}"] = (HELDOUT_FILE, "--fn", name, "--args", f"{name}_args",
+                                    "--mesh", meshes[n],
+                                    *[a for r in rules for a in ("--shard", r)])
+    return found
+
+
 GPU = ("benchmarks/gpu.py", "--mesh", "x=1", "--fn")
 GPU_PROGRAMS = {
     "matmul bf16 8192": (*GPU, "matmul_bf16"),
@@ -151,14 +180,19 @@ def main() -> int:
     parser.add_argument("--profile", help="a profile saved by irshard calibrate -o")
     parser.add_argument("--interleave", action="store_true",
                         help="measure plain JAX and irshard in one process a run")
+    parser.add_argument("--heldout", default=None, metavar="COUNTS",
+                        help="the programs the model was never fitted to, on "
+                             "these device counts (e.g. 2,4,8,16), instead")
     args = parser.parse_args()
     programs, extra = PROGRAMS, ()
+    if args.heldout:
+        programs = heldout_programs([int(n) for n in args.heldout.split(",")])
     if args.platform == "gpu":
         programs = GPU_PROGRAMS
         extra = ("--platform", "gpu", "--target", args.target or gpu_target())
     if args.profile:
         extra += ("--profile", args.profile)
-    errors, agreement = [], []
+    errors, agreement, by_count = [], [], {}
     print(f"{'program':22} {'predicted':>11} {'plain JAX':>11} {'irshard':>11} "
           f"{'irshard/plain':>13} {'error':>7}  "
           f"compute / exposed / overlapped communication (predicted)")
@@ -178,12 +212,17 @@ def main() -> int:
             continue
         error = abs(step["step_s"] - loop) / loop
         errors.append(error)
+        if args.heldout:
+            by_count.setdefault(name.split()[-1], []).append(error)
         agreement.append(abs(real - loop) / loop)
         print(f"{name:22} {step['step_s'] * 1e3:9.3f}ms {loop * 1e3:9.3f}ms "
               f"{real * 1e3:9.3f}ms {real / loop - 1:+13.1%} "
-              f"{error:7.1%}  {step['compute_s'] * 1e3:.3f} / "
+              f"{(step['step_s'] - loop) / loop:+7.1%}  {step['compute_s'] * 1e3:.3f} / "
               f"{step['exposed_comm_s'] * 1e3:.3f} / "
-              f"{step['overlapped_comm_s'] * 1e3:.3f} ms")
+              f"{step['overlapped_comm_s'] * 1e3:.3f} ms", flush=True)
+    for count, found in by_count.items():
+        print(f"{count} devices: median error {statistics.median(found):.1%}, "
+              f"largest {max(found):.1%} over {len(found)} programs")
     if errors:
         print(f"irshard run against plain JAX's loop: median difference "
               f"{statistics.median(agreement):.1%}, largest {max(agreement):.1%}")
