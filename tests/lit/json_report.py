@@ -61,7 +61,8 @@
 # CHECK-NEXT: },
 # CHECK-NEXT: "comm_by_axes": {
 # CHECK-NEXT: "x,y": {"exposed_s": {{[0-9.e-]+}}, "overlapped_s": 0.0}
-# CHECK-NEXT: }
+# CHECK-NEXT: },
+# CHECK-NEXT: "error_band": {{[0-9.]+}}
 # CHECK-NEXT: },
 # CHECK-NEXT: "findings": []
 # CHECK-NEXT: }
