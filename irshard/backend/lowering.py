@@ -456,15 +456,16 @@ def run_registered_passes_isolated(module, pipeline: str,
                 status = 0
             finally:
                 os._exit(status)
+        child = interrupts.Forked(pid)
+        interrupts.track(child)
         try:
             _, status = interrupts.call(os.waitpid, pid, 0)
         except BaseException:
-            try:
-                os.kill(pid, signals.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass                        # the waiting thread reaped it
+            child.kill()
+            child.wait()                    # or the waiting thread reaped it
             raise
+        finally:
+            interrupts.untrack(child)
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
             try:

@@ -81,6 +81,41 @@ def track(process: Any) -> None:
         _CHILDREN.add(process)
 
 
+class Forked:
+    """A child made by `fork`, as `stop` sees a `subprocess.Popen`: it
+    runs native work with both interrupting signals blocked and has nothing
+    to clean up, so `terminate` kills it at once; another thread's
+    `waitpid` may reap it first, which counts as ended."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = 0
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def terminate(self) -> None:
+        self.kill()
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        while self.poll() is None:
+            time.sleep(0.005)
+        return self.returncode
+
+
 def untrack(process: Any) -> None:
     with _LOCK:
         _CHILDREN.discard(process)
