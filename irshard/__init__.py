@@ -28,7 +28,7 @@ from irshard.core.errors import (BackendError, BudgetExceeded, CheckFailed,  # n
                             InputError, IRError, IrshardError, SpecError,
                             UsageError, UserCodeError)
 
-__version__ = "0.1.0"
+from irshard.core.version import VERSION as __version__  # noqa: E402
 
 # The pipeline's stages, in order, and those the collective report can read.
 STAGES = ("stablehlo", "propagated", "partitioned", "optimized")

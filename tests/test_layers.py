@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # package's __init__ says the same in words.
 FLOORS = {
     # Errors, the spec grammar, leaf paths, frames, files, schemas: no JAX.
-    "core": ["irshard", "core"],
+    "core": ["core"],
     # JAX and XLA (and MLIR through jaxlib's bindings): every call into them.
     "backend": ["backend"],
     # HLO as XLA writes it: modules, the streaming scan, tiles, groups.
@@ -43,7 +43,7 @@ FLOORS = {
     "strategy": ["strategy"],
     # The ways in: files, the Python API, pytest helpers and plugin, the
     # command line.
-    "front": ["frontend", "library", "apichecks", "apiprogram", "api", "testing",
+    "front": ["irshard", "frontend", "library", "apichecks", "apiprogram", "api", "testing",
               "pytest_plugin", "commands", "options", "cli",
               "__main__"],
 }
@@ -249,3 +249,11 @@ def _classes(hint):
     for arg in typing.get_args(hint):
         found += _classes(arg)
     return found
+
+
+def test_the_version_is_pyprojects():
+    import tomllib
+
+    from irshard.core.version import VERSION
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["version"] == VERSION

@@ -115,9 +115,10 @@ def _real(dirs: Iterable[str]) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _own_dirs() -> tuple[str, ...]:
-    """irshard's own code, where it is installed here."""
-    import irshard
-    return _real({os.path.dirname(irshard.__file__)} | _found_dirs(_OWN[1:]))
+    """irshard's own code, where it is installed here: the package this
+    module is part of (`irshard/core/..`), and the others of `_OWN`."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return _real({package} | _found_dirs(_OWN[1:]))
 
 
 @functools.lru_cache(maxsize=1)

@@ -192,8 +192,8 @@ def versions_salt(path: str | None, profile: str | None = None) -> str:
     files beside it, the `--profile` file, and the versions of irshard, JAX
     and libtpu."""
     from importlib import metadata
-    from irshard import __version__
-    parts = [__version__]
+    from irshard.core.version import VERSION
+    parts = [VERSION]
     for package in ("jax", "jaxlib", "libtpu"):
         try:
             parts.append(f"{package}={metadata.version(package)}")
