@@ -48,9 +48,16 @@ lowering.run_pipeline = slow
 
 def _children(pid: int) -> list[int]:
     found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            found += [int(c) for c in f.read().split()]
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return found            # it ended
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            pass                # a thread that ended since it was listed
     return found
 
 

@@ -110,10 +110,18 @@ def test_every_candidate_crashing_is_an_error_of_irshard(write):
 
 def _descendants(pid: int) -> list[int]:
     found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            for child in f.read().split():
-                found += [int(child), *_descendants(int(child))]
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return found            # it ended since it was listed
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children = f.read().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue            # a thread that ended since it was listed
+        for child in children:
+            found += [int(child), *_descendants(int(child))]
     return found
 
 

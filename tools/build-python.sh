@@ -69,7 +69,7 @@ apt-get "${apt_opts[@]}" update -qq
 
 log "configuring and building CPython $(cd "$work/src" && dpkg-parsechangelog -S Version) (several minutes)"
 cd "$work/src"
-./configure --prefix="$prefix" --with-ensurepip=install >"$work/configure.log" 2>&1 \
+./configure --prefix="$prefix" --with-ensurepip=install --disable-test-modules >"$work/configure.log" 2>&1 \
   || { tail -n 40 "$work/configure.log" >&2; exit 1; }
 make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
 make install DESTDIR="$work/dest" >"$work/install.log" 2>&1 \
