@@ -568,3 +568,35 @@ def test_one_time_story_per_report():
 def irshard_time(seconds):
     from irshard.reporting.text import human_time
     return human_time(seconds)
+
+
+def test_a_fusions_other_arithmetic_runs_at_its_own_measured_rate():
+    """A CPU host's elementwise arithmetic and transcendentals are far
+    slower than its matrix products (measured by calibrate): each part of
+    an instruction's flops is timed at its own rate, products at theirs."""
+    rates = schedule.Rates(peak_flops=100.0, memory_bandwidth=1e30,
+                           elementwise_flops=10.0, transcendentals=1.0)
+    assert rates.seconds(1000.0, 0.0, 0.0) == pytest.approx(100.0)
+    assert rates.seconds(1000.0, 0.0, 0.0, products=1000.0) == pytest.approx(10.0)
+    assert rates.seconds(1500.0, 5.0, 0.0, products=1000.0) == \
+        pytest.approx(10.0 + 50.0 + 5.0)
+    # Without a measurement, the product rate, as before.
+    plain = schedule.Rates(peak_flops=100.0, memory_bandwidth=1e30)
+    assert plain.seconds(1000.0, 5.0, 0.0) == pytest.approx(10.0 + 0.05)
+
+
+def test_the_host_profile_times_elementwise_work_per_device_count():
+    """The CPU host's profile carries, for every device count measured, the
+    rate of a fusion's arithmetic and of its transcendentals, each below
+    the product rate of the same count, and the rates read them."""
+    from irshard.timemodel import profiles
+    profile = profiles.profile("cpu-host")
+    assert sorted(profile.by_devices) == [2, 4, 8, 16]
+    for n, entry in profile.by_devices.items():
+        compute = entry["compute"]
+        elementwise = compute["flops_elementwise"]["value"]
+        assert 0 < elementwise < compute["flops"]["value"]
+        assert 0 < compute["transcendentals"]["value"] < elementwise
+        assert "measured by irshard calibrate" in compute["flops_elementwise"]["source"]
+        found = profile.for_devices(n).compute
+        assert found["flops_elementwise"] == elementwise

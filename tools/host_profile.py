@@ -7,6 +7,7 @@ irshard/timemodel/profiles.json under `cpu-host.by_devices["N"]`, each
 number with its source:
 
     python tools/host_profile.py [--devices 2,4,8] [--machine "2-core ..."]
+        [--add flops_elementwise,transcendentals]
 """
 
 import argparse
@@ -73,24 +74,44 @@ def entry(result: dict, machine: str) -> dict:
                 "first_collective": {
                     "value": compute["first_collective"],
                     "source": f"{measured}: one all-reduce of 16 bytes less the "
-                              f"launch and less one of eight in a row"}}}
+                              f"launch and less one of eight in a row"},
+                "flops_elementwise": {
+                    "value": compute["flops_elementwise"],
+                    "source": f"{measured}: 64 multiply-adds in a row on each "
+                              f"element of 1 MiB"},
+                "transcendentals": {
+                    "value": compute["transcendentals"],
+                    "source": f"{measured}: 16 tanh in a row on each element of "
+                              f"1 MiB, less their multiply-adds"}}}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", default="2,4,8")
     parser.add_argument("--machine", default="2-core development machine")
+    parser.add_argument("--add", default=None, metavar="KEYS",
+                        help="only these compute numbers (comma separated, e.g. "
+                             "flops_elementwise,transcendentals), added to the "
+                             "entries there: the rest stay as measured before")
     args = parser.parse_args()
     with open(PROFILES, encoding="utf-8") as f:
         data = json.load(f)
-    by_devices = {}
-    for n in (int(d) for d in args.devices.split(",")):
-        by_devices[str(n)] = entry(calibrate(n), args.machine)
-        print(f"{n} devices: measured", file=sys.stderr)
     host = data["profiles"]["cpu-host"]
+    by_devices = dict(host.get("by_devices", {})) if args.add else {}
+    for n in (int(d) for d in args.devices.split(",")):
+        measured = entry(calibrate(n), args.machine)
+        if args.add:
+            for key in args.add.split(","):
+                by_devices.setdefault(str(n), measured)["compute"][key] = \
+                    measured["compute"][key]
+        else:
+            by_devices[str(n)] = measured
+        print(f"{n} devices: measured", file=sys.stderr)
     host["by_devices"] = by_devices
-    # Without an entry nearer (no by_devices read), the most devices measured.
-    host["links"] = by_devices[max(by_devices, key=int)]["links"]
+    if not args.add:
+        # Without an entry nearer (no by_devices read), the most devices
+        # measured.
+        host["links"] = by_devices[max(by_devices, key=int)]["links"]
     with open(PROFILES, "w", encoding="utf-8") as f:
         f.write(json.dumps(data, indent=2) + "\n")
     return 0

@@ -344,6 +344,12 @@ def render_text(result: dict[str, Any]) -> str:
                       for flops, rate in c.get(key + "_by_size", ())]
         lines += [f"  streaming {human_bytes(b)}: {human_bytes(int(r))}/s"
                   for b, r in c["bandwidth"]]
+        if c.get("flops_elementwise"):
+            lines.append(f"  a fusion's other arithmetic: "
+                         f"{c['flops_elementwise'] / 1e9:.3g} GFLOP/s")
+        if c.get("transcendentals"):
+            lines.append(f"  transcendentals (tanh): "
+                         f"{c['transcendentals'] / 1e9:.3g} G/s")
         if c.get("sliced_strided_bandwidth"):
             lines.append(f"  slices of a stacked array read across their rows: "
                          f"{human_bytes(int(c['sliced_strided_bandwidth']))}/s")

@@ -60,6 +60,12 @@ SEGMENTS = 8
 # `sliced_strided_bandwidth`), and how many slices the two read.
 STRIDED_SHAPE = (8, 128, 256)
 STRIDED_OPERANDS = (2, 6)
+# The arithmetic of a fusion that is not a product, per device: chains of
+# multiply-adds and of tanh over an array that stays in the caches
+# (1 MiB), as many links as make it compute-bound.
+ELEMENTWISE_ELEMENTS = 1 << 18
+FMA_LINKS = 64
+TANH_LINKS = 16
 
 
 def measure_compute(mesh: MeshSpec, repeats: int = 5,
@@ -72,7 +78,10 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5,
     `[bytes, bytes per second]` points of an elementwise op with a fresh
     result (caches and fresh pages make the rate depend on the size),
     `op_overhead`, the seconds each instruction takes beyond its work (tiny
-    products in a row), `launch`, the seconds one execution of a program
+    products in a row); on a CPU host `flops_elementwise` and
+    `transcendentals`, per second, of a fusion's arithmetic that is not a
+    product (chains of multiply-adds and of tanh over an array in the
+    caches), `launch`, the seconds one execution of a program
     that does next to nothing takes.
 
     On a CPU host also `sliced_strided_bandwidth`, bytes per second of
@@ -201,6 +210,18 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5,
         # Lost in the noise: no slower than the stream.
         found["sliced_strided_bandwidth"] = min(
             more / (many - few) if many > few else math.inf, curve[-1][1])
+    if host:
+        # A fusion's arithmetic, not a product's: what its flops and its
+        # transcendentals (XLA's count) take, each device running at once.
+        fma_s, tanh_s = (timed(body, (ELEMENTWISE_ELEMENTS,))
+                         for body in (_fmas(FMA_LINKS), _tanhs(TANH_LINKS)))
+        if fma_s > 0:
+            rate = 2.0 * FMA_LINKS * ELEMENTWISE_ELEMENTS / fma_s
+            found["flops_elementwise"] = rate
+            # Each tanh link also multiplies twice and adds once.
+            left = tanh_s - 3.0 * TANH_LINKS * ELEMENTWISE_ELEMENTS / rate
+            if left > 0:
+                found["transcendentals"] = TANH_LINKS * ELEMENTWISE_ELEMENTS / left
     found["op_overhead"] = overhead
     if host and n > 1:
         # A collective after a stretch of compute waits for the devices the
@@ -258,6 +279,26 @@ def _transposed(k: int):
         for i in range(1, k):
             total = total * 0.5 + v[i]
         return jnp.transpose(total, (total.ndim - 1,) + tuple(range(total.ndim - 1)))[None]
+    return body
+
+
+def _fmas(k: int):
+    """`k` multiply-adds in a row on each element."""
+    def body(v):
+        for _ in range(k):
+            v = v * 0.999 + 0.001
+        return v
+    return body
+
+
+def _tanhs(k: int):
+    """`k` tanh in a row on each element, each mixed with its input."""
+    import jax.numpy as jnp
+
+    def body(v):
+        for _ in range(k):
+            v = jnp.tanh(v) * 0.5 + v * 0.5
+        return v
     return body
 
 

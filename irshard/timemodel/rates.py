@@ -20,6 +20,9 @@ class Rates:
     memory_bandwidth: float
     overhead_s: float = 0.0
     transcendentals: float | None = None     # per second; peak_flops if None
+    # FLOPs per second of arithmetic that is not a product (a fusion's
+    # elementwise ops, reductions), where measured; peak_flops if None.
+    elementwise_flops: float | None = None
     launch_s: float = 0.0        # once per execution: the runtime's start
     first_collective_s: float = 0.0   # more for an execution's first collective
     # At most this much more for a collective after compute: the wait for
@@ -73,7 +76,7 @@ class Rates:
                 products: float = 0.0) -> float:
         products = max(products, wide)
         narrow = products - wide
-        compute = (flops - products) / self.peak_flops
+        compute = (flops - products) / (self.elementwise_flops or self.peak_flops)
         if narrow:
             compute += narrow / along(self.flops_curve, narrow, self.peak_flops)
         if wide:
@@ -124,11 +127,17 @@ def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
         if cpu and not found.get("devices"):
             cores = cores or os.cpu_count() or 1
             share = max(1, devices)
+            def shared(key):
+                return found[key] / share if found.get(key) else None
             return Rates(found["flops"] / share, flat / share,
                          overhead * max(1.0, devices / cores),
-                         launch_s=profile.launch)
+                         launch_s=profile.launch,
+                         transcendentals=shared("transcendentals"),
+                         elementwise_flops=shared("flops_elementwise"))
         return Rates(found["flops"], flat, overhead, launch_s=profile.launch,
                      clock_hz=profile.clock_hz,
+                     transcendentals=found.get("transcendentals"),
+                     elementwise_flops=found.get("flops_elementwise"),
                      bandwidth_curve=curve,
                      sliced_strided_bandwidth=found.get("sliced_strided_bandwidth"),
                      flops_curve=_points(found.get("flops_by_size")),
