@@ -556,6 +556,14 @@ def test_one_time_story_per_report():
     assert f"the collectives' own {irshard_time(own)}" in line
     assert f"{irshard_time(step.exposed_comm_s + step.overlapped_comm_s)} in the step" in line
     assert "rendezvous" in line
+    # What the model assumed of the host, and its stated error.
+    import os
+    model = next(l for l in text.splitlines() if l.startswith("  model: "))
+    cores = os.cpu_count()
+    assert model.startswith(f"  model: 4 simulated devices on {cores} core")
+    assert "at the rates measured with 4 running at once" in model
+    assert model.endswith(f"; error band ±{step.error_band:.0%}") and step.error_band > 0
+    assert report.to_json()["step"]["assumes"] == step.assumes
     tpu = irshard.compile(matmul, *args, mesh="x=2,y=2", rules=[("a", "x,y"), ("b", "y,_")],
                           target="tpu-v5e:2x2")
     verdict = next(l for l in tpu.to_text().splitlines() if l.startswith("fits in"))

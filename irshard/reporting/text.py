@@ -360,6 +360,7 @@ def _step_lines(report: CollectiveReport) -> list[str]:
                 f"with compute)" if s["overlapped_comm_s"] else "")]
     lines += _made_of(s, report.target.clock_hz if report.target else None)
     lines += _communication_line(report, s)
+    lines += _model_line(s)
     untimed = s.get("untimed")
     if untimed:
         ops = ", ".join(f"{n} {op}{'' if n == 1 else 's'}"
@@ -387,6 +388,16 @@ def _communication_line(report: CollectiveReport, s: dict) -> list[str]:
     return [f"  communication: {human_time(comm)} in the step, of which the "
             f"collectives' own {human_time(own)} (the table's time per run) "
             f"and {human_time(comm - own)} {why}"]
+
+
+def _model_line(s: dict) -> list[str]:
+    """`model: 8 simulated devices on 2 cores, at the rates measured with 8
+    running at once; error band ±22%`: what the time model assumed of the
+    target, and how far it was off where it was checked."""
+    said = [s["assumes"]] if s.get("assumes") else []
+    if s.get("error_band"):
+        said.append(f"error band ±{s['error_band']:.0%}")
+    return ["  model: " + "; ".join(said)] if said else []
 
 
 # What timed the step's compute, as the text says it (`schedule`'s sources).

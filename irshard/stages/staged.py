@@ -289,7 +289,27 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
     step = step.by_axes(lambda name: ",".join(sorted(
         axes.get(name, ("?",)),
         key=lambda a: (order.get(a.split(":")[0], len(order)), a))))
-    return dataclasses.replace(step, error_band=info.placement.profile.error_band)
+    return dataclasses.replace(step, error_band=info.placement.profile.error_band,
+                               assumes=_assumed(info.placement, info.mesh.num_devices))
+
+
+def _assumed(placement, devices: int) -> str:
+    """What the time model takes for granted of a CPU host: how many
+    devices share how many cores, and at which device count its rates were
+    measured (the nearest to this one)."""
+    if placement.target.kind != "cpu":
+        return ""
+    import os
+    profile = placement.profile
+    cores = os.cpu_count() or 1
+    said = f"{devices} simulated device{'s' if devices != 1 else ''} on " \
+           f"{cores} core{'s' if cores != 1 else ''}"
+    measured = profile.for_devices(devices).compute.get("devices")
+    if measured:
+        said += f", at the rates measured with {measured} running at once"
+    else:
+        said += ", sharing the rates measured for the whole host"
+    return said
 
 
 def _read(text_of: Callable[[], str], parsed, use):

@@ -54,6 +54,10 @@ class Step:
     # The time model's relative error on the target (its profile's
     # `error_band`): steps closer than it tie.
     error_band: float = 0.0
+    # What the model took for granted of the target, as words (on a CPU
+    # host: `8 simulated devices on 2 cores, at the rates measured with 8
+    # running at once`).
+    assumes: str = ""
 
     def by_axes(self, axes_of: Callable[[str | None], str]) -> "Step":
         """The step with its communication summed by `axes_of` each
@@ -85,6 +89,8 @@ class Step:
             d["unknown_trip_counts"] = self.unknown_trips
         if self.error_band:
             d["error_band"] = self.error_band
+        if self.assumes:
+            d["assumes"] = self.assumes
         return d
 
     @classmethod
@@ -103,7 +109,8 @@ class Step:
                    compute_by_kind=dict(compute.get("by_kind") or {}),
                    comm_by_axes={k: (v["exposed_s"], v["overlapped_s"])
                                  for k, v in (d.get("comm_by_axes") or {}).items()},
-                   error_band=d.get("error_band", 0.0))
+                   error_band=d.get("error_band", 0.0),
+                   assumes=d.get("assumes", ""))
 
 
 def heaviest(part: dict[str, float]) -> dict[str, float]:
