@@ -61,12 +61,14 @@ def test_every_profile_number_has_a_source():
 
 
 def test_a_host_profile_holds_for_the_devices_measured_nearest():
-    """The CPU host's numbers were measured with 2, 4 and 8 devices sharing
-    its cores: a mesh gets those of the nearest count (fewer on a tie)."""
+    """The CPU host's numbers were measured with 2, 4, 8 and 16 devices
+    sharing its cores: a mesh gets those of the nearest count (fewer on a
+    tie)."""
     host = profiles.profile("cpu-host")
     measured = sorted(host.by_devices)
-    assert measured == [2, 4, 8]
-    for devices, nearest in ((1, 2), (3, 2), (4, 4), (6, 4), (7, 8), (64, 8)):
+    assert measured == [2, 4, 8, 16]
+    for devices, nearest in ((1, 2), (3, 2), (4, 4), (6, 4), (7, 8), (12, 8),
+                             (13, 16), (64, 16)):
         found = host.for_devices(devices)
         assert found.compute["devices"] == nearest
         entry = host.by_devices[nearest]

@@ -345,10 +345,8 @@ def load_side(path: str, module: str | None = None, stage: str = "optimized") ->
         value = schema.load_json(path, "report", HINT)
         if isinstance(value, dict) and isinstance(value.get("modules"), list):
             modules = [m for m in value["modules"] if is_report(m)]
-            for i, m in enumerate(modules):
-                schema.check(m, schema.REPORT, f"report {path}, module {i}")
-            return Side(path, _pick([CollectiveReport.from_json(m) for m in modules],
-                                    path, module))
+            return Side(path, _pick([CollectiveReport.read(m, f"report {path}, module {i}")
+                                     for i, m in enumerate(modules)], path, module))
         if not is_report(value):
             raise UsageError(f"'{path}' is not an irshard report (no "
                              f"'collectives' list); {HINT}")
@@ -356,8 +354,7 @@ def load_side(path: str, module: str | None = None, stage: str = "optimized") ->
             raise UsageError(f"'{path}' has \"schema\": "
                              f"{json.dumps(value.get('schema'))}; this irshard "
                              f"reads reports of schema {SCHEMA}")
-        schema.check(value, schema.REPORT, f"report {path}")
-        return Side(path, CollectiveReport.from_json(value))
+        return Side(path, CollectiveReport.read(value, f"report {path}"))
     backend.configure(1, "cpu")
     found, _ = reports(path, stage, None)
     return Side(path, _pick(list(found), path, module))
@@ -370,8 +367,7 @@ def diff_side(value: Any, label: str | None = None) -> Side:
         found = load_side(os.fspath(value))
         return Side(found.path, found.report, label)
     if is_report(value):
-        schema.check(value, schema.REPORT, "diff: the report")
-        value = CollectiveReport.from_json(value)
+        value = CollectiveReport.read(value, "diff: the report")
     elif not isinstance(value, CollectiveReport):
         raise UsageError(f"diff: expected a report (irshard.compile's), its "
                          f"JSON form or a path, not {type(value).__name__}")

@@ -287,8 +287,20 @@ MEMORY = Object({}, {**{k: _COUNT for k in ("argument_bytes", "output_bytes",
                      "peak": PEAK})
 
 _POSITIVE = Number(integer=True, positive=True)
-MESH = Object({}, {"devices": _POSITIVE,
-                   "axes": List(Object({"name": String(), "size": _POSITIVE}))})
+MESH = Object({"axes": List(Object({"name": String(), "size": _POSITIVE},
+                                   {"type": String()}))},
+              {"devices": _POSITIVE, "platform": Null(String())})
+
+# The simulated step (`timemodel.step.Step.to_json`) and the roofline.
+STEP = Object({"step_s": _TIME}, {
+    **{k: _TIME for k in ("launch_s", "compute_s", "exposed_comm_s",
+                          "overlapped_comm_s", "error_band")},
+    "compute": Object({}, {"by_source": Map(_TIME), "by_kind": Map(_TIME)}),
+    "comm_by_axes": Map(Object({"exposed_s": _TIME, "overlapped_s": _TIME})),
+    "untimed": Object({}, {"instructions": Map(_COUNT), "min_s": _TIME}),
+    "unknown_trip_counts": _COUNT, "assumes": String()})
+ROOFLINE = Object({k: _TIME for k in ("flops", "compute_s", "memory_s", "comm_s")},
+                  {"bytes_accessed": Null(_TIME)})
 
 
 def _counted(report: dict, where: str) -> None:
@@ -302,7 +314,8 @@ REPORT = Object(
     {"collectives": List(COLLECTIVE), "totals": TOTALS},
     {"schema": Number(integer=True), "memory": Null(MEMORY),
      "function": Null(String()), "module": Null(String()),
-     "source": Null(String()), "mesh": Null(MESH)},
+     "source": Null(String()), "mesh": Null(MESH), "step": Null(STEP),
+     "roofline": Null(ROOFLINE)},
     rule=_counted)
 
 # A link of a saved profile: numbers bare or as {"value": ..., "source": ...}.

@@ -466,6 +466,21 @@ class CollectiveReport:
         return d
 
     @classmethod
+    def read(cls, value: Any, what: str) -> "CollectiveReport":
+        """A report's JSON form as a file or another process gave it:
+        checked against `core.schema.REPORT`, then typed. What the schema
+        lets through and this reader still cannot take is the same one
+        `InputError`, naming `what`."""
+        from irshard.core import schema
+        from irshard.core.errors import InputError
+        schema.check(value, schema.REPORT, what)
+        try:
+            return cls.from_json(value)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise InputError(f"{what}: not a report this irshard wrote "
+                             f"({type(e).__name__}: {e})") from None
+
+    @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CollectiveReport":
         """The report its JSON form (`to_json`, schema 1) holds, typed again:
         at a process's or a file's edge, after `core.schema.REPORT` checked

@@ -42,8 +42,6 @@ MAX_ENTRY_BYTES = 256 << 20
 
 # What a cached report must hold (what every report has, and what the
 # verdict and the moves read of one).
-_STEP = schema.Object({"step_s": schema.Number()}, {k: schema.Number() for k in (
-    "launch_s", "compute_s", "exposed_comm_s", "overlapped_comm_s")})
 _MEMORY = schema.Object({}, {
     **schema.MEMORY.optional, "fits": schema.Null(schema.Boolean()),
     "capacity_bytes": schema.Null(schema.Number(integer=True))})
@@ -53,7 +51,7 @@ _TENSOR = schema.Object({"name": schema.String(),
                         {"sharding": _SHARDING})
 ENTRY = schema.Object({"key": schema.String(), "report": schema.Object(
     {**schema.REPORT.required, "inputs": schema.List(_TENSOR)},
-    {**schema.REPORT.optional, "step": schema.Null(_STEP),
+    {**schema.REPORT.optional, "step": schema.Null(schema.STEP),
      "memory": schema.Null(_MEMORY),
      "outputs": schema.List(schema.Object({}, {"name": schema.Null(schema.String()),
                                                "sharding": _SHARDING}))})})
@@ -132,8 +130,8 @@ class Cache:
             schema.check(entry, ENTRY, "search cache entry")
             if entry["key"] != key:
                 return None
-            return CollectiveReport.from_json(entry["report"])
-        except (InputError, KeyError, TypeError, ValueError):
+            return CollectiveReport.read(entry["report"], "search cache entry")
+        except InputError:
             return None
 
     def put(self, argv: Sequence[str], report: Any) -> None:
@@ -327,8 +325,8 @@ def result_of(returncode: int, out: str, err: str) -> "CollectiveReport | Failur
     if returncode != 0:
         return failure_of(returncode, err)
     try:
-        return CollectiveReport.from_json(json.loads(out))
-    except (ValueError, KeyError, TypeError):
+        return CollectiveReport.read(json.loads(out), "irshard compile's report")
+    except (ValueError, InputError):
         return Failure("irshard compile wrote no JSON report", 3)
 
 
