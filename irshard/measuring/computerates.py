@@ -95,22 +95,64 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5,
     waited for), and `rendezvous`, the seconds of one tiny all-reduce among
     others in a row, for each size of group the devices split into. Each
     is a program run whole, as a step runs, its launch taken off."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
     plan = PLANS.get(platform, PLANS["gpu"])
     host = platform == "cpu"
-    n = mesh.num_devices
-    devices = backend.devices(platform, n)
-    jax_mesh = backend.make_mesh(("d",), (n,), devices)
-    runs = max(20, 6 * repeats)
+    timer = _Timer(mesh.num_devices, platform, repeats)
+    n = timer.n
+    found: dict[str, Any] = {"devices": n}
+    rendezvous: dict[int, float] = {}
+    if host and n > 1:
+        rendezvous, found["first_collective"] = _rendezvous(timer)
+    overhead = _op_overhead(timer)
+    # Each result buffer of an execution, and each trip of a loop.
+    found["output"] = _beyond(timer, overhead, _results, (1, OUTPUTS))
+    found["loop_trip"] = _beyond(timer, overhead, _loop, TRIPS)
+    found.update(_product_rates(timer, plan))
+    curve = _stream_curve(timer, plan)
+    found["bandwidth"] = curve
+    if plan.strided:
+        found["sliced_strided_bandwidth"] = _strided_bandwidth(timer, curve[-1][1])
+    if host:
+        found.update(_elementwise_rates(timer))
+    found["op_overhead"] = overhead
+    if host and n > 1:
+        found["rendezvous_skew"] = _rendezvous_skew(timer)
+    # Every run of the program that does next to nothing, over the whole
+    # measurement.
+    found["launch"] = statistics.median(timer.bases)
+    found["rendezvous"] = rendezvous
+    return found
 
-    def compiled_on(body, shape, count: list | None = None, mesh=jax_mesh,
+
+class _Timer:
+    """Programs over a one-axis mesh of `n` devices, each timed whole
+    beyond the launch: its runs alternate with runs of a program that does
+    next to nothing (`bases`), so that the host's drifts (a shared
+    machine's) fall on both."""
+
+    def __init__(self, n: int, platform: str, repeats: int):
+        import jax.numpy as jnp
+        self.n = n
+        self.repeats = repeats
+        self.devices = backend.devices(platform, n)
+        self.mesh = backend.make_mesh(("d",), (n,), self.devices)
+        self.runs = max(20, 6 * repeats)
+        # Many runs, for what is too short to time in few.
+        self.many = max(100, 20 * repeats)
+        nothing, x0 = self.compiled_on(lambda v: v + 1.0, (4,))
+        self.baseline = (nothing, [x0])
+        self.bases = list(backend.time_runs(*self.baseline, self.many))
+        self.jnp = jnp
+
+    def compiled_on(self, body, shape, count: list | None = None, mesh=None,
                     dtype="float32", fill=0.5):
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        mesh = mesh or self.mesh
         spec = P(mesh.axis_names)
-        x = jax.device_put(np.full((n * shape[0],) + shape[1:], fill,
+        x = jax.device_put(np.full((self.n * shape[0],) + shape[1:], fill,
                                    jnp.dtype(dtype)),
                            NamedSharding(mesh, spec))
         compiled = jax.jit(jax.shard_map(
@@ -120,67 +162,65 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5,
         backend.time_runs(compiled, [x], 1)
         return compiled, x
 
-    nothing, x0 = compiled_on(lambda v: v + 1.0, (4,))
-    baseline = (nothing, [x0])
-
-    def timed(body, shape, times: int = runs, count: list | None = None,
-              mesh=jax_mesh, dtype="float32", fill=0.5) -> float:
-        """Seconds of `body` beyond the launch: its runs alternate with
-        runs of a program that does next to nothing, so that the host's
-        drifts (a shared machine's) fall on both."""
-        compiled, x = compiled_on(body, shape, count, mesh, dtype, fill)
+    def timed(self, body, shape, times: int | None = None, count: list | None = None,
+              mesh=None, dtype="float32", fill=0.5) -> float:
+        """The median seconds of `body` beyond the launch."""
+        compiled, x = self.compiled_on(body, shape, count, mesh, dtype, fill)
         extra = []
-        for _ in range(times):
-            base = backend.time_runs(*baseline, 1)[0]
-            bases.append(base)
+        for _ in range(times or self.runs):
+            base = backend.time_runs(*self.baseline, 1)[0]
+            self.bases.append(base)
             extra.append(backend.time_runs(compiled, [x], 1)[0] - base)
         return statistics.median(extra)
 
-    bases = backend.time_runs(*baseline, max(100, 20 * repeats))
-    found: dict[str, Any] = {"devices": n}
-    rendezvous: dict[int, float] = {}
-    if host and n > 1:
-        # A step's first collective wakes every device's thread; those
-        # after it find them running (what the loops of `measure` time). A
-        # rendezvous of fewer of them (an axis of a larger mesh) takes
-        # less: one of eight in a row, for each size of group the devices
-        # split into.
-        alone = {}
-        for group in (g for g in range(2, n + 1) if n % g == 0):
-            mesh_g = backend.make_mesh(("r", "g"), (n // group, group), devices)
-            alone[group], eight = (
-                timed(_all_reduces(k, "g"), (4,), max(100, 20 * repeats), mesh=mesh_g)
-                for k in (1, 8))
-            rendezvous[group] = max(0.0, (eight - alone[group]) / 7)
-        found["first_collective"] = max(0.0, alone[n] - rendezvous[n])
-    # Instructions that do next to nothing: tiny products, each followed by
-    # an elementwise op.
-    counts: list[int] = []
-    chained = [timed(_chain(k), (8, 8), max(100, 20 * repeats), counts)
-               for k in (0, 64)]
-    overhead = max(0.0, (chained[1] - chained[0]) / max(1, counts[1] - counts[0]))
-    def beyond(program, counts: tuple[int, int]) -> float:
-        """What one more of a unit takes beyond the instructions the
-        simulation counts: `program(k)` has `k` of them, for each of
-        `counts`."""
-        made: list[int] = []
-        few, many = (timed(program(k), (4,), max(100, 20 * repeats), made)
-                     for k in counts)
-        return max(0.0, (many - few - (made[1] - made[0]) * overhead)
-                   / (counts[1] - counts[0]))
 
-    # Each result buffer of an execution, and each trip of a loop.
-    found["output"] = beyond(_results, (1, OUTPUTS))
-    found["loop_trip"] = beyond(_loop, TRIPS)
+def _rendezvous(timer: _Timer) -> tuple[dict[int, float], float]:
+    """A step's first collective wakes every device's thread; those after
+    it find them running (what the loops of `measure` time). A rendezvous
+    of fewer of them (an axis of a larger mesh) takes less: one of eight in
+    a row, for each size of group the devices split into. Returns those,
+    and what the first collective takes beyond its rendezvous."""
+    n = timer.n
+    alone, rendezvous = {}, {}
+    for group in (g for g in range(2, n + 1) if n % g == 0):
+        mesh_g = backend.make_mesh(("r", "g"), (n // group, group), timer.devices)
+        alone[group], eight = (
+            timer.timed(_all_reduces(k, "g"), (4,), timer.many, mesh=mesh_g)
+            for k in (1, 8))
+        rendezvous[group] = max(0.0, (eight - alone[group]) / 7)
+    return rendezvous, max(0.0, alone[n] - rendezvous[n])
+
+
+def _op_overhead(timer: _Timer) -> float:
+    """Instructions that do next to nothing: tiny products, each followed
+    by an elementwise op; the seconds of one."""
+    counts: list[int] = []
+    chained = [timer.timed(_chain(k), (8, 8), timer.many, counts) for k in (0, 64)]
+    return max(0.0, (chained[1] - chained[0]) / max(1, counts[1] - counts[0]))
+
+
+def _beyond(timer: _Timer, overhead: float, program, counts: tuple[int, int]) -> float:
+    """What one more of a unit takes beyond the instructions the
+    simulation counts: `program(k)` has `k` of them, for each of
+    `counts`."""
+    made: list[int] = []
+    few, many = (timer.timed(program(k), (4,), timer.many, made) for k in counts)
+    return max(0.0, (many - few - (made[1] - made[0]) * overhead)
+               / (counts[1] - counts[0]))
+
+
+def _product_rates(timer: _Timer, plan: ComputePlan) -> dict[str, Any]:
+    """Matrix products in a row of a matrix whose square is itself (every
+    element 1/side, exact in every float type), for each of the plan's
+    sides and types."""
+    found: dict[str, Any] = {}
     for i, dtype in enumerate(plan.dot_dtypes):
         points = []
         for side in plan.dot_sides:
             flops = 2.0 * side ** 3
-            # Products in a row of a matrix whose square is itself (every
-            # element 1/side, exact in every float type).
             k = int(min(MAX_CHAIN, max(1, CHAIN_FLOPS // flops)))
-            seconds = timed(_products(k), (side, side), dtype=dtype,
-                            fill=1.0 / side) / k
+            seconds = timer.timed(_products(k), (side, side), dtype=dtype,
+                                  fill=1.0 / side) / k
             points.append([flops, flops / max(seconds, 1e-9)])
         rate = points[-1][1] if plan.by_size else \
             statistics.median(r for _, r in points)
@@ -189,57 +229,64 @@ def measure_compute(mesh: MeshSpec, repeats: int = 5,
         if plan.by_size:
             found[key + "_by_size"] = points
         if i == 0 and dtype != "float32":
-            found["flops_dtype"] = jnp.dtype(dtype).name
-    streamed = [(nbytes, timed(lambda v: v * 0.5 + 1.0, (nbytes // 8,)))
+            found["flops_dtype"] = timer.jnp.dtype(dtype).name
+    return found
+
+
+def _stream_curve(timer: _Timer, plan: ComputePlan) -> list[list[float]]:
+    """`[bytes, bytes per second]` of an elementwise op with a fresh
+    result, for each of the plan's sizes; a point lost in the launch's
+    noise says nothing, and is left out (the largest is kept)."""
+    streamed = [(nbytes, timer.timed(lambda v: v * 0.5 + 1.0, (nbytes // 8,)))
                 for nbytes in plan.stream_bytes]
-    # A point lost in the launch's noise says nothing; the largest is kept.
     if streamed[-1][1] <= 0:
         raise BackendError(f"calibrate: streaming {human_bytes(plan.stream_bytes[-1])} "
                            f"took no more time than doing nothing; the host was "
                            f"too busy to measure: run it again")
-    curve = [[b, b / t] for b, t in streamed
-             if t > 0.1 * statistics.median(bases) or b == plan.stream_bytes[-1]]
-    found["bandwidth"] = curve
-    if plan.strided:
-        # The same fusion with more slices of one stacked array, each read
-        # across its rows.
-        few, many = (timed(_transposed(k), (k,) + STRIDED_SHAPE)
-                     for k in STRIDED_OPERANDS)
-        more = (STRIDED_OPERANDS[1] - STRIDED_OPERANDS[0]) \
-            * 4 * math.prod(STRIDED_SHAPE)
-        # Lost in the noise: no slower than the stream.
-        found["sliced_strided_bandwidth"] = min(
-            more / (many - few) if many > few else math.inf, curve[-1][1])
-    if host:
-        # A fusion's arithmetic, not a product's: what its flops and its
-        # transcendentals (XLA's count) take, each device running at once.
-        fma_s, tanh_s = (timed(body, (ELEMENTWISE_ELEMENTS,))
-                         for body in (_fmas(FMA_LINKS), _tanhs(TANH_LINKS)))
-        if fma_s > 0:
-            rate = 2.0 * FMA_LINKS * ELEMENTWISE_ELEMENTS / fma_s
-            found["flops_elementwise"] = rate
-            # Each tanh link also multiplies twice and adds once.
-            left = tanh_s - 3.0 * TANH_LINKS * ELEMENTWISE_ELEMENTS / rate
-            if left > 0:
-                found["transcendentals"] = TANH_LINKS * ELEMENTWISE_ELEMENTS / left
-    found["op_overhead"] = overhead
-    if host and n > 1:
-        # A collective after a stretch of compute waits for the devices the
-        # host's scheduler ran last: what it takes beyond the compute and
-        # the collective alone, per collective.
-        skews = []
-        for side in SKEW_SIDES:
-            w = jnp.asarray(np.eye(side, dtype=np.float32) * 0.999)
-            parts = [timed(lambda v, w=w, c=c: _segments(v, w, c), (side, side),
-                           runs // 2)
-                     for c in ((True, False), (False, True), (True, True))]
-            skews.append(max(0.0, (parts[2] - parts[0] - parts[1]) / SEGMENTS))
-        found["rendezvous_skew"] = statistics.median(skews)
-    # Every run of the program that does next to nothing, over the whole
-    # measurement.
-    found["launch"] = statistics.median(bases)
-    found["rendezvous"] = rendezvous
+    noise = 0.1 * statistics.median(timer.bases)
+    return [[b, b / t] for b, t in streamed
+            if t > noise or b == plan.stream_bytes[-1]]
+
+
+def _strided_bandwidth(timer: _Timer, stream: float) -> float:
+    """The same fusion with more slices of one stacked array, each read
+    across its rows: bytes per second of what they add (lost in the noise:
+    no slower than the `stream`)."""
+    few, many = (timer.timed(_transposed(k), (k,) + STRIDED_SHAPE)
+                 for k in STRIDED_OPERANDS)
+    more = (STRIDED_OPERANDS[1] - STRIDED_OPERANDS[0]) * 4 * math.prod(STRIDED_SHAPE)
+    return min(more / (many - few) if many > few else math.inf, stream)
+
+
+def _elementwise_rates(timer: _Timer) -> dict[str, float]:
+    """A fusion's arithmetic, not a product's: what its flops and its
+    transcendentals (XLA's count) take, each device running at once."""
+    found: dict[str, float] = {}
+    fma_s, tanh_s = (timer.timed(body, (ELEMENTWISE_ELEMENTS,))
+                     for body in (_fmas(FMA_LINKS), _tanhs(TANH_LINKS)))
+    if fma_s > 0:
+        rate = 2.0 * FMA_LINKS * ELEMENTWISE_ELEMENTS / fma_s
+        found["flops_elementwise"] = rate
+        # Each tanh link also multiplies twice and adds once.
+        left = tanh_s - 3.0 * TANH_LINKS * ELEMENTWISE_ELEMENTS / rate
+        if left > 0:
+            found["transcendentals"] = TANH_LINKS * ELEMENTWISE_ELEMENTS / left
     return found
+
+
+def _rendezvous_skew(timer: _Timer) -> float:
+    """A collective after a stretch of compute waits for the devices the
+    host's scheduler ran last: what it takes beyond the compute and the
+    collective alone, per collective."""
+    import numpy as np
+    skews = []
+    for side in SKEW_SIDES:
+        w = timer.jnp.asarray(np.eye(side, dtype=np.float32) * 0.999)
+        parts = [timer.timed(lambda v, w=w, c=c: _segments(v, w, c), (side, side),
+                             timer.runs // 2)
+                 for c in ((True, False), (False, True), (True, True))]
+        skews.append(max(0.0, (parts[2] - parts[0] - parts[1]) / SEGMENTS))
+    return statistics.median(skews)
 
 
 def _all_reduces(k: int, axis: str):
