@@ -608,3 +608,15 @@ def test_the_host_profile_times_elementwise_work_per_device_count():
         assert "measured by irshard calibrate" in compute["flops_elementwise"]["source"]
         found = profile.for_devices(n).compute
         assert found["flops_elementwise"] == elementwise
+
+
+def test_the_cpu_meshs_rates_are_those_measured_with_as_many_devices():
+    from irshard.hardware import targets
+    from irshard.timemodel import profiles, rates
+    host = profiles.profile("cpu-host")
+    for devices in (2, 4, 8, 16):
+        found = rates.rates(targets.place(None, "cpu", None), devices)
+        compute = host.by_devices[devices]["compute"]
+        assert found.peak_flops == compute["flops"]["value"]
+        assert found.elementwise_flops == compute["flops_elementwise"]["value"]
+        assert found.transcendentals == compute["transcendentals"]["value"]
