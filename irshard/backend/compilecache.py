@@ -6,11 +6,12 @@ memory figures, which tie the two together.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Any, Callable
 
-from irshard.core import files
+from irshard.core import files, interrupts
 
 
 class PersistentCache:
@@ -125,7 +126,6 @@ class PersistentCache:
         """Keeps the executable as JAX would (not one that compiled faster
         than `jax_persistent_cache_min_compile_time_secs`); True if kept."""
         import json
-        import tempfile
         from jax._src import compilation_cache, config, distributed
         if distributed.global_state.process_id != 0 or \
                 seconds < config.persistent_cache_min_compile_time_secs.value:
@@ -137,14 +137,17 @@ class PersistentCache:
             if not os.path.isdir(self.directory):
                 return False
             body = _record(self.key, executable, partitioned, log, buffers)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".irshard-")
+            fd, tmp = files.new_beside(self.directory)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     json.dump(body, f)
                 os.replace(tmp, self._beside)
             except BaseException:
-                os.unlink(tmp)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
                 raise
+            finally:
+                interrupts.forget_file(tmp)
         except Exception:
             return False
         return True

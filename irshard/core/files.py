@@ -28,7 +28,6 @@ import io
 import os
 import stat
 import sys
-import tempfile
 from typing import IO, Callable, Iterable, Iterator
 
 from irshard.core import interrupts
@@ -145,6 +144,28 @@ def _through(real: str, binary: bool) -> Iterator[IO]:
         yield f
 
 
+def new_beside(directory: str, prefix: str = ".irshard-") -> tuple[int, str]:
+    """A new file in `directory` (open for writing, 0600) and its path,
+    removed on interruption until `interrupts.forget_file`. The name is
+    registered before the file exists: an interruption at any moment
+    leaves no file behind (with `mkstemp` one could come between the file's
+    creation and its registration)."""
+    import secrets
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
+        | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        path = os.path.join(directory, prefix + secrets.token_hex(6))
+        interrupts.temp_file(path)
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            interrupts.forget_file(path)
+        except BaseException:
+            interrupts.forget_file(path)
+            raise
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", directory)
+
+
 @contextlib.contextmanager
 def _replacing(real: str, binary: bool, option: str, path: str) -> Iterator[IO]:
     """Writes a new file beside `real` and renames it over `real` once
@@ -152,8 +173,7 @@ def _replacing(real: str, binary: bool, option: str, path: str) -> Iterator[IO]:
     new file is removed and `real` is untouched."""
     directory = os.path.dirname(real)
     existing = os.stat(real) if os.path.exists(real) else None
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".irshard-")
-    interrupts.temp_file(tmp)
+    fd, tmp = new_beside(directory)
     try:
         with os.fdopen(fd, "wb" if binary else "w",
                        **({} if binary else _TEXT)) as f:
