@@ -62,7 +62,8 @@
 # CHECK-NEXT: "comm_by_axes": {
 # CHECK-NEXT: "x,y": {"exposed_s": {{[0-9.e-]+}}, "overlapped_s": 0.0}
 # CHECK-NEXT: },
-# CHECK-NEXT: "error_band": {{[0-9.]+}}
+# CHECK-NEXT: "error_band": {{[0-9.]+}},
+# CHECK-NEXT: "assumes": "4 simulated devices on {{[0-9]+}} core{{s?}}, at the rates measured with 4 running at once"
 # CHECK-NEXT: },
 # CHECK-NEXT: "findings": []
 # CHECK-NEXT: }
