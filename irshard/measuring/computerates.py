@@ -131,9 +131,7 @@ class _Timer:
     machine's) fall on both."""
 
     def __init__(self, n: int, platform: str, repeats: int):
-        import jax.numpy as jnp
         self.n = n
-        self.repeats = repeats
         self.devices = backend.devices(platform, n)
         self.mesh = backend.make_mesh(("d",), (n,), self.devices)
         self.runs = max(20, 6 * repeats)
@@ -142,7 +140,6 @@ class _Timer:
         nothing, x0 = self.compiled_on(lambda v: v + 1.0, (4,))
         self.baseline = (nothing, [x0])
         self.bases = list(backend.time_runs(*self.baseline, self.many))
-        self.jnp = jnp
 
     def compiled_on(self, body, shape, count: list | None = None, mesh=None,
                     dtype="float32", fill=0.5):
@@ -213,6 +210,7 @@ def _product_rates(timer: _Timer, plan: ComputePlan) -> dict[str, Any]:
     """Matrix products in a row of a matrix whose square is itself (every
     element 1/side, exact in every float type), for each of the plan's
     sides and types."""
+    import jax.numpy as jnp
     found: dict[str, Any] = {}
     for i, dtype in enumerate(plan.dot_dtypes):
         points = []
@@ -229,7 +227,7 @@ def _product_rates(timer: _Timer, plan: ComputePlan) -> dict[str, Any]:
         if plan.by_size:
             found[key + "_by_size"] = points
         if i == 0 and dtype != "float32":
-            found["flops_dtype"] = timer.jnp.dtype(dtype).name
+            found["flops_dtype"] = jnp.dtype(dtype).name
     return found
 
 
@@ -278,10 +276,11 @@ def _rendezvous_skew(timer: _Timer) -> float:
     """A collective after a stretch of compute waits for the devices the
     host's scheduler ran last: what it takes beyond the compute and the
     collective alone, per collective."""
+    import jax.numpy as jnp
     import numpy as np
     skews = []
     for side in SKEW_SIDES:
-        w = timer.jnp.asarray(np.eye(side, dtype=np.float32) * 0.999)
+        w = jnp.asarray(np.eye(side, dtype=np.float32) * 0.999)
         parts = [timer.timed(lambda v, w=w, c=c: _segments(v, w, c), (side, side),
                              timer.runs // 2)
                  for c in ((True, False), (False, True), (True, True))]
