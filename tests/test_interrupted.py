@@ -237,3 +237,43 @@ def test_suggest_with_jobs_stops_its_compiles_at_once(tmp_path, sig):
     assert out == ""
     assert not any(_alive(child) for child in children)
     assert os.listdir(temp) == []
+
+
+# Threads that create temporary directories and files as fast as they can,
+# and the main thread's own, when the signal comes.
+CREATING = """
+import os, signal, sys, threading
+from irshard.core import files, interrupts
+interrupts.install()
+def churn():
+    while True:
+        path = interrupts.temp_dir()
+        fd, name = files.new_beside(path)
+        os.close(fd)
+        interrupts.forget_file(name)
+        interrupts.remove(path)
+for _ in range(3):
+    threading.Thread(target=churn, daemon=True).start()
+os.write(1, b"ready\\n")
+churn()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals")
+def test_a_temporary_directory_is_never_left_by_an_interrupt(tmp_path):
+    """A directory made with `mkdtemp` and registered after it was left
+    behind when the signal came between the two, or when another thread
+    made it while the handler removed what was registered. Now its name is
+    registered first and creation waits once removal has begun."""
+    for k in range(12):
+        temp = tmp_path / f"tmp-{k}"
+        temp.mkdir()
+        proc = subprocess.Popen([sys.executable, "-c", CREATING],
+                                env=dict(os.environ, TMPDIR=str(temp)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(0.01 * k)
+        proc.send_signal((signal.SIGINT, signal.SIGTERM)[k % 2])
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert os.listdir(temp) == [], k

@@ -155,14 +155,11 @@ def new_beside(directory: str, prefix: str = ".irshard-") -> tuple[int, str]:
         | getattr(os, "O_NOFOLLOW", 0)
     for _ in range(100):
         path = os.path.join(directory, prefix + secrets.token_hex(6))
-        interrupts.temp_file(path)
         try:
-            return os.open(path, flags, 0o600), path
+            return interrupts.temp_file(
+                path, lambda: os.open(path, flags, 0o600)), path
         except FileExistsError:
-            interrupts.forget_file(path)
-        except BaseException:
-            interrupts.forget_file(path)
-            raise
+            continue
     raise FileExistsError(errno.EEXIST, "no unused temporary name", directory)
 
 

@@ -41,7 +41,8 @@ _INTERRUPTING = (signal.SIGINT, signal.SIGTERM)
 STDERR_COPIES: list[int] = []
 # Whether `install` made signals end the process, and how many `unwinding`
 # blocks are open (there, they raise KeyboardInterrupt instead).
-_STATE = {"installed": False, "unwinding": 0}
+# `closing`: the temporary files are being removed (the process is ending).
+_STATE = {"installed": False, "unwinding": 0, "closing": False}
 # How long a child process stopped by SIGTERM has to clean up before it is
 # killed.
 GRACE_S = 1.0
@@ -49,11 +50,41 @@ GRACE_S = 1.0
 
 def temp_dir(prefix: str = "irshard-", parent: str | None = None) -> str:
     """A new temporary directory (in `parent`, or the system's), removed by
-    `remove` or on interruption."""
-    path = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    `remove` or on interruption. Its name is registered before it exists,
+    as `created` does."""
+    import secrets
+    parent = tempfile.gettempdir() if parent is None else parent
+    for _ in range(100):
+        path = os.path.join(os.path.abspath(parent), prefix + secrets.token_hex(6))
+        try:
+            created(path, _TEMP_DIRS, lambda: os.mkdir(path, 0o700))
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary name in {parent}")
+
+
+def created(path: str, registry: set[str], make: Callable[[], Any]) -> Any:
+    """`make()`, which creates `path`, with `path` registered in `registry`
+    (removed on interruption) first. An interruption at any moment leaves
+    nothing behind: one between creating and registering could (with
+    `mkdtemp`), and so could another thread's creating while the handler
+    removes what was registered, so creation holds the lock the handler
+    takes and is refused (the thread waits for the process to end) once
+    removal has begun."""
     with _LOCK:
-        _TEMP_DIRS.add(path)
-    return path
+        while _STATE["closing"]:
+            _LOCK.release()
+            try:
+                time.sleep(3600)
+            finally:
+                _LOCK.acquire()
+        registry.add(path)
+        try:
+            return make()
+        except BaseException:
+            registry.discard(path)
+            raise
 
 
 def remove(path: str) -> None:
@@ -62,11 +93,10 @@ def remove(path: str) -> None:
         _TEMP_DIRS.discard(path)
 
 
-def temp_file(path: str) -> None:
-    """Registers `path`, a file being written, to be removed on
-    interruption (until `forget_file`)."""
-    with _LOCK:
-        _TEMP_FILES.add(path)
+def temp_file(path: str, make: Callable[[], Any]) -> Any:
+    """`make()`, which creates the file `path`, with `path` registered to
+    be removed on interruption (until `forget_file`), as `created` does."""
+    return created(path, _TEMP_FILES, make)
 
 
 def forget_file(path: str) -> None:
@@ -145,6 +175,7 @@ def remove_all() -> None:
     dump after a pass) may recreate a directory while it is being removed,
     so removal repeats until each is gone."""
     with _LOCK:
+        _STATE["closing"] = True
         paths = list(_TEMP_DIRS)
         files = list(_TEMP_FILES)
     for path in files:
@@ -268,6 +299,13 @@ def install() -> tuple[dict[int, Any], bool]:
     replaced, for `restore`."""
     saved: dict[int, Any] = {}
     installed = _STATE["installed"]
+    # Python finds its temporary directory once, by writing and removing a
+    # probe file there: an interruption in between would leave the probe.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTING)
+    try:
+        tempfile.gettempdir()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if threading.current_thread() is threading.main_thread():
         for s in _INTERRUPTING:
             if s != signal.SIGINT or signal.getsignal(s) != signal.SIG_IGN:
