@@ -16,13 +16,16 @@ from irshard.core.specs import parse_mesh
 
 def _report_options(args):
     """`compile`'s and `run`'s report options, checked before any work
-    (`--budget` parsed); `--format html` explains."""
+    (`--budget` parsed); `--format html`, `--verify` and `--group-by
+    cause` explain."""
     import dataclasses
     from irshard import library
     from irshard.reporting import budget
+    verify = getattr(args, "verify", False)
     options = library.ReportOptions(
-        stage=args.stage, explain=args.explain or args.format == "html",
-        emits=tuple(args.emit), debug_info=args.debug_info)
+        stage=args.stage, explain=args.explain or args.format == "html"
+        or verify or getattr(args, "group_by", None) == "cause",
+        verify=verify, emits=tuple(args.emit), debug_info=args.debug_info)
     return dataclasses.replace(options, budgets=tuple(
         budget.parse_budget(text) for text in args.budget))
 

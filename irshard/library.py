@@ -56,6 +56,8 @@ class ReportOptions:
 
     stage: str = "optimized"
     explain: bool = False
+    # Each cause `explain` names confirmed by a recompile without it.
+    verify: bool = False
     emits: tuple[str, ...] = ()
     debug_info: bool = False
     budgets: tuple[Any, ...] = ()
@@ -126,7 +128,8 @@ def compile_program(lowered, options: ReportOptions = ReportOptions(), *,
                                   keep=options.keep_stages, note=note)
     if options.emits and not options.budgets:
         return CompileOutcome(compiled, None, tuple(texts))
-    report = output.report(lowered, compiled, options.stage, options.explain)
+    report = output.report(lowered, compiled, options.stage, options.explain,
+                           options.verify)
     report, breach = held_to(report, options.budgets)
     return CompileOutcome(compiled, report, tuple(texts), breach)
 
@@ -148,7 +151,8 @@ def run_program(lowered, run, options: ReportOptions = ReportOptions(), *,
     stage("running")
     result = execution.run(lowered, compiled, run)
     stage("writing")
-    report = output.report(lowered, compiled, options.stage, options.explain)
+    report = output.report(lowered, compiled, options.stage, options.explain,
+                           options.verify)
     result = result.predicted_by(report)
     report, breach = held_to(report, options.budgets)
     return RunOutcome(compiled, report, tuple(texts), breach, result)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from irshard import REPORT_STAGES, STAGES
-from irshard.core.frames import GROUPINGS
+from irshard.core.frames import GROUPINGS, SOURCE_GROUPINGS
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 
@@ -218,8 +218,13 @@ REPORT_OPTIONS = (
     Option.of("--explain", action="store_true",
                help="say why each collective exists: the sharding of the "
                     "value it reads and where it was made, the sharding "
-                    "its reader needs, and where propagation got each "
-                    "mesh axis from"),
+                    "its reader gets, where propagation got each mesh "
+                    "axis from, and the decision that caused it"),
+    Option.of("--verify", action="store_true",
+               help="with --explain: confirm each collective's cause by "
+                    "recompiling without it (a constraint dropped, an "
+                    "input's sharding left open, an output's left to "
+                    "XLA), one compile per decision; implies --explain"),
     _format(("text", "json", "html", "trace"),
             "report format (default: text); html: one "
             "self-contained page (implies --explain); trace: the "
@@ -235,8 +240,9 @@ REPORT_OPTIONS = (
                     "(the innermost line of the model's code), scope "
                     "(JAX's name stack: the model's module names) or "
                     "caller (the line that called a helper many rows "
-                    "share); a folded table is summed by line unless "
-                    "given"),
+                    "share) or cause (the decision --explain names; "
+                    "implies it); a folded table is summed by line "
+                    "unless given"),
     _output("write the output to PATH instead of stdout"),
     Option.of("--debug-info", action="store_true",
                help="print MLIR stages with their source locations"),
@@ -363,7 +369,7 @@ COLLECTIVES_OPTIONS = (
     _format(("text", "json", "html"),
             "report format (default: text); html shows one "
             "module: a file's, or a dump's only sharded one"),
-    Option.of("--group-by", choices=GROUPINGS, metavar="KEY",
+    Option.of("--group-by", choices=SOURCE_GROUPINGS, metavar="KEY",
               help="sum each module's collectives by KEY under their "
                    "table: line, scope or caller (as compile's)"),
     _output(),

@@ -74,7 +74,7 @@ def test_text_explains_each_collective_once_and_only_with_explain():
     assert '"why"' not in report_json(HEAT, "--fn", "simulate_set", "--mesh", "x=4")
     text = explained.stdout.split("\nwhy\n", 1)[1].split("\ntotals:", 1)[0]
     assert text.count("heat1d.py:25 (step_set)\n") == 4
-    assert "reads input d sharded x; scatter at heat1d.py:25 (step_set) needs it " \
+    assert "reads input d sharded x; scatter at heat1d.py:25 (step_set) gets it " \
            "replicated" in text
 
 

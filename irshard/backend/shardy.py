@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy
@@ -460,3 +460,41 @@ def result_names(fn: func.FuncOp) -> list[str]:
         else:
             names.append("result" if len(results) == 1 else f"result[{i}]")
     return names
+
+
+# Ops that constrain a value's sharding where the program says so
+# (`with_sharding_constraint`, an explicit-mode `reshard`).
+CONSTRAINTS = ("sdy.sharding_constraint", "sdy.reshard")
+
+
+def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool]) -> int:
+    """Removes the constraints `chosen` picks, each result replaced by its
+    operand (a counterfactual: the program without them). Returns how many."""
+    with module.context:
+        found = [op for fn in functions(module) for op in walk(fn.operation)
+                 if op.name in CONSTRAINTS and chosen(op)]
+        for operation in found:
+            operation.results[0].replace_all_uses_with(operation.operands[0])
+            operation.erase()
+    return len(found)
+
+
+def open_boundary(module: ir.Module, kind: str, index: int) -> bool:
+    """Lets propagation choose the entry function's argument (`kind`
+    "input": every dimension open) or result ("output": its sharding
+    removed) `index`. Returns whether it had a sharding to open."""
+    with module.context:
+        main = entry_function(module)
+        key, count = ("arg_attrs", len(main.type.inputs)) if kind == "input" \
+            else ("res_attrs", len(main.type.results))
+        dicts = attr_dicts(main, key, count)
+        if index >= len(dicts) or SHARDING not in dicts[index]:
+            return False
+        if kind == "input":
+            mesh, spec = sharding_spec(dicts[index][SHARDING])
+            dicts[index][SHARDING] = sharding_attr(
+                mesh, ShardingSpec.of_axes([((), True)] * spec.rank))
+        else:
+            del dicts[index][SHARDING]
+        set_attr_dicts(main, key, dicts)
+    return True

@@ -34,7 +34,7 @@ from irshard.collectives.values import (INDEXED, _axes, _only, _primitive, _shar
                                         sharding_text)
 from irshard.core.frames import UserCode
 from irshard.core.specs import ShardingSpec
-from irshard.reporting.why import Origin, Value, Why
+from irshard.reporting.why import Cause, Origin, Value, Why
 from irshard.xla import hlo as hlo_text
 
 # ---------------------------------------------------------------------------
@@ -50,13 +50,15 @@ class _Step:
     reads: tuple[Value, ...]
     reader: Value
     origins: dict[str, Origin]
+    causes: tuple[Cause, ...]
 
 
 class _Explainer:
     """Explains the collectives of the partitioned HLO, in program order
     (a collective that reads another's result reads the sharding it made)."""
 
-    def __init__(self, report, hlo: Hlo, prop: PropagationSites, collectives):
+    def __init__(self, report, hlo: Hlo, prop: PropagationSites, collectives,
+                 free_outputs: Sequence[bool] = ()):
         self.report = report
         self.hlo = hlo
         self.prop = prop
@@ -64,6 +66,9 @@ class _Explainer:
         self.by_name = {c.name: c for c in collectives}
         # collective -> (the sharding it makes, its operand's origins)
         self.results: dict[str, tuple[Any, dict[str, Any]]] = {}
+        # The outputs whose sharding the program fixes (not left to XLA).
+        self.fixed_outputs = frozenset(
+            i for i, free in enumerate(free_outputs) if not free)
         self.steps = {c.name: self.step(c) for c in collectives}
 
     def value(self, produced, axes: frozenset[str],
@@ -116,25 +121,37 @@ class _Explainer:
                      else {a: o for a, o in origins.items() if a in axes}, sums,
                      all_origins=origins)
 
-    def reader(self, inst, needed, axes) -> Value:
+    def reader(self, inst, needed, axes) -> tuple[Value, tuple[Cause, ...]]:
+        """What reads the collective's result, with the sharding it gets and
+        where its own result's sharding got the collective's axes (what
+        demands the layout: a constraint the result carries, an output);
+        and the decisions its kind adds (an output's sharding, an op that
+        cannot be partitioned along a dimension)."""
         found = self.hlo.reader(inst)
         if found is None:
-            return Value("its reader", needed, None)
+            return Value("its reader", needed, None), ()
         kind, what = found
         if kind == "output":
             spec, origins = self.prop.output(what)
-            return Value(f"output {self.prop.output_name(what)}", needed, None,
-                         _only(origins, axes, needed))
+            name = self.prop.output_name(what)
+            fixed = (Cause(Origin("output", name), "needed"),) \
+                if spec is not None and what in self.fixed_outputs else ()
+            return Value(f"output {name}", needed, None,
+                         _moved(origins, axes)), fixed
         if kind == "collective":
             wrapped = (self.hlo.inst(what.wrapped) if what.wrapped else None) or what
             source, _ = self.hlo.source(wrapped)
             return Value(_label(self.by_name.get(wrapped.name), wrapped),
-                         needed, source)
+                         needed, source), ()
         source, primitive = self.hlo.source(what)
         operation = self.prop.op_at(source, primitive, None, axes)
         origins = self.prop.result(operation)[1] if operation is not None else {}
+        forced = ()
+        if primitive in INDEXED or primitive in FORCING:
+            prop = FORCING.get(primitive, "indexes along a sharded dimension")
+            forced = (Cause(Origin("op", f"{primitive} {prop}", source), "needed"),)
         return Value(primitive or what.opcode, needed, source,
-                     _only(origins, axes, needed))
+                     _moved(origins, axes)), forced
 
     def step(self, c) -> _Step:
         inst = self.hlo.inst(c.name)
@@ -146,14 +163,14 @@ class _Explainer:
         first = reads[0]
         needed = _needed(c.kind, first.sharding, axes, inst, self.mesh)
         self.results[c.name] = (needed, first.all_origins)
-        reader = self.reader(inst, needed, axes)
+        reader, forced = self.reader(inst, needed, axes)
         origins: dict[str, Origin] = {}
         for axis in sorted(axes):
             origin = reader.origins.get(axis) if c.kind == "all-to-all" else None
             origin = origin or first.origins.get(axis) or reader.origins.get(axis)
             if origin is not None:
                 origins[axis] = origin
-        return _Step(c, reads, reader, origins)
+        return _Step(c, reads, reader, origins, _candidates(reads, reader, axes, forced))
 
     def why(self, c, steps: Sequence[_Step]) -> Why:
         """The `why` of a report's collective: the partitioned
@@ -166,9 +183,11 @@ class _Explainer:
         reads = [v for step in steps for v in step.reads]
         first = steps[0]
         note = self.note(c, reads[0], first.reader)
+        causes = _unique(cause for step in steps for cause in step.causes)
         return Why(_text(c, reads, first.reader, first.origins, note),
                    reads[0], first.reader, dict(first.origins),
-                   tuple(reads) if len(reads) > 1 else (), note or None)
+                   tuple(reads) if len(reads) > 1 else (), note or None,
+                   causes=causes)
 
     def note(self, c, first: Value, reader: Value) -> str | None:
         axes = ",".join(c.mesh_axes or ()) or "the mesh"
@@ -266,8 +285,8 @@ def _read_text(c, value: Value) -> str:
 
 def _text(c, reads: list[Value], reader: Value, origins, note) -> str:
     first = reads[0]
-    verb = "needs the total" if c.kind in ("all-reduce", "reduce-scatter") \
-        else "needs it"
+    verb = "gets the total" if c.kind in ("all-reduce", "reduce-scatter") \
+        else "gets it"
     need = f"{reader.text()} {verb} {sharding_text(reader.sharding)}" \
         if reader.sharding is not None else \
         f"{reader.text()} {verb.replace(' the total', '')} (its sharding not recorded)"
@@ -294,6 +313,47 @@ def _text(c, reads: list[Value], reader: Value, origins, note) -> str:
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+# Ops whose partitioned form needs an operand whole along a dimension, by
+# what about them forces it (gathers, scatters and sorts: `INDEXED`).
+FORCING = {
+    "conv_general_dilated": "with feature groups or a sharded spatial "
+                            "dimension is not partitioned along it",
+    "sort": "sorts along a sharded dimension",
+    "cumsum": "scans along a sharded dimension",
+    "custom_call": "has no sharding rule",
+}
+
+
+def _moved(origins: dict[str, Origin], axes: frozenset[str]) -> dict[str, Origin]:
+    """The origins of the axes a collective moves."""
+    return {a: o for a, o in sorted(origins.items()) if a in axes}
+
+
+def _unique(causes) -> tuple[Cause, ...]:
+    seen, found = set(), []
+    for cause in causes:
+        key = cause.decision.key()
+        if key not in seen:
+            seen.add(key)
+            found.append(cause)
+    return tuple(found)
+
+
+def _candidates(reads: Sequence[Value], reader: Value, axes: frozenset[str],
+                forced: tuple[Cause, ...]) -> tuple[Cause, ...]:
+    """The decisions that may have made a collective, most likely first:
+    what gave the reader's result an axis in another place than the value
+    read has it (a constraint, an output), what the reader's kind forces,
+    then what gave the value read its axes (an input's sharding)."""
+    first = reads[0]
+    needed = [Cause(o, "needed") for a, o in sorted(reader.origins.items())
+              if a in axes and o != first.origins.get(a) and o.kind != "other"]
+    operand = [Cause(o, "operand") for v in reads
+               for s in (v, *v.sums) for a, o in sorted(s.origins.items())
+               if a in axes and o.kind != "other"]
+    return _unique([*needed, *forced, *operand])
 
 
 def _label(collective, inst) -> str:
@@ -336,8 +396,11 @@ def explained(report, lowered, stage):
     propagated = lowered.propagate()
     prop = PropagationSites(propagated.operation, lowered.info, users)
     collectives = []
+    from irshard.backend import shardy
+    _, free_outputs = shardy.propagation_freedom(lowered.module)
     with prop.module.context:
-        explainer = _Explainer(report, Hlo(view, users), prop, inserted)
+        explainer = _Explainer(report, Hlo(view, users), prop, inserted,
+                               free_outputs)
         for c in report.collectives:
             steps = [explainer.steps[p.name] for p in matches[c.name]]
             collectives.append(dataclasses.replace(c, why=explainer.why(c, steps)))

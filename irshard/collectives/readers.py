@@ -128,6 +128,9 @@ class Hlo:
             for current in frontier:
                 if current is None:
                     continue
+                if current.is_root and current.computation == self.view.entry \
+                        and current.opcode != "tuple":
+                    return "output", 0          # the program's only result
                 for name in current.users:
                     if name in seen:
                         continue

@@ -38,7 +38,9 @@ from typing import Any, Iterable
 
 # What a report's collectives are summed by (`--group-by`): the model's
 # line, its scope, or the caller of a helper many rows share.
-GROUPINGS = ("line", "scope", "caller")
+GROUPINGS = ("line", "scope", "caller", "cause")
+# The groupings a report read back from dumps (not explained) has.
+SOURCE_GROUPINGS = GROUPINGS[:3]
 
 
 @dataclass(frozen=True)

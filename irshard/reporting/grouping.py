@@ -2,6 +2,8 @@
 
 - `line`: the innermost line of the model's code (the row's `source`).
 - `scope`: JAX's name stack, the model's own names for its parts.
+- `cause`: the decision `--explain` names as the collective's cause (a
+  constraint's line, an input's or output's sharding, an op's kind).
 - `caller`: the line that called a helper. A frame reached along several
   paths (a dense layer's `__call__` and the kernel it calls, a
   sharding-constraint shim) is a helper: a row is summed under the first
@@ -44,6 +46,10 @@ def keys(collectives: Sequence[Collective], by: str) -> list[str]:
         return [c.scope or NONE for c in collectives]
     if by == "line":
         return [str(c.source) if c.source else NONE for c in collectives]
+    if by == "cause":
+        return [c.why.cause.decision.key()
+                if c.why is not None and c.why.cause is not None else NONE
+                for c in collectives]
     # Collectives alike share one source object: each chain is read once.
     chains: dict[int, tuple[SourceLocation, ...]] = {}
     for c in collectives:

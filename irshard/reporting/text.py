@@ -186,7 +186,8 @@ def fold_note(shown: int, total: int, what: str) -> list[str]:
 # title, then under a folded table).
 _GROUP_NAMES = {"line": ("source line", "source", "lines", "source lines"),
                 "scope": ("scope", "scope", "scopes", "scopes"),
-                "caller": ("caller", "caller", "callers", "callers")}
+                "caller": ("caller", "caller", "callers", "callers"),
+                "cause": ("cause", "cause", "causes", "causes")}
 
 
 def _grouped(collectives: Sequence[Collective], by: str,
@@ -199,6 +200,9 @@ def _grouped(collectives: Sequence[Collective], by: str,
     heaviest = sorted(groups.items(), key=lambda item: (
         -sum(c.bytes * c.executions for c in item[1]), item[0]))
     rows = []
+    # By cause, also the collectives' simulated time and its share.
+    timed = by == "cause" and all(c.time_s is not None for c in collectives)
+    total = sum(c.time_s * c.executions for c in collectives) if timed else 0.0
     for key, group in heaviest[:limit]:
         counts: dict[str, int] = {}
         for c in group:
@@ -207,12 +211,19 @@ def _grouped(collectives: Sequence[Collective], by: str,
                      ", ".join(k if len(counts) == 1 else f"{n} {k}"
                                for k, n in sorted(counts.items())),
                      str(sum(c.bytes * c.executions for c in group))])
+        if timed:
+            spent = sum(c.time_s * c.executions for c in group)
+            rows[-1] += [human_time(spent),
+                         f"{100 * spent / total:.0f}%" if total else "-"]
     label, column, counted_as, folded = _GROUP_NAMES[by]
+    columns = [column, "collectives", "kinds", "bytes per run"]
+    if timed:
+        columns += ["time per run", "of collective time"]
     title = f"by {label} ({len(groups)} {counted_as}"
     title += f", the {limit} that move the most bytes per run)" \
         if limit is not None and len(groups) > limit else ")"
     return (["", title]
-            + table([column, "collectives", "kinds", "bytes per run"], rows)
+            + table(columns, rows)
             + fold_note(len(rows), len(groups), folded))
 
 
@@ -296,7 +307,7 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
                 if c.why is not None:
                     where = f"  {c.source}" if c.source else ""
                     lines.append(f"  {c.name}{where}")
-                    lines += [f"    {line}" for line in c.why.text.split("\n")]
+                    lines += [f"    {line}" for line in c.why.full_text().split("\n")]
     totals = report.totals()
     kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
     lines += ["", f"totals: {totals['count']} collective"

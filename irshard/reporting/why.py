@@ -1,7 +1,8 @@
 """Why a collective exists (`--explain`, JSON `why`), as a value: the value
 its operand is and the sharding the op reading its result needs (`Value`),
 and where propagation got each mesh axis it moves (`Origin`), read by
-`irshard.collectives.explain`."""
+`irshard.collectives.explain`; the decisions that may have caused it, each
+with the verdict of a recompile without it (`Cause`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from irshard.core.frames import SourceLocation
 class Origin:
     """Where propagation got a mesh axis of a sharding
     (`sdy.sharding_origins`), in the user's terms: an `input` or `output`
-    by name, a `constraint` (its line), a `shard_map`, or `other`."""
+    by name, a `constraint` (its line), a `shard_map`, or `other`. It is
+    also the vocabulary of a cause: a decision the user can change."""
 
     kind: str
     name: str
@@ -26,6 +28,13 @@ class Origin:
         if self.kind == "constraint":
             d["source"] = self.source.to_json() if self.source else None
         return d
+
+    def key(self) -> str:
+        """The decision as one line (`--group-by cause`): a constraint by its
+        line, an input or output by name."""
+        if self.kind == "constraint" and self.source is not None:
+            return f"constraint {self.source.file}:{self.source.line}"
+        return f"{self.kind} {self.name}".strip()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Origin":
@@ -41,6 +50,12 @@ class Origin:
                 else "a sharding constraint"
         if self.kind == "shard_map":
             return "a shard_map"
+        if self.kind == "inputs":
+            return f"inputs {self.name} together"
+        if self.kind == "op":
+            where = f" at {self.source.file}:{self.source.line}" if self.source else ""
+            what, _, why = self.name.partition(" ")
+            return f"{what}{where} {why} (the op's kind)"
         return self.name or self.kind
 
 
@@ -81,6 +96,48 @@ class Value:
         return f"{self.what}{where}"
 
 
+# A cause's verdict (`--verify`): the collective goes without it, becomes
+# another collective at its line, or stays.
+CONFIRMED, CHANGED, NOT_CONFIRMED = "confirmed", "changed", "not confirmed"
+VERDICTS = (CONFIRMED, CHANGED, NOT_CONFIRMED)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A decision that may have made a collective: the one that gave the
+    value it reads its sharding (`side` "operand"), or the one that gave
+    its reader the sharding it computes in ("needed"); with `--verify`, the
+    verdict of a recompile without it and what that recompile showed."""
+
+    decision: Origin
+    side: str
+    verdict: str | None = None
+    seen: str | None = None              # what the recompile showed
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.decision.to_json(), side=self.side, verdict=self.verdict)
+        if self.seen is not None:
+            d["seen"] = self.seen
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Cause":
+        return cls(Origin.from_json(d), d.get("side") or "operand",
+                   d.get("verdict"), d.get("seen"))
+
+    @property
+    def holds(self) -> bool:
+        return self.verdict in (CONFIRMED, CHANGED)
+
+    def text(self) -> str:
+        said = f"cause: {self.decision.text()}"
+        if self.verdict is None:
+            return said if self.decision.kind == "op" else \
+                f"{said} (not verified; --verify recompiles without it)"
+        return f"{said}, {self.verdict}: {self.seen}" if self.seen \
+            else f"{said}, {self.verdict}"
+
+
 @dataclass(frozen=True)
 class Why:
     """Why a collective exists: the value it reads (`operand`; all of them
@@ -96,6 +153,40 @@ class Why:
     combined: tuple[Value, ...] = ()
     note: str | None = None
     made_by: str | None = None
+    # The decisions that may have made it, most likely first; with
+    # `--verify`, each tried until one held.
+    causes: tuple[Cause, ...] = ()
+
+    @property
+    def cause(self) -> Cause | None:
+        """The cause: the first candidate (the demanding side's first) that
+        a recompile confirmed or that no recompile can test (an op's
+        kind); not verified, the first candidate; None where every one was
+        refuted."""
+        if any(c.verdict is not None for c in self.causes):
+            return next((c for c in self.causes if c.holds
+                         or c.decision.kind == "op"), None)
+        return self.causes[0] if self.causes else None
+
+    def with_causes(self, causes: tuple[Cause, ...]) -> "Why":
+        import dataclasses
+        return dataclasses.replace(self, causes=causes)
+
+    def full_text(self) -> str:
+        """`text` with the cause's line."""
+        cause = self.cause
+        lines = [self.text]
+        if cause is not None:
+            lines.append(cause.text())
+        elif self.causes:
+            lines.append("cause: not found; every candidate below was refuted")
+        for other in self.causes:
+            if other is cause or (other.verdict is None and cause is not None
+                                  and other.decision.kind != "op"):
+                continue
+            said = other.text().removeprefix("cause: ")
+            lines.append(f"  {'also' if other.holds or other.verdict is None else 'not'}: {said}")
+        return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         if self.made_by is not None:
@@ -109,6 +200,9 @@ class Why:
             d["combined"] = [v.to_json("value") for v in self.combined]
         if self.note:
             d["note"] = self.note
+        cause = self.cause
+        d["cause"] = cause.to_json() if cause is not None else None
+        d["causes"] = [c.to_json() for c in self.causes]
         d["text"] = self.text
         return d
 
@@ -121,4 +215,5 @@ class Why:
                    Value.from_json(d["needed"], "op") if d.get("needed") else None,
                    {axis: Origin.from_json(o) for axis, o in (d.get("origins") or {}).items()},
                    tuple(Value.from_json(v, "value") for v in d.get("combined") or ()),
-                   d.get("note"))
+                   d.get("note"), None,
+                   tuple(Cause.from_json(c) for c in d.get("causes") or ()))

@@ -61,14 +61,18 @@ def join_stages(texts: Sequence[tuple[str, str]]) -> str:
                    for name, ir in texts)
 
 
-def report(lowered, compiled, stage: str, explain: bool):
+def report(lowered, compiled, stage: str, explain: bool, verify: bool = False):
     """The collective report of `stage` (partitioned or optimized), with
-    each collective's why when `explain`."""
+    each collective's why when `explain`, its cause confirmed by a
+    recompile without it when `verify`."""
     read = compiled.partitioned() if stage == "partitioned" else compiled
     found = read.report()
-    if explain:
+    if explain or verify:
         from irshard.collectives import explain as explaining
         found = explaining.explained(found, lowered, read)
+    if verify:
+        from irshard.collectives import causes
+        found = causes.verified(found, lowered, stage)
     return found
 
 

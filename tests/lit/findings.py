@@ -14,7 +14,7 @@
 # BUDGET: budgets
 # BUDGET: remat==0   1  EXCEEDED
 
-# WHY: reads add at findings.py:34 (f) sharded y,_,x; all-gather{{(\.[0-9]+)?}} at findings.py:34 (f) needs it y,_,_
+# WHY: reads add at findings.py:34 (f) sharded y,_,x; all-gather{{(\.[0-9]+)?}} at findings.py:34 (f) gets it y,_,_
 # WHY-NEXT: x from input a
 # WHY-NEXT: XLA could not reshard add from y,_,x to _,x+y,_ directly and replicates the whole tensor (an involuntary full rematerialization, see findings)
 

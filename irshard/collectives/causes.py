@@ -1,0 +1,171 @@
+"""Each collective's cause confirmed by a counterfactual (`--verify`).
+
+`--explain` names the decisions that may have made a collective
+(`why.causes`, most likely first): a constraint, an input's or output's
+sharding, an op's kind. Here each decision the program can be recompiled
+without is removed or relaxed in the traced module, the module is
+partitioned and compiled again as the report's was, and the collective is
+looked for at its line:
+
+- a sharding constraint (or explicit-mode reshard) at a line: dropped, its
+  result replaced by its operand;
+- an input's sharding: every dimension left open for propagation (`?`);
+- an output's sharding: removed, XLA chooses it.
+
+Its verdict is `confirmed` where the collective goes (fewer of its kind
+and axes at its line), `changed` where it becomes another collective there
+or moves other bytes, `not confirmed` where it stays; a collective's causes
+are tried in order until one holds. An op's own property (a gather along a
+sharded dimension) has no counterfactual and keeps no verdict. Each
+decision is recompiled once, however many collectives name it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Callable
+
+from irshard.core.frames import UserCode
+from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
+
+# The decisions a recompile can remove.
+VERIFIABLE = ("constraint", "input", "output", "inputs")
+
+
+def _key(c) -> tuple:
+    where = (c.source.file, c.source.line) if c.source is not None else None
+    return c.kind, where, tuple(sorted(c.mesh_axes or ()))
+
+
+def _at_line(report, source) -> Counter:
+    if source is None:
+        return Counter()
+    return Counter(c.kind for c in report.collectives if c.source is not None
+                   and (c.source.file, c.source.line) == (source.file, source.line))
+
+
+def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
+    """(verdict, what the recompile showed) for collective `c` of
+    `baseline`, against the report compiled `without` its cause."""
+    key = _key(c)
+    before = [x for x in baseline.collectives if _key(x) == key]
+    after = [x for x in without.collectives if _key(x) == key]
+    where = f" at {c.source.file}:{c.source.line}" if c.source else ""
+    what = f"the {c.kind}{where}"
+    it = "them" if decision_kind == "inputs" else "it"
+    if len(after) < len(before):
+        new = _at_line(without, c.source) - _at_line(baseline, c.source)
+        if new:
+            became = ", ".join(f"{n} {kind}" for kind, n in sorted(new.items()))
+            return CHANGED, f"without {it}, {what} becomes {became}"
+        gone = "goes" if not after else f"goes ({len(before)} -> {len(after)})"
+        return CONFIRMED, f"without {it}, {what} {gone}"
+    moved = sum(x.bytes * x.executions for x in before)
+    moved_after = sum(x.bytes * x.executions for x in after)
+    if moved_after != moved:
+        return CHANGED, (f"without {it}, {what} moves {moved_after} bytes "
+                         f"instead of {moved}")
+    return NOT_CONFIRMED, f"without {it}, {what} stays"
+
+
+def counterfactual(lowered, decision: Origin, users: UserCode):
+    """The traced module (`lowered`, the StableHLO stage) without
+    `decision`, as a stage to compile; None where it has nothing to
+    remove."""
+    from irshard.backend import shardy
+    from irshard.collectives.origins import PropagationSites
+    module = shardy.clone_module(lowered.module)
+    info = lowered.info
+    if decision.kind == "constraint":
+        if decision.source is None:
+            return None
+        line = (decision.source.file, decision.source.line)
+        sites = PropagationSites(module.operation.opview, info, users)
+
+        def there(operation) -> bool:
+            found = sites.source(operation)
+            return found is not None and (found.file, found.line) == line
+
+        if not shardy.drop_constraints(module, there):
+            return None
+    else:
+        kind = "output" if decision.kind == "output" else "input"
+        names = [t.name for t in (info.inputs if kind == "input" else info.outputs)]
+        chosen = decision.name.split(", ") if decision.kind == "inputs" \
+            else [decision.name]
+        for name in chosen:
+            if name not in names or not shardy.open_boundary(
+                    module, kind, names.index(name)):
+                return None
+    return dataclasses.replace(lowered, module=module)
+
+
+def verified(report, lowered, stage: str,
+             compile_report: Callable[[Any], Any] | None = None):
+    """`report` (explained) with each collective's causes tried in order
+    until one holds; a note says how many recompiles that took.
+    `compile_report(stage)` compiles a counterfactual stage to the report
+    of `stage` (partitioned or optimized)."""
+    users = UserCode(lowered.info.user_dir)
+    compile_report = compile_report or (lambda s: _report(s, stage))
+    without: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+
+    def report_without(decision: Origin):
+        key = decision.key()
+        if key not in without and key not in failed:
+            stage_ = counterfactual(lowered, decision, users)
+            if stage_ is None:
+                failed[key] = "the program has nothing of it to remove"
+            else:
+                try:
+                    without[key] = compile_report(stage_)
+                except Exception as e:     # a counterfactual the compiler refuses
+                    failed[key] = f"the recompile without it failed: {e}".split("\n")[0]
+        return without.get(key), failed.get(key)
+
+    collectives = []
+    for c in report.collectives:
+        if c.why is None or not c.why.causes:
+            collectives.append(c)
+            continue
+        causes = []
+        held = False
+        inputs = [x.decision.name for x in c.why.causes
+                  if x.side == "operand" and x.decision.kind == "input"]
+        together = (Cause(Origin("inputs", ", ".join(inputs)), "operand"),) \
+            if len(inputs) > 1 else ()
+        for cause in (*c.why.causes, *together):
+            if cause in together and held:
+                break
+            if held or cause.decision.kind not in VERIFIABLE:
+                causes.append(cause)
+                continue
+            other, reason = report_without(cause.decision)
+            if other is None:
+                causes.append(dataclasses.replace(cause, verdict=NOT_CONFIRMED,
+                                                  seen=reason))
+                continue
+            outcome, seen = verdict(c, report, other, cause.decision.kind)
+            causes.append(dataclasses.replace(cause, verdict=outcome, seen=seen))
+            held = outcome in (CONFIRMED, CHANGED)
+        collectives.append(dataclasses.replace(c, why=c.why.with_causes(tuple(causes))))
+    count = len(without)
+    note = (f"--verify: {count} recompile{'s' if count != 1 else ''}, each without "
+            f"one decision named as a cause")
+    return dataclasses.replace(report, collectives=tuple(collectives),
+                               notes=report.notes + (note,))
+
+
+def _report(stage_, read: str):
+    compiled = stage_.compile(partitioned=read == "partitioned")
+    return compiled.partitioned().report() if read == "partitioned" \
+        else compiled.report()
+
+
+def key(c) -> str:
+    """A collective's group under `--group-by cause`: its cause, as one
+    line; `-` without one (not explained, or every candidate refuted)."""
+    cause = c.why.cause if c.why is not None else None
+    return cause.decision.key() if cause is not None else "-"
