@@ -66,6 +66,19 @@ class Report(CollectiveReport):
                              "pipeline stages")
         return self.stages.text(name)
 
+    def explain(self) -> list:
+        """The collectives summed by cause (`grouping.CauseTotal`s, the
+        costliest first): each cause (`why.cause`, with its verdict where
+        compiled with `verify=True`), the collectives it made, their bytes
+        per run, simulated time and share of the collectives' time. The
+        report must have been compiled with `explain=True` or
+        `verify=True`."""
+        from irshard.reporting import grouping
+        if self.collectives and all(c.why is None for c in self.collectives):
+            raise UsageError("explain(): the report was compiled without "
+                             "explain=True (or verify=True); it names no causes")
+        return grouping.by_cause(self.collectives)
+
     def check_budget(self, *budgets: str) -> list:
         """Holds the report to `budgets` (`'all-gather@fsdp<=2'`, ...):
         raises `irshard.BudgetExceeded` listing every breach; returns the
@@ -221,7 +234,8 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
             static_argnames: str | Sequence[str] = (),
             donate_argnums: int | Sequence[int] = (),
             donate_argnames: str | Sequence[str] = (),
-            context: Any = None, keras_fit: bool = False):
+            context: Any = None, keras_fit: bool = False,
+            verify: bool = False):
     """Partitions `fn(*args)` on `mesh` and returns its collective report.
 
     `rules` are `(pattern, spec)` pairs over leaf paths, the first match
@@ -233,7 +247,9 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     to the named arguments (or all with `True`). `constraints` are
     `(match, spec)` pairs, as `--constrain MATCH=SPEC`: the results of the
     ops `match` picks (`dot_general@model.py:12`) get that sharding. With
-    `explain`, each collective's `why` says why it exists. The report's
+    `explain`, each collective's `why` says why it exists and names its
+    causes (`why.cause`); `verify` (implies `explain`) confirms each by a
+    recompile without it (`why.cause.verdict`). The report's
     `stage(name)` prints any stage's IR. `axis_types` makes a spec's mesh
     axes explicit (`"explicit"`, per axis `"dp=explicit"` or
     `("explicit", "auto")`): the function is traced with its inputs'
@@ -254,8 +270,9 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     by Keras' variable paths."""
     from irshard import library
     from irshard.stages import staged
-    if not isinstance(explain, bool):
-        raise wrong("explain", explain, "True or False")
+    for name, value in (("explain", explain), ("verify", verify)):
+        if not isinstance(value, bool):
+            raise wrong(name, value, "True or False")
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
@@ -268,7 +285,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
         "donate_argnames": donate_argnames, "context": context,
         "keras_fit": keras_fit})
     done = library.compile_program(lowered, library.ReportOptions(
-        stage=stage, explain=explain, keep_stages=True))
+        stage=stage, explain=explain or verify, verify=verify, keep_stages=True))
     return _given(Report.of(done.report,
                             stages=staged.Pipeline(lowered, done.compiled)))
 
@@ -276,7 +293,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
 @_checked
 def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
            profile: str | None = None, platform: str = "cpu",
-           explain: bool = False):
+           explain: bool = False, verify: bool = False):
     """The report of a lowering the user already has: a
     `jax.stages.Lowered` or `Traced` (`jax.jit(f).lower(...)`), or a
     framework's (`nnx.jit(f).lower`, `eqx.filter_jit(f).lower`): nothing
@@ -285,7 +302,8 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     `train_compile.py` makes one): its own executable is read, nothing
     compiled again; its report has only the optimized stage.
     `mesh` (a spec or `jax.sharding.Mesh`) is needed only where the
-    lowering names no mesh of its own."""
+    lowering names no mesh of its own. `explain` and `verify` as
+    `compile`'s."""
     from irshard import backend, library
     from irshard.backend import shardy
     from irshard.hardware import targets
@@ -317,8 +335,11 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         devices = frontend.Hosting(place).devices(spec)
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
     lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
+    for option, value in (("explain", explain), ("verify", verify)):
+        if not isinstance(value, bool):
+            raise wrong(option, value, "True or False")
     done = library.compile_program(lowered_stage, library.ReportOptions(
-        explain=explain, keep_stages=True))
+        explain=explain or verify, verify=verify, keep_stages=True))
     return _given(Report.of(done.report,
                             stages=staged.Pipeline(lowered_stage, done.compiled)))
 

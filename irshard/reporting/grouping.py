@@ -14,11 +14,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from irshard.core.frames import GROUPINGS, SourceLocation
 from irshard.core.errors import UsageError
 from irshard.reporting.report import Collective
+from irshard.reporting.why import Cause
 
 NONE = "-"
 
@@ -71,3 +73,35 @@ def keys(collectives: Sequence[Collective], by: str) -> list[str]:
             at += 1
         chosen[key] = str(chain[at])
     return [chosen[id(c.source)] for c in collectives]
+
+
+@dataclass(frozen=True)
+class CauseTotal:
+    """The collectives one cause made (`cause` None: those with none
+    named), what they move per run, their simulated time and its share of
+    all the collectives' time (None where a collective has no time)."""
+
+    cause: Cause | None
+    collectives: tuple[Collective, ...]
+    bytes_per_run: int
+    time_s: float | None
+    share: float | None
+
+
+def by_cause(collectives: Sequence[Collective]) -> list[CauseTotal]:
+    """The collectives summed by cause (`--group-by cause`), the costliest
+    first (by time where every collective has one, else by bytes)."""
+    groups: dict[str, list[Collective]] = {}
+    for c, key in zip(collectives, keys(collectives, "cause")):
+        groups.setdefault(key, []).append(c)
+    timed = all(c.time_s is not None for c in collectives)
+    total = sum(c.time_s * c.executions for c in collectives) if timed else 0.0
+    found = []
+    for key, group in groups.items():
+        cause = group[0].why.cause if key != NONE else None
+        spent = sum(c.time_s * c.executions for c in group) if timed else None
+        found.append(CauseTotal(cause, tuple(group),
+                                sum(c.bytes * c.executions for c in group), spent,
+                                spent / total if timed and total else None))
+    return sorted(found, key=lambda t: (-(t.time_s or 0.0), -t.bytes_per_run,
+                                        t.cause.decision.key() if t.cause else NONE))
