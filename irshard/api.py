@@ -22,8 +22,8 @@ import contextlib
 import dataclasses
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from irshard.apichecks import (JitArguments, check_platform, check_run, is_int,
-                               number_list, wrong)
+from irshard.apichecks import (JitArguments, booleans, check_platform, check_run,
+                               is_int, knob_space, number_list, wrong)
 from irshard.apiprogram import configure, in_shardings_of, lowering, mesh_of, pipeline
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
@@ -67,16 +67,10 @@ class Report(CollectiveReport):
         return self.stages.text(name)
 
     def explain(self) -> list:
-        """The collectives summed by cause (`grouping.CauseTotal`s, the
-        costliest first): each cause (`why.cause`, with its verdict where
-        compiled with `verify=True`), the collectives it made, their bytes
-        per run, simulated time and share of the collectives' time. The
-        report must have been compiled with `explain=True` or
-        `verify=True`."""
+        """The collectives summed by cause, costliest first (`CauseTotal`s)."""
         from irshard.reporting import grouping
         if self.collectives and all(c.why is None for c in self.collectives):
-            raise UsageError("explain(): the report was compiled without "
-                             "explain=True (or verify=True); it names no causes")
+            raise UsageError("explain(): compile with explain=True (or verify=True)")
         return grouping.by_cause(self.collectives)
 
     def check_budget(self, *budgets: str) -> list:
@@ -247,9 +241,8 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     to the named arguments (or all with `True`). `constraints` are
     `(match, spec)` pairs, as `--constrain MATCH=SPEC`: the results of the
     ops `match` picks (`dot_general@model.py:12`) get that sharding. With
-    `explain`, each collective's `why` says why it exists and names its
-    causes (`why.cause`); `verify` (implies `explain`) confirms each by a
-    recompile without it (`why.cause.verdict`). The report's
+    `explain`, each collective's `why` says why it exists and its `cause`;
+    `verify` confirms each by a recompile without it. The report's
     `stage(name)` prints any stage's IR. `axis_types` makes a spec's mesh
     axes explicit (`"explicit"`, per axis `"dp=explicit"` or
     `("explicit", "auto")`): the function is traced with its inputs'
@@ -270,9 +263,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     by Keras' variable paths."""
     from irshard import library
     from irshard.stages import staged
-    for name, value in (("explain", explain), ("verify", verify)):
-        if not isinstance(value, bool):
-            raise wrong(name, value, "True or False")
+    booleans(explain=explain, verify=verify)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
@@ -335,9 +326,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         devices = frontend.Hosting(place).devices(spec)
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
     lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
-    for option, value in (("explain", explain), ("verify", verify)):
-        if not isinstance(value, bool):
-            raise wrong(option, value, "True or False")
+    booleans(explain=explain, verify=verify)
     done = library.compile_program(lowered_stage, library.ReportOptions(
         explain=explain or verify, verify=verify, keep_stages=True))
     return _given(Report.of(done.report,
@@ -411,7 +400,7 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
                         ("memory_limit", memory_limit)):
         if value is not None and (not is_int(value) or value < 1):
             raise wrong(name, value, "a positive whole number")
-    knob_space = _knob_space(knobs, args)
+    knob_space = knob_space(knobs, args)
     if per is not None and not isinstance(per, str):
         raise wrong("per", per, "a knob's name")
     searching.check_per(per, knob_space, "per=")
@@ -453,20 +442,6 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
         command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change,
         factory=getattr(fn, "__name__", "factory") if knob_space else None,
         knob_space=knob_space, per=per, hosting=frontend.Hosting(place))
-
-
-def _knob_space(knobs, args) -> list[tuple[str, tuple[Any, ...]]]:
-    if knobs is None:
-        return []
-    if args:
-        raise UsageError("search: with knobs, fn is a factory that makes its "
-                         "arguments; give no arguments")
-    if not isinstance(knobs, Mapping) or not knobs or not all(
-            isinstance(k, str) and isinstance(v, (list, tuple)) and v
-            for k, v in knobs.items()):
-        raise wrong("knobs", knobs, "a dict of each knob's values, e.g. "
-                                    "{'remat': ['none', 'full']}")
-    return [(k, tuple(v)) for k, v in knobs.items()]
 
 
 def _made(factory: Callable[..., Any], combo

@@ -20,6 +20,13 @@ def wrong(name: str, value: Any, wanted: str) -> UsageError:
     return UsageError(f"{name}={shown}: expected {wanted}")
 
 
+def booleans(**values: Any) -> None:
+    """Each of `values` must be True or False."""
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            raise wrong(name, value, "True or False")
+
+
 def check_platform(platform: Any) -> None:
     from irshard.backend import PLATFORMS
     if platform not in PLATFORMS:
@@ -108,3 +115,18 @@ def check_run(seed, rtol, atol, repeat, ranges, check) -> None:
         raise wrong("ranges", ranges, "a mapping of path pattern to (low, high)")
     if not isinstance(check, bool):
         raise wrong("check", check, "True or False")
+
+
+def knob_space(knobs, args) -> list[tuple[str, tuple[Any, ...]]]:
+    """`search`'s knobs as (name, values) pairs, checked."""
+    if knobs is None:
+        return []
+    if args:
+        raise UsageError("search: with knobs, fn is a factory that makes its "
+                         "arguments; give no arguments")
+    if not isinstance(knobs, Mapping) or not knobs or not all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and v
+            for k, v in knobs.items()):
+        raise wrong("knobs", knobs, "a dict of each knob's values, e.g. "
+                                    "{'remat': ['none', 'full']}")
+    return [(k, tuple(v)) for k, v in knobs.items()]
