@@ -278,7 +278,7 @@ def test_group_by_on_the_command_line(write):
     assert bad.returncode == 2
     assert bad.stderr.startswith("irshard: error: argument --group-by: invalid choice: 'file'")
     # Newer Pythons' argparse lists the choices without quotes.
-    assert re.search(r"\(choose from '?line'?, '?scope'?, '?caller'?\)", bad.stderr)
+    assert re.search(r"\(choose from '?line'?, '?scope'?, '?caller'?, '?cause'?\)", bad.stderr)
     assert bad.stderr.count("\n") == 1
 
 

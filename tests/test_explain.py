@@ -147,7 +147,8 @@ def test_gradient_all_reduces_read_partial_sums():
                                 for v in over)
     by_axes = {tuple(c.mesh_axes): c for c in report.collectives}
     # The weight gradients are summed over the batch, sharded over dp.
-    assert by_axes[("dp",)].why.to_json()["origins"] == {"dp": {"kind": "input", "name": "x"}}
+    assert by_axes[("dp",)].why.to_json()["origins"] == {
+        "dp": {"kind": "input", "name": "x", "rule": "shardings['x']"}}
 
 
 def test_gpt_weight_gathers_read_the_weights():
@@ -316,7 +317,7 @@ def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
     report = irshard.compile(loss, *args, mesh="dp=4", shardings=("_,_", "dp,_"),
                              explain=True)
     assert report.collectives[0].why.to_json()["origins"] == \
-        {"dp": {"kind": "input", "name": "x"}}
+        {"dp": {"kind": "input", "name": "x", "rule": "shardings['x']"}}
     assert not any("crashed" in note for note in report.notes)
 
 

@@ -91,9 +91,14 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
             return None
     else:
         kind = "output" if decision.kind == "output" else "input"
-        names = [t.name for t in (info.inputs if kind == "input" else info.outputs)]
+        decls = info.inputs if kind == "input" else info.outputs
+        names = [t.name for t in decls]
         chosen = decision.name.split(", ") if decision.kind == "inputs" \
             else [decision.name]
+        # An input's rule is one decision: every input it gave its sharding.
+        rules = {getattr(t, "rule", None) for t in decls if t.name in chosen} - {None}
+        chosen = [t.name for t in decls if t.name in chosen
+                  or getattr(t, "rule", None) in rules]
         for name in chosen:
             if name not in names or not shardy.open_boundary(
                     module, kind, names.index(name)):

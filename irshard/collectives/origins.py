@@ -83,6 +83,13 @@ class PropagationSites:
         inputs = self.info.inputs
         return inputs[index].name if index < len(inputs) else f"argument {index}"
 
+    def input_origin(self, index: int) -> Origin:
+        """Input `index` as a decision: its name, and the rule that gave
+        its sharding where one did."""
+        inputs = self.info.inputs
+        rule = getattr(inputs[index], "rule", None) if index < len(inputs) else None
+        return Origin("input", self.input_name(index), rule=rule)
+
     def output_name(self, index: int) -> str:
         outputs = self.info.outputs
         return outputs[index].name if index < len(outputs) else f"result {index}"
@@ -98,7 +105,7 @@ class PropagationSites:
             return here
         kind, _, index = text.partition(": ")
         if kind == "input" and index.isdigit():
-            return Origin("input", self.input_name(int(index)))
+            return self.input_origin(int(index))
         if kind == "output" and index.isdigit():
             return Origin("output", self.output_name(int(index)))
         if text.startswith("constraint_"):
@@ -154,8 +161,8 @@ class PropagationSites:
                 if shardy.SHARDING in attrs else None
             name = self.input_name(index) if kind == "input" \
                 else self.output_name(index)
-            origins = self._origins(attrs[shardy.SHARDING_ORIGINS],
-                                    Origin(kind, name)) \
+            here = self.input_origin(index) if kind == "input" else Origin(kind, name)
+            origins = self._origins(attrs[shardy.SHARDING_ORIGINS], here) \
                 if shardy.SHARDING_ORIGINS in attrs else {}
         return (_entries(spec) if spec is not None else None), by_axis(origins)
 

@@ -41,6 +41,8 @@ class Leaf:
     # leaf's own, not the replicated default): a jitted object's lowering
     # has it put on top of its own.
     given: bool = False
+    # What gave it: `--shard PATTERN=SPEC` (the rule), `shardings['PATH']`.
+    rule: str | None = None
 
     @property
     def name(self) -> str:
@@ -343,23 +345,23 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
         rank = leaf.type.rank - (1 if leaf.key else 0)
         rule = tree.first_match(rules, leaf.path)
         sharding, subject = leaf.sharding, f"input '{leaf.path}'"
-        given = leaf.given
+        given, given_by = leaf.given, leaf.rule
         if rule is not None:
-            given = True
-            subject = (f"input '{leaf.path}' (rule {rule.option or option} "
-                       f"{rule.text})")
+            given, given_by = True, f"{rule.option or option} {rule.text}"
+            subject = f"input '{leaf.path}' (rule {given_by})"
             sharding = spec_of(rule.value, rank, mesh, subject)
         elif prefixes:
             found = tree.prefix_value(dict(prefixes), leaf.path)
             if found is not None and found[1] is not None:
                 sharding = spec_of(found[1], rank, mesh,
                                    f"shardings['{found[0]}']")
-                given = True
-                subject = f"input '{leaf.path}' (shardings['{found[0]}'])"
+                given, given_by = True, f"shardings['{found[0]}']"
+                subject = f"input '{leaf.path}' ({given_by})"
         if leaf.key and sharding.rank == rank:
             sharding = ShardingSpec(sharding.dims + ShardingSpec.replicated(1).dims)
         check_sharding(sharding, leaf.type.shape, mesh, subject)
-        result.append(dataclasses.replace(leaf, sharding=sharding, given=given))
+        result.append(dataclasses.replace(leaf, sharding=sharding, given=given,
+                                          rule=given_by))
     return result
 
 

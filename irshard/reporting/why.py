@@ -22,11 +22,16 @@ class Origin:
     kind: str
     name: str
     source: SourceLocation | None = None      # a constraint's line
+    # An input's: what gave its sharding (`--shard PATTERN=SPEC`,
+    # `shardings['PATH']`); every input it gave is one decision.
+    rule: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "name": self.name}
-        if self.kind == "constraint":
+        if self.kind in ("constraint", "op"):
             d["source"] = self.source.to_json() if self.source else None
+        if self.rule is not None:
+            d["rule"] = self.rule
         return d
 
     def key(self) -> str:
@@ -34,14 +39,20 @@ class Origin:
         line, an input or output by name."""
         if self.kind == "constraint" and self.source is not None:
             return f"constraint {self.source.file}:{self.source.line}"
+        if self.rule is not None:
+            return f"rule {self.rule}"
+        if self.kind == "op" and self.source is not None:
+            return f"op {self.name.partition(' ')[0]} at {self.source.file}:{self.source.line}"
         return f"{self.kind} {self.name}".strip()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Origin":
         return cls(d.get("kind") or "other", d.get("name") or "",
-                   SourceLocation.from_json(d.get("source")))
+                   SourceLocation.from_json(d.get("source")), d.get("rule"))
 
     def text(self) -> str:
+        if self.kind == "input" and self.rule is not None:
+            return f"input {self.name} (its sharding from {self.rule})"
         if self.kind in ("input", "output"):
             return f"{self.kind} {self.name}"
         if self.kind == "constraint":

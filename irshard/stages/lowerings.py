@@ -178,7 +178,7 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
                            user.sharding if given
                            else ShardingSpec.replicated(len(found.shape)),
                            key=found.key, value=None if user is None else user.value,
-                           given=given))
+                           given=given, rule=user.rule if given else None))
         by_user = user is not None and index.get(user.path) in program.donated
         if by_user and not found.donated:
             extra_donors.append(len(leaves) - 1)

@@ -54,6 +54,7 @@ class TensorDecl:
     key: str | None = None
     sharding: ShardingSpec | None = None      # as given, for an input
     donated: bool = False                     # an input XLA may reuse
+    rule: str | None = None                   # what gave its sharding
 
 
 @dataclass(frozen=True)
@@ -510,7 +511,7 @@ def trace(program: Program, placement: targets.Placement | None = None,
         user_dir=user_dir, mesh=mesh, placement=placement,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
                                 leaf.key, leaf.sharding,
-                                i in program.donated)
+                                i in program.donated, leaf.rule)
                      for i, leaf in enumerate(program.inputs)),
         outputs=_output_decls(lowered, program, flat), notes=notes
         + _static_notes(program, flat.static_outputs))
@@ -537,7 +538,7 @@ def _stage_of(program: Program, placement: targets.Placement,
         source=files.shown_path(program.source), function=program.function,
         user_dir=_user_dir(program), mesh=program.mesh, placement=placement,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
-                                leaf.key, leaf.sharding, donated)
+                                leaf.key, leaf.sharding, donated, leaf.rule)
                      for leaf, donated in zip(lowered.leaves, lowered.donated)),
         outputs=tuple(TensorDecl(name, dtype, shape, key)
                       for name, dtype, shape, key in lowered.outputs),

@@ -12,7 +12,7 @@
 # CHECK-LABEL: why
 # CHECK-NEXT: all-gather  constraint.py:14 (step)
 # CHECK-NEXT: reads input x sharded x,_; dot_general at constraint.py:14 (step) gets it replicated
-# CHECK-NEXT: x: input x -> the constraint at constraint.py:16
+# CHECK-NEXT: x: input x (its sharding from --shard x=x,_) -> the constraint at constraint.py:16
 # CHECK-NEXT: cause: the constraint at constraint.py:16, confirmed: without it, the all-gather at constraint.py:14 goes
 # CHECK: --verify: 1 recompile, each without one decision named as a cause
 
