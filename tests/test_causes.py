@@ -6,6 +6,7 @@ the program without its cause, and both are checked against plain JAX:
 does not."""
 
 import importlib
+import math
 import re
 
 import jax
@@ -28,15 +29,15 @@ def puzzle(name):
     return importlib.import_module(f"tests.programs.puzzles.{name}")
 
 
-def mesh():
-    return jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
-                         devices=jax.devices()[:4])
+def mesh(shape=(4,), names=("x",)):
+    return jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(names),
+                         devices=jax.devices()[:math.prod(shape)])
 
 
-def plain(fn, args, specs, out=None, **jit):
+def plain(fn, args, specs, out=None, shape=(4,), names=("x",), **jit):
     """The collective kinds plain `jax.jit` compiles `fn` to, its inputs
-    sharded by `specs` (and its output by `out`) over `x=4`."""
-    m = mesh()
+    sharded by `specs` (and its output by `out`) over the mesh (`x=4`)."""
+    m = mesh(shape, names)
     shardings = tuple(NamedSharding(m, s) for s in specs)
     if out is not None:
         jit["out_shardings"] = NamedSharding(m, out)
@@ -144,3 +145,68 @@ def test_costs_are_summed_by_cause_and_need_an_explained_report():
         plain_report.explain()
     with pytest.raises(UsageError, match="verify"):
         irshard.compile(p.step, *args, mesh="x=4", verify="yes")
+
+
+def test_a_constraint_under_checkpoint_is_named_in_the_backward_pass_too(monkeypatch):
+    """Rematerialized layers: the constraint runs in the forward pass and
+    again in the backward pass's recomputation; every gather it makes, and
+    the gradient's all-reduce it reshapes, is traced to it."""
+    p = puzzle("remat_constraint")
+    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
+                             verify=True)
+    found = causes(report)
+    assert len([k for k, _ in found if k == "all-gather"]) == 4
+    for _, cause in found:
+        assert (cause.decision.kind, cause.decision.source.line) == ("constraint", 17)
+        assert cause.verdict in ("confirmed", "changed")
+    specs = [P("x", None), P(), P()]
+    assert "all-gather" in plain(p.step, p.args(), specs)
+    monkeypatch.setattr(p, "CONSTRAINED", False)
+    jax.clear_caches()          # jax.checkpoint keeps the traced layer
+    assert plain(p.step, p.args(), specs) == ["all-reduce"]     # the batch's sum
+
+
+def test_a_reshape_merging_a_sharded_dimension_is_the_ops_kind():
+    p = puzzle("reshape_merge")
+    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "_,x")],
+                             verify=True)
+    [(kind, cause)] = causes(report)
+    assert kind == "all-gather"
+    assert cause.decision.kind == "op" and cause.decision.name.startswith("reshape merges")
+    assert plain(p.step, p.args(), [P(None, "x")]) == ["all-gather"]
+    assert plain(p.step, p.args(), [P("x", None)]) == []
+
+
+def test_a_host_callback_has_no_sharding_rule():
+    p = puzzle("callback")
+    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
+                             verify=True)
+    gather = next(c for c in report.collectives if c.kind == "all-gather")
+    assert gather.why.cause.decision.kind == "op"
+    assert gather.why.cause.decision.name.startswith("pure_callback ")
+    assert "all-gather" in plain(p.step, p.args(), [P("x", None)])
+    without = lambda x: jnp.sin(x) * 2.0 + 1.0      # noqa: E731
+    assert plain(without, p.args(), [P("x", None)]) == []
+
+
+def test_a_mixed_axis_reshard_finding_names_the_constraint_that_demands_it(monkeypatch):
+    """XLA reshards (y,_,x) to (_,x+y,_) by gathering x, then y, and warns
+    of an involuntary full rematerialization: both gathers, and the
+    finding, are the constraint's (the first gather's reader is the second
+    gather, whose demand is the constraint)."""
+    p = puzzle("mixed_axes")
+    report = irshard.compile(p.step, *p.args(), mesh="x=4,y=2",
+                             rules=[("a", "y,_,x"), ("b", "y,_,x")], verify=True)
+    found = causes(report)
+    assert [k for k, _ in found] == ["all-gather", "all-gather"]
+    for _, cause in found:
+        assert (cause.decision.kind, cause.decision.source.line, cause.verdict) == (
+            "constraint", 15, "confirmed")
+    [finding] = report.findings
+    assert finding.kind == "involuntary-remat"
+    assert finding.cause.decision.source.line == 15
+    assert "demanded by the constraint at mixed_axes.py:15" in finding.describe()
+    specs, on = [P("y", None, "x")] * 2, dict(shape=(4, 2), names=("x", "y"))
+    assert plain(p.step, p.args(), specs, **on) == ["all-gather"]
+    monkeypatch.setattr(p, "CONSTRAINED", False)
+    assert plain(p.step, p.args(), specs, **on) == []

@@ -159,8 +159,8 @@ def verified(report, lowered, stage: str,
     count = len(without)
     note = (f"--verify: {count} recompile{'s' if count != 1 else ''}, each without "
             f"one decision named as a cause")
-    return dataclasses.replace(report, collectives=tuple(collectives),
-                               notes=report.notes + (note,))
+    return findings_caused(dataclasses.replace(
+        report, collectives=tuple(collectives), notes=report.notes + (note,)))
 
 
 def _report(stage_, read: str):
@@ -174,3 +174,17 @@ def key(c) -> str:
     line; `-` without one (not explained, or every candidate refuted)."""
     cause = c.why.cause if c.why is not None else None
     return cause.decision.key() if cause is not None else "-"
+
+
+def findings_caused(report):
+    """`report` with each finding given the cause of the collectives XLA
+    made at its line (the demanding side's first, else any)."""
+    found = []
+    for f in report.findings:
+        there = [c.why.cause for c in report.collectives
+                 if c.why is not None and c.why.cause is not None
+                 and f.source is not None and c.source is not None
+                 and (c.source.file, c.source.line) == (f.source.file, f.source.line)]
+        there.sort(key=lambda cause: cause.side != "needed")
+        found.append(dataclasses.replace(f, cause=there[0]) if there else f)
+    return dataclasses.replace(report, findings=tuple(found))

@@ -51,6 +51,9 @@ class _Step:
     reader: Value
     origins: dict[str, Origin]
     causes: tuple[Cause, ...]
+    # The collective reading its result, where one does (a reshard XLA
+    # makes in steps): what demands that one's layout demands this one's.
+    then: str | None = None
 
 
 class _Explainer:
@@ -164,13 +167,23 @@ class _Explainer:
         needed = _needed(c.kind, first.sharding, axes, inst, self.mesh)
         self.results[c.name] = (needed, first.all_origins)
         reader, forced = self.reader(inst, needed, axes)
+        if _primitive(c.op_name) == "reshape":
+            # XLA gathers for the reshape itself (the collective's own op):
+            # the shards of the dimension it merges or splits would not
+            # stay contiguous.
+            forced = (Cause(Origin("op", "reshape merges or splits a dimension "
+                                   f"sharded over {','.join(sorted(axes))}",
+                                   c.source), "needed"), *forced)
         origins: dict[str, Origin] = {}
         for axis in sorted(axes):
             origin = reader.origins.get(axis) if c.kind == "all-to-all" else None
             origin = origin or first.origins.get(axis) or reader.origins.get(axis)
             if origin is not None:
                 origins[axis] = origin
-        return _Step(c, reads, reader, origins, _candidates(reads, reader, axes, forced))
+        found = self.hlo.reader(inst)
+        then = found[1].name if found is not None and found[0] == "collective" else None
+        return _Step(c, reads, reader, origins,
+                     _candidates(reads, reader, axes, forced), then)
 
     def why(self, c, steps: Sequence[_Step]) -> Why:
         """The `why` of a report's collective: the partitioned
@@ -183,11 +196,24 @@ class _Explainer:
         reads = [v for step in steps for v in step.reads]
         first = steps[0]
         note = self.note(c, reads[0], first.reader)
-        causes = _unique(cause for step in steps for cause in step.causes)
+        causes = _unique(cause for step in steps
+                         for cause in (*self.demands(step), *step.causes))
         return Why(_text(c, reads, first.reader, first.origins, note),
                    reads[0], first.reader, dict(first.origins),
                    tuple(reads) if len(reads) > 1 else (), note or None,
                    causes=causes)
+
+    def demands(self, step: _Step) -> list[Cause]:
+        """What demands the layout of the collectives that read `step`'s
+        result, in turn (XLA reshards in steps: all-gather, then another)."""
+        found, seen = [], {step.collective.name}
+        while step.then is not None and step.then not in seen:
+            seen.add(step.then)
+            step = self.steps.get(step.then)
+            if step is None:
+                break
+            found += [c for c in step.causes if c.side == "needed"]
+        return found
 
     def note(self, c, first: Value, reader: Value) -> str | None:
         axes = ",".join(c.mesh_axes or ()) or "the mesh"
@@ -323,6 +349,8 @@ FORCING = {
     "sort": "sorts along a sharded dimension",
     "cumsum": "scans along a sharded dimension",
     "custom_call": "has no sharding rule",
+    "pure_callback": "runs on the host on the whole array (no sharding rule)",
+    "io_callback": "runs on the host on the whole array (no sharding rule)",
 }
 
 
@@ -404,5 +432,6 @@ def explained(report, lowered, stage):
         for c in report.collectives:
             steps = [explainer.steps[p.name] for p in matches[c.name]]
             collectives.append(dataclasses.replace(c, why=explainer.why(c, steps)))
-    return dataclasses.replace(report, collectives=tuple(collectives),
-                               notes=report.notes + propagated.notes)
+    from irshard.collectives.causes import findings_caused
+    return findings_caused(dataclasses.replace(
+        report, collectives=tuple(collectives), notes=report.notes + propagated.notes))

@@ -11,6 +11,7 @@ from typing import Any
 from irshard.core.frames import SourceLocation
 from irshard.hardware.targets import Placement, libtpu_flags
 from irshard.reporting.peak import Peak
+from irshard.reporting.why import Cause
 
 
 @dataclass(frozen=True)
@@ -26,23 +27,33 @@ class Finding:
     to_sharding: str | None = None
     source: SourceLocation | None = None
     op_name: str | None = None
+    # With --explain: the decision that demands the sharding it was moved
+    # to (the cause of the collectives XLA made for it).
+    cause: Cause | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "from": self.from_sharding,
-                "to": self.to_sharding, "op": self.op, "shape": self.shape,
-                "source": self.source.to_json() if self.source else None,
-                "op_name": self.op_name, "message": self.message}
+        d = {"kind": self.kind, "from": self.from_sharding,
+             "to": self.to_sharding, "op": self.op, "shape": self.shape,
+             "source": self.source.to_json() if self.source else None,
+             "op_name": self.op_name, "message": self.message}
+        if self.cause is not None:
+            d["cause"] = self.cause.to_json()
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Finding":
         return cls(d.get("kind") or "", d.get("message") or "", d.get("op"),
                    d.get("shape"), d.get("from"), d.get("to"),
-                   SourceLocation.from_json(d.get("source")), d.get("op_name"))
+                   SourceLocation.from_json(d.get("source")), d.get("op_name"),
+                   Cause.from_json(d["cause"]) if d.get("cause") else None)
 
     def describe(self) -> str:
         where = f" at {self.source}" if self.source else ""
-        return (f"{self.op or 'an op'}{where}: from {self.from_sharding} to "
+        said = (f"{self.op or 'an op'}{where}: from {self.from_sharding} to "
                 f"{self.to_sharding} by replicating the whole tensor")
+        if self.cause is not None:
+            said += f"; {self.cause.text().replace('cause: ', 'demanded by ', 1)}"
+        return said
 
 
 @dataclass(frozen=True)
