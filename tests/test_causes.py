@@ -210,3 +210,45 @@ def test_a_mixed_axis_reshard_finding_names_the_constraint_that_demands_it(monke
     assert plain(p.step, p.args(), specs, **on) == ["all-gather"]
     monkeypatch.setattr(p, "CONSTRAINED", False)
     assert plain(p.step, p.args(), specs, **on) == []
+
+
+def test_a_flax_logical_constraint_is_named_at_the_models_line(monkeypatch):
+    """Under Flax's logical rules the constraint is made inside Flax; the
+    cause is the model's line that asked for it."""
+    pytest.importorskip("flax")
+    p = puzzle("logical_rules")
+    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
+                             verify=True)
+    [(kind, cause)] = causes(report)
+    assert (cause.decision.kind, cause.decision.source.file,
+            cause.decision.source.line, cause.verdict) == (
+        "constraint", "logical_rules.py", 15, "confirmed")
+    specs = [P("x", None), P()]
+    assert plain(p.step, p.args(), specs) == ["all-gather"]
+    monkeypatch.setattr(p, "RULES", (("batch", "x"), ("mlp", None)))
+    assert plain(p.step, p.args(), specs) == []
+
+
+def test_an_explicit_mode_reshard_is_the_cause_not_the_types_after_it(monkeypatch):
+    """Under explicit axes every op's type is a constraint: Shardy names
+    the one after the reshard; the recompile drops the chain of the same
+    sharding and names its first, the reshard's line."""
+    p = puzzle("explicit_reshard")
+    report = irshard.compile(p.step, *p.args(), mesh="x=4", axis_types="explicit",
+                             rules=[("x", "x,_")], verify=True)
+    [(kind, cause)] = causes(report)
+    assert kind == "all-to-all"
+    assert (cause.decision.kind, cause.decision.source.line, cause.verdict) == (
+        "constraint", 14, "confirmed")
+    m = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,),
+                      devices=jax.devices()[:4])
+    x = jax.ShapeDtypeStruct((64, 128), jnp.float32, sharding=NamedSharding(m, P("x", None)))
+
+    def kinds():
+        with jax.set_mesh(m):
+            text = jax.jit(lambda a: p.step(a)).lower(x).compile().as_text()
+        return sorted(set(_COLLECTIVE.findall(text)))
+
+    assert kinds() == ["all-to-all"]
+    monkeypatch.setattr(p, "RESHARD", False)
+    assert kinds() == []

@@ -467,16 +467,38 @@ def result_names(fn: func.FuncOp) -> list[str]:
 CONSTRAINTS = ("sdy.sharding_constraint", "sdy.reshard")
 
 
-def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool]) -> int:
+def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool],
+                     upstream: bool = False) -> list[ir.Operation]:
     """Removes the constraints `chosen` picks, each result replaced by its
-    operand (a counterfactual: the program without them). Returns how many."""
+    operand (a counterfactual: the program without them); with `upstream`,
+    also those with the same sharding above them through one-operand ops
+    (under explicit axes every op's type is a constraint, and the one that
+    made the sharding is the first of the chain: the `reshard`). Returns
+    the ops removed, as clones (their names and locations)."""
     with module.context:
         found = [op for fn in functions(module) for op in walk(fn.operation)
                  if op.name in CONSTRAINTS and chosen(op)]
+        for operation in list(found) if upstream else ():
+            sharding = str(operation.attributes["sharding"])
+            value = operation.operands[0]
+            for _ in range(64):
+                owner = value.owner
+                if isinstance(owner, ir.Block):
+                    break
+                owner = getattr(owner, "operation", owner)
+                if owner.name in CONSTRAINTS:
+                    if str(owner.attributes["sharding"]) != sharding:
+                        break
+                    if not any(owner == other for other in found):
+                        found.append(owner)
+                elif len(owner.operands) != 1:
+                    break
+                value = owner.operands[0]
+        kept = [(operation.name, operation.location) for operation in found]
         for operation in found:
             operation.results[0].replace_all_uses_with(operation.operands[0])
             operation.erase()
-    return len(found)
+    return kept
 
 
 def open_boundary(module: ir.Module, kind: str, index: int) -> bool:

@@ -71,8 +71,9 @@ def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
 
 def counterfactual(lowered, decision: Origin, users: UserCode):
     """The traced module (`lowered`, the StableHLO stage) without
-    `decision`, as a stage to compile; None where it has nothing to
-    remove."""
+    `decision`, as a stage to compile, and the decision as removed (under
+    explicit axes, the first constraint of the chain that made the
+    sharding: the `reshard`); None where it has nothing to remove."""
     from irshard.backend import shardy
     from irshard.collectives.origins import PropagationSites
     module = shardy.clone_module(lowered.module)
@@ -87,8 +88,18 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
             found = sites.source(operation)
             return found is not None and (found.file, found.line) == line
 
-        if not shardy.drop_constraints(module, there):
+        explicit = lowered.info.mesh is not None and bool(lowered.info.mesh.explicit)
+        dropped = shardy.drop_constraints(module, there, upstream=explicit)
+        if not dropped:
             return None
+        if explicit:
+            # Under explicit axes the shardings are in the types: the
+            # outputs' follow the constraint, and are left to XLA.
+            for index in range(len(info.outputs)):
+                shardy.open_boundary(module, "output", index)
+            first = users.choose(shardy.frames(dropped[-1][1]))
+            if first is not None and first != decision.source:
+                decision = dataclasses.replace(decision, source=first)
     else:
         kind = "output" if decision.kind == "output" else "input"
         decls = info.inputs if kind == "input" else info.outputs
@@ -103,7 +114,7 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
             if name not in names or not shardy.open_boundary(
                     module, kind, names.index(name)):
                 return None
-    return dataclasses.replace(lowered, module=module)
+    return dataclasses.replace(lowered, module=module), decision
 
 
 def verified(report, lowered, stage: str,
@@ -116,19 +127,21 @@ def verified(report, lowered, stage: str,
     compile_report = compile_report or (lambda s: _report(s, stage))
     without: dict[str, Any] = {}
     failed: dict[str, str] = {}
+    named: dict[str, Origin] = {}
 
     def report_without(decision: Origin):
         key = decision.key()
         if key not in without and key not in failed:
-            stage_ = counterfactual(lowered, decision, users)
-            if stage_ is None:
+            made = counterfactual(lowered, decision, users)
+            if made is None:
                 failed[key] = "the program has nothing of it to remove"
             else:
+                named[key] = made[1]
                 try:
-                    without[key] = compile_report(stage_)
+                    without[key] = compile_report(made[0])
                 except Exception as e:     # a counterfactual the compiler refuses
                     failed[key] = f"the recompile without it failed: {e}".split("\n")[0]
-        return without.get(key), failed.get(key)
+        return without.get(key), failed.get(key), named.get(key, decision)
 
     collectives = []
     for c in report.collectives:
@@ -147,13 +160,14 @@ def verified(report, lowered, stage: str,
             if held or cause.decision.kind not in VERIFIABLE:
                 causes.append(cause)
                 continue
-            other, reason = report_without(cause.decision)
+            other, reason, decision = report_without(cause.decision)
             if other is None:
                 causes.append(dataclasses.replace(cause, verdict=NOT_CONFIRMED,
                                                   seen=reason))
                 continue
             outcome, seen = verdict(c, report, other, cause.decision.kind)
-            causes.append(dataclasses.replace(cause, verdict=outcome, seen=seen))
+            causes.append(dataclasses.replace(cause, decision=decision,
+                                              verdict=outcome, seen=seen))
             held = outcome in (CONFIRMED, CHANGED)
         collectives.append(dataclasses.replace(c, why=c.why.with_causes(tuple(causes))))
     count = len(without)
