@@ -252,3 +252,30 @@ def test_an_explicit_mode_reshard_is_the_cause_not_the_types_after_it(monkeypatc
     assert kinds() == ["all-to-all"]
     monkeypatch.setattr(p, "RESHARD", False)
     assert kinds() == []
+
+
+def test_where_recording_origins_in_applying_constraints_crashes_propagation_still_records(monkeypatch):
+    """Shardy's recording of origins crashes (SIGSEGV) on MaxText's step in
+    the pass that applies sharding constraints; propagation runs again
+    recording origins everywhere else, and the causes are still found."""
+    import os
+    import signal
+
+    from irshard.backend import lowering
+
+    run = lowering.run_pipeline
+
+    def crashing(operation, pipeline):
+        if "sdy-apply-sharding-constraints{debug-propagation-edge-sharding=false " \
+                "debug-sharding-origins=true" in pipeline:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        run(operation, pipeline)
+
+    monkeypatch.setattr(lowering, "run_pipeline", crashing)
+    p = puzzle("partial_sum")
+    report = irshard.compile(p.step, *p.args(), mesh="x=4",
+                             rules=[("x", "_,x"), ("w", "x,_")], explain=True)
+    assert any("as it applied the sharding constraints; origins are recorded "
+               "from propagation only" in note for note in report.notes)
+    assert report.collectives[0].why.origins["x"].name == "x"
+    assert report.collectives[0].why.cause is not None

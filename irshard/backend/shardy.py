@@ -30,15 +30,21 @@ _LAST_PROPAGATION_PASS = "sdy-close-shardings"
 _ORIGINS = re.compile(r"\b((?:sink-)?debug-sharding-origins)=false")
 
 
+# Shardy's pass that applies sharding constraints to their operands.
+_APPLY_CONSTRAINTS = "sdy-apply-sharding-constraints"
+
+
 @functools.cache
-def propagation_pipeline(origins: bool = True) -> str:
+def propagation_pipeline(origins: bool | str = True) -> str:
     """Shardy's propagation as this jaxlib's registered
     `sdy-propagation-pipeline` runs it (its passes as the registry expands
     them: import, call graph, sharding constraints and groups, propagation
     by user priority, the first export steps), up to where Shardy dumps
     its `after_propagation` module, without its module dumps; with
-    `origins`, recording where each sharding came from; the sharding rules
-    it keeps for the passes after it dropped. Raises IRError
+    `origins`, recording where each sharding came from (`"propagation"`:
+    everywhere but in applying constraints to their operands, a pass whose
+    recording crashes on some modules); the sharding rules it keeps for
+    the passes after it dropped. Raises IRError
     where this Shardy registers no such pipeline or stops elsewhere."""
     from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import passmanager
@@ -59,8 +65,10 @@ def propagation_pipeline(origins: bool = True) -> str:
     # The sharding rules propagation keeps for the passes after it are
     # dropped, as the pipeline's own last pass drops them.
     kept = passes[:last] + [p for p in passes[last:] if "sdy-drop-sharding-rules" in p]
-    text = ",".join(kept)
-    return _ORIGINS.sub(r"\1=true", text) if origins else text
+    if not origins:
+        return ",".join(kept)
+    return ",".join(p if origins == "propagation" and p.startswith(_APPLY_CONSTRAINTS)
+                    else _ORIGINS.sub(r"\1=true", p) for p in kept)
 
 
 def functions(module: ir.Module) -> Iterator[func.FuncOp]:

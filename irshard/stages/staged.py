@@ -147,6 +147,16 @@ class StableHLO(Stage):
             propagated, crash = backend.run_registered_passes_isolated(
                 inlined_copy(), f"builtin.module({shardy.propagation_pipeline()})")
             if crash is not None:
+                # Recording origins where constraints are applied is what
+                # crashes on some modules (MaxText's step): without it.
+                propagated, again = backend.run_registered_passes_isolated(
+                    inlined_copy(), "builtin.module("
+                    f"{shardy.propagation_pipeline(origins='propagation')})")
+                notes = (f"Shardy crashed ({crash}) recording where each "
+                         "sharding came from as it applied the sharding "
+                         "constraints; origins are recorded from propagation "
+                         "only",)
+            if crash is not None and again is not None:
                 notes = (f"Shardy crashed ({crash}) recording where each "
                          "sharding came from; shardings are shown without "
                          "their origins",)
