@@ -84,7 +84,8 @@ def test_a_partial_sum_is_both_inputs_rules_together_not_the_multiply():
                              rules=[("x", "_,x"), ("w", "x,_")], verify=True)
     [(kind, cause)] = causes(report)
     assert kind == "all-reduce"
-    assert (cause.decision.kind, cause.decision.name) == ("inputs", "x, w")
+    assert cause.decision.kind == "together"
+    assert [p.name for p in cause.decision.parts] == ["x", "w"]
     assert cause.verdict == "confirmed"
     # Each alone is refuted: the other still splits the contraction.
     refuted = [c for c in report.collectives[0].why.causes if c.verdict == "not confirmed"]
@@ -279,3 +280,28 @@ def test_where_recording_origins_in_applying_constraints_crashes_propagation_sti
                "from propagation only" in note for note in report.notes)
     assert report.collectives[0].why.origins["x"].name == "x"
     assert report.collectives[0].why.cause is not None
+
+
+def test_an_input_and_the_optimizer_state_that_mirrors_it_are_one_decision():
+    """A jitted object's own in_shardings give each parameter and its
+    optimizer state the same sharding: opening one leaves the other
+    pinning it, so they are opened together; a rule's inputs are its own."""
+    from irshard.collectives.causes import _mirrors
+    from irshard.core.specs import ShardingSpec, lookup_dtype
+    from irshard.stages.staged import TensorDecl
+
+    f32 = lookup_dtype("f32")
+    fsdp = ShardingSpec.of_entries(("fsdp", "_"))
+
+    def decl(name, shape=(512, 64), sharding=fsdp, rule=None):
+        return TensorDecl(name, f32, shape, sharding=sharding, rule=rule)
+
+    kernel = decl("state/model/decoder/layers/mlp/wi/kernel/value")
+    mu = decl("state/optimizer/opt_state/0/mu/decoder/layers/mlp/wi/kernel/value")
+    other = decl("state/model/decoder/layers/mlp/wo/kernel/value")
+    assert _mirrors(mu, kernel) and _mirrors(kernel, mu)
+    assert not _mirrors(other, kernel)                       # another weight
+    assert not _mirrors(decl(mu.name, shape=(64, 512)), kernel)
+    assert not _mirrors(decl(mu.name, sharding=ShardingSpec.of_entries(("_", "_"))), kernel)
+    ruled = decl(kernel.name, rule="--shard **/wi/**=fsdp,_")
+    assert not _mirrors(mu, ruled)                           # the rule says

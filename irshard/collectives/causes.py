@@ -10,7 +10,10 @@ looked for at its line:
 - a sharding constraint (or explicit-mode reshard) at a line: dropped, its
   result replaced by its operand;
 - an input's sharding: every dimension left open for propagation (`?`);
-- an output's sharding: removed, XLA chooses it.
+- an output's sharding: removed, XLA chooses it;
+- where each of a collective's decisions alone is refuted, all of them at
+  once (`together`: both operands of a partial sum, a weight's sharding
+  and the constraint that repeats it).
 
 Its verdict is `confirmed` where the collective goes (fewer of its kind
 and axes at its line), `changed` where it becomes another collective there
@@ -30,7 +33,7 @@ from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
 
 # The decisions a recompile can remove.
-VERIFIABLE = ("constraint", "input", "output", "inputs")
+VERIFIABLE = ("constraint", "input", "output", "together")
 
 
 def _key(c) -> tuple:
@@ -53,7 +56,7 @@ def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
     after = [x for x in without.collectives if _key(x) == key]
     where = f" at {c.source.file}:{c.source.line}" if c.source else ""
     what = f"the {c.kind}{where}"
-    it = "them" if decision_kind == "inputs" else "it"
+    it = "them" if decision_kind == "together" else "it"
     if len(after) < len(before):
         new = _at_line(without, c.source) - _at_line(baseline, c.source)
         if new:
@@ -71,13 +74,31 @@ def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
 
 def counterfactual(lowered, decision: Origin, users: UserCode):
     """The traced module (`lowered`, the StableHLO stage) without
-    `decision`, as a stage to compile, and the decision as removed (under
-    explicit axes, the first constraint of the chain that made the
-    sharding: the `reshard`); None where it has nothing to remove."""
+    `decision` (each of its parts, for `together`), as a stage to compile,
+    and the decision as removed (under explicit axes, the first constraint
+    of the chain that made the sharding: the `reshard`); None where it
+    has nothing to remove."""
+    from irshard.backend import shardy
+    module = shardy.clone_module(lowered.module)
+    removed = []
+    for part in decision.parts or (decision,):
+        done = _remove(module, part, lowered.info, users)
+        if done is None:
+            return None
+        removed.append(done)
+    if decision.parts:
+        decision = dataclasses.replace(decision, parts=tuple(removed))
+    else:
+        decision = removed[0]
+    return dataclasses.replace(lowered, module=module), decision
+
+
+def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
+    """Removes or relaxes `decision` in `module` (see the module
+    docstring); the decision as removed, or None where there is nothing
+    of it."""
     from irshard.backend import shardy
     from irshard.collectives.origins import PropagationSites
-    module = shardy.clone_module(lowered.module)
-    info = lowered.info
     if decision.kind == "constraint":
         if decision.source is None:
             return None
@@ -88,7 +109,7 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
             found = sites.source(operation)
             return found is not None and (found.file, found.line) == line
 
-        explicit = lowered.info.mesh is not None and bool(lowered.info.mesh.explicit)
+        explicit = info.mesh is not None and bool(info.mesh.explicit)
         dropped = shardy.drop_constraints(module, there, upstream=explicit)
         if not dropped:
             return None
@@ -100,21 +121,42 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
             first = users.choose(shardy.frames(dropped[-1][1]))
             if first is not None and first != decision.source:
                 decision = dataclasses.replace(decision, source=first)
-    else:
-        kind = "output" if decision.kind == "output" else "input"
-        decls = info.inputs if kind == "input" else info.outputs
-        names = [t.name for t in decls]
-        chosen = decision.name.split(", ") if decision.kind == "inputs" \
-            else [decision.name]
-        # An input's rule is one decision: every input it gave its sharding.
-        rules = {getattr(t, "rule", None) for t in decls if t.name in chosen} - {None}
-        chosen = [t.name for t in decls if t.name in chosen
-                  or getattr(t, "rule", None) in rules]
-        for name in chosen:
-            if name not in names or not shardy.open_boundary(
-                    module, kind, names.index(name)):
-                return None
-    return dataclasses.replace(lowered, module=module), decision
+        return decision
+    kind = decision.kind
+    decls = info.inputs if kind == "input" else info.outputs
+    names = [t.name for t in decls]
+    if decision.name not in names:
+        return None
+    chosen = {decision.name}
+    if kind == "input":
+        # An input's rule is one decision: every input it gave its sharding;
+        # and an input no rule sharded is one with those that mirror it.
+        own = decls[names.index(decision.name)]
+        chosen |= {t.name for t in decls if (own.rule is not None and t.rule == own.rule)
+                   or _mirrors(t, own)}
+    for name in sorted(chosen):
+        if not shardy.open_boundary(module, kind, names.index(name)) \
+                and name == decision.name:
+            return None
+    return decision
+
+
+def _mirrors(other, decl) -> bool:
+    """Whether input `other` mirrors `decl`, which no rule of irshard's
+    sharded (a jitted object's own `in_shardings`): the same shape and
+    sharding, and a path that ends as `decl`'s does but for its first
+    segments (`opt_state/mu/layers/0/w` for `params/layers/0/w`), as the
+    optimizer state a training step carries for each parameter does; they
+    are one decision, since either pins the other's sharding."""
+    if other is decl or decl.rule is not None or other.shape != decl.shape \
+            or other.sharding != decl.sharding:
+        return False
+    mine, theirs = decl.name.split("/"), other.name.split("/")
+    common = 0
+    while common < min(len(mine), len(theirs)) and \
+            mine[-1 - common] == theirs[-1 - common]:
+        common += 1
+    return common >= max(2, min(len(mine), len(theirs)) - 2)
 
 
 def verified(report, lowered, stage: str,
@@ -150,10 +192,13 @@ def verified(report, lowered, stage: str,
             continue
         causes = []
         held = False
-        inputs = [x.decision.name for x in c.why.causes
-                  if x.side == "operand" and x.decision.kind == "input"]
-        together = (Cause(Origin("inputs", ", ".join(inputs)), "operand"),) \
-            if len(inputs) > 1 else ()
+        # Where each alone is refuted, all of them at once.
+        parts = tuple(x.decision for x in c.why.causes
+                      if x.decision.kind in VERIFIABLE)
+        together = (Cause(Origin("together", "", parts=parts),
+                          "needed" if any(x.side == "needed" for x in c.why.causes
+                                          if x.decision in parts) else "operand"),) \
+            if len(parts) > 1 else ()
         for cause in (*c.why.causes, *together):
             if cause in together and held:
                 break
@@ -172,7 +217,7 @@ def verified(report, lowered, stage: str,
         collectives.append(dataclasses.replace(c, why=c.why.with_causes(tuple(causes))))
     count = len(without)
     note = (f"--verify: {count} recompile{'s' if count != 1 else ''}, each without "
-            f"one decision named as a cause")
+            f"a decision named as a cause (or all of a collective's at once)")
     return findings_caused(dataclasses.replace(
         report, collectives=tuple(collectives), notes=report.notes + (note,)))
 

@@ -25,6 +25,10 @@ class Origin:
     # An input's: what gave its sharding (`--shard PATTERN=SPEC`,
     # `shardings['PATH']`); every input it gave is one decision.
     rule: str | None = None
+    # `together`: the decisions removed at once (where each alone was not
+    # the cause: both operands of a partial sum, a weight's sharding and
+    # the constraint that repeats it).
+    parts: tuple["Origin", ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "name": self.name}
@@ -32,6 +36,8 @@ class Origin:
             d["source"] = self.source.to_json() if self.source else None
         if self.rule is not None:
             d["rule"] = self.rule
+        if self.parts:
+            d["parts"] = [part.to_json() for part in self.parts]
         return d
 
     def key(self) -> str:
@@ -41,6 +47,8 @@ class Origin:
             return f"constraint {self.source.file}:{self.source.line}"
         if self.rule is not None:
             return f"rule {self.rule}"
+        if self.kind == "together":
+            return " + ".join(p.key() for p in self.parts)
         if self.kind == "op" and self.source is not None:
             return f"op {self.name.partition(' ')[0]} at {self.source.file}:{self.source.line}"
         return f"{self.kind} {self.name}".strip()
@@ -48,7 +56,8 @@ class Origin:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Origin":
         return cls(d.get("kind") or "other", d.get("name") or "",
-                   SourceLocation.from_json(d.get("source")), d.get("rule"))
+                   SourceLocation.from_json(d.get("source")), d.get("rule"),
+                   tuple(cls.from_json(p) for p in d.get("parts") or ()))
 
     def text(self) -> str:
         if self.kind == "input" and self.rule is not None:
@@ -61,8 +70,8 @@ class Origin:
                 else "a sharding constraint"
         if self.kind == "shard_map":
             return "a shard_map"
-        if self.kind == "inputs":
-            return f"inputs {self.name} together"
+        if self.kind == "together":
+            return "together: " + "; ".join(p.text() for p in self.parts)
         if self.kind == "op":
             where = f" at {self.source.file}:{self.source.line}" if self.source else ""
             what, _, why = self.name.partition(" ")

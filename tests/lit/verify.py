@@ -14,7 +14,7 @@
 # CHECK-NEXT: reads input x sharded x,_; dot_general at constraint.py:14 (step) gets it replicated
 # CHECK-NEXT: x: input x (its sharding from --shard x=x,_) -> the constraint at constraint.py:16
 # CHECK-NEXT: cause: the constraint at constraint.py:16, confirmed: without it, the all-gather at constraint.py:14 goes
-# CHECK: --verify: 1 recompile, each without one decision named as a cause
+# CHECK: --verify: 1 recompile, each without a decision named as a cause (or all of a collective's at once)
 
 # JSON: "cause": {
 # JSON-NEXT: "kind": "constraint",
