@@ -197,11 +197,13 @@ def _grouped(collectives: Sequence[Collective], by: str,
     groups: dict[str, list[Collective]] = {}
     for c, key in zip(collectives, grouping.keys(collectives, by)):
         groups.setdefault(key, []).append(c)
+    # By cause, also the collectives' simulated time and its share, and
+    # the costliest first by time.
+    timed = by == "cause" and all(c.time_s is not None for c in collectives)
     heaviest = sorted(groups.items(), key=lambda item: (
+        -sum(c.time_s * c.executions for c in item[1]) if timed else 0.0,
         -sum(c.bytes * c.executions for c in item[1]), item[0]))
     rows = []
-    # By cause, also the collectives' simulated time and its share.
-    timed = by == "cause" and all(c.time_s is not None for c in collectives)
     total = sum(c.time_s * c.executions for c in collectives) if timed else 0.0
     for key, group in heaviest[:limit]:
         counts: dict[str, int] = {}
@@ -220,7 +222,8 @@ def _grouped(collectives: Sequence[Collective], by: str,
     if timed:
         columns += ["time per run", "of collective time"]
     title = f"by {label} ({len(groups)} {counted_as}"
-    title += f", the {limit} that move the most bytes per run)" \
+    title += (f", the {limit} that take the most time per run)" if timed else
+              f", the {limit} that move the most bytes per run)") \
         if limit is not None and len(groups) > limit else ")"
     return (["", title]
             + table(columns, rows)
