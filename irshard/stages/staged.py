@@ -146,16 +146,13 @@ class StableHLO(Stage):
         try:
             propagated, crash = backend.run_registered_passes_isolated(
                 inlined_copy(), f"builtin.module({shardy.propagation_pipeline()})")
-            if crash is not None:
-                # Recording origins where constraints are applied is what
-                # crashes on some modules (MaxText's step): without it.
+            if crash is not None:   # MaxText's step: in applying constraints
                 propagated, again = backend.run_registered_passes_isolated(
                     inlined_copy(), "builtin.module("
                     f"{shardy.propagation_pipeline(origins='propagation')})")
-                notes = (f"Shardy crashed ({crash}) recording where each "
-                         "sharding came from as it applied the sharding "
-                         "constraints; origins are recorded from propagation "
-                         "only",)
+                notes = (f"Shardy crashed ({crash}) recording where each sharding "
+                         "came from as it applied the sharding constraints; "
+                         "origins are recorded from propagation only",)
             if crash is not None and again is not None:
                 notes = (f"Shardy crashed ({crash}) recording where each "
                          "sharding came from; shardings are shown without "
