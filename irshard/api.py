@@ -400,10 +400,10 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
                         ("memory_limit", memory_limit)):
         if value is not None and (not is_int(value) or value < 1):
             raise wrong(name, value, "a positive whole number")
-    knob_space = knob_space(knobs, args)
+    space = knob_space(knobs, args)
     if per is not None and not isinstance(per, str):
         raise wrong("per", per, "a knob's name")
-    searching.check_per(per, knob_space, "per=")
+    searching.check_per(per, space, "per=")
     place = targets.place(target, "cpu", profile)
     count = searching.device_count(place.target, devices, "devices=")
     if place.target.kind != "tpu":
@@ -411,9 +411,9 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     static = number_list("static_argnums", static_argnums)
     made: dict[Any, tuple[Callable[..., Any], tuple[Any, ...], Any]] = {}
     programs: list[tuple[Any, Any]] = []
-    for combo in library.knob_combinations(knob_space) if knob_space else [()]:
+    for combo in library.knob_combinations(space) if space else [()]:
         try:
-            step, step_args, context = _made(fn, combo) if knob_space \
+            step, step_args, context = _made(fn, combo) if space \
                 else (fn, args, None)
         except UsageError as e:
             if str(e).startswith("search: "):
@@ -440,8 +440,8 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
             devices=count, axes=names, budget_s=float(budget_time),
             max_candidates=max_candidates, memory_limit=memory_limit),
         command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change,
-        factory=getattr(fn, "__name__", "factory") if knob_space else None,
-        knob_space=knob_space, per=per, hosting=frontend.Hosting(place))
+        factory=getattr(fn, "__name__", "factory") if space else None,
+        knob_space=space, per=per, hosting=frontend.Hosting(place))
 
 
 def _made(factory: Callable[..., Any], combo
