@@ -300,6 +300,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     from irshard.hardware import targets
     from irshard.stages import staged
     check_platform(platform)
+    booleans(explain=explain, verify=verify)
     if hasattr(lowered, "runtime_executable") and not hasattr(lowered, "compile"):
         return _report_compiled(lowered, mesh, target, profile, platform)
     try:
@@ -326,7 +327,6 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         devices = frontend.Hosting(place).devices(spec)
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
     lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
-    booleans(explain=explain, verify=verify)
     done = library.compile_program(lowered_stage, library.ReportOptions(
         explain=explain or verify, verify=verify, keep_stages=True))
     return _given(Report.of(done.report,

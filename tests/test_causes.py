@@ -47,14 +47,22 @@ def plain(fn, args, specs, out=None, shape=(4,), names=("x",), **jit):
     return sorted(set(_COLLECTIVE.findall(text)))
 
 
+def verified(name, *rules, mesh="x=4", **options):
+    """The puzzle `name` and its report compiled with `--verify` on `mesh`,
+    its inputs sharded by `rules` ("path=spec")."""
+    p = puzzle(name)
+    report = irshard.compile(p.step, *p.args(), mesh=mesh,
+                             rules=[tuple(r.split("=")) for r in rules],
+                             verify=True, **options)
+    return p, report
+
+
 def causes(report):
     return [(c.kind, c.why.cause) for c in report.collectives if c.why.made_by is None]
 
 
 def test_a_constraint_against_its_producer_is_the_cause_not_the_matmul(monkeypatch):
-    p = puzzle("constraint")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
-                             verify=True)
+    p, report = verified("constraint", "x=x,_")
     [(kind, cause)] = causes(report)
     assert kind == "all-gather"
     assert (cause.decision.kind, cause.decision.source.line) == ("constraint", 16)
@@ -67,9 +75,7 @@ def test_a_constraint_against_its_producer_is_the_cause_not_the_matmul(monkeypat
 
 
 def test_an_output_sharding_that_replicates_is_the_cause():
-    p = puzzle("output_replicated")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
-                             out_shardings={0: "_,_"}, verify=True)
+    p, report = verified("output_replicated", "x=x,_", out_shardings={0: "_,_"})
     [(kind, cause)] = causes(report)
     assert kind == "all-gather"
     assert (cause.decision.kind, cause.decision.name) == ("output", "result")
@@ -79,9 +85,7 @@ def test_an_output_sharding_that_replicates_is_the_cause():
 
 
 def test_a_partial_sum_is_both_inputs_rules_together_not_the_multiply():
-    p = puzzle("partial_sum")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4",
-                             rules=[("x", "_,x"), ("w", "x,_")], verify=True)
+    p, report = verified("partial_sum", "x=_,x", "w=x,_")
     [(kind, cause)] = causes(report)
     assert kind == "all-reduce"
     assert cause.decision.kind == "together"
@@ -95,9 +99,7 @@ def test_a_partial_sum_is_both_inputs_rules_together_not_the_multiply():
 
 
 def test_a_sort_along_a_sharded_dimension_is_the_ops_kind():
-    p = puzzle("sort")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
-                             verify=True)
+    p, report = verified("sort", "x=x,_")
     found = causes(report)
     assert found and all(cause.decision.kind == "op" for _, cause in found)
     assert found[0][1].decision.name.startswith("sort ")
@@ -110,9 +112,7 @@ def test_a_sort_along_a_sharded_dimension_is_the_ops_kind():
 
 
 def test_an_embedding_table_sharded_over_its_vocabulary_is_the_cause():
-    p = puzzle("embedding")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("table", "x,_")],
-                             verify=True)
+    p, report = verified("embedding", "table=x,_")
     [(kind, cause)] = causes(report)
     assert (cause.decision.kind, cause.decision.name, cause.verdict) == (
         "input", "table", "confirmed")
@@ -121,9 +121,7 @@ def test_an_embedding_table_sharded_over_its_vocabulary_is_the_cause():
 
 
 def test_a_shard_map_boundary_is_named_and_has_no_recompile():
-    p = puzzle("shard_map_boundary")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
-                             verify=True)
+    p, report = verified("shard_map_boundary", "x=x,_")
     [(kind, cause)] = causes(report)
     assert kind == "all-gather"
     assert (cause.decision.kind, cause.verdict) == ("shard_map", None)
@@ -152,9 +150,7 @@ def test_a_constraint_under_checkpoint_is_named_in_the_backward_pass_too(monkeyp
     """Rematerialized layers: the constraint runs in the forward pass and
     again in the backward pass's recomputation; every gather it makes, and
     the gradient's all-reduce it reshapes, is traced to it."""
-    p = puzzle("remat_constraint")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
-                             verify=True)
+    p, report = verified("remat_constraint", "x=x,_")
     found = causes(report)
     assert len([k for k, _ in found if k == "all-gather"]) == 4
     for _, cause in found:
@@ -168,9 +164,7 @@ def test_a_constraint_under_checkpoint_is_named_in_the_backward_pass_too(monkeyp
 
 
 def test_a_reshape_merging_a_sharded_dimension_is_the_ops_kind():
-    p = puzzle("reshape_merge")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "_,x")],
-                             verify=True)
+    p, report = verified("reshape_merge", "x=_,x")
     [(kind, cause)] = causes(report)
     assert kind == "all-gather"
     assert cause.decision.kind == "op" and cause.decision.name.startswith("reshape merges")
@@ -179,9 +173,7 @@ def test_a_reshape_merging_a_sharded_dimension_is_the_ops_kind():
 
 
 def test_a_host_callback_has_no_sharding_rule():
-    p = puzzle("callback")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
-                             verify=True)
+    p, report = verified("callback", "x=x,_")
     gather = next(c for c in report.collectives if c.kind == "all-gather")
     assert gather.why.cause.decision.kind == "op"
     assert gather.why.cause.decision.name.startswith("pure_callback ")
@@ -195,9 +187,7 @@ def test_a_mixed_axis_reshard_finding_names_the_constraint_that_demands_it(monke
     of an involuntary full rematerialization: both gathers, and the
     finding, are the constraint's (the first gather's reader is the second
     gather, whose demand is the constraint)."""
-    p = puzzle("mixed_axes")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4,y=2",
-                             rules=[("a", "y,_,x"), ("b", "y,_,x")], verify=True)
+    p, report = verified("mixed_axes", "a=y,_,x", "b=y,_,x", mesh="x=4,y=2")
     found = causes(report)
     assert [k for k, _ in found] == ["all-gather", "all-gather"]
     for _, cause in found:
@@ -217,9 +207,7 @@ def test_a_flax_logical_constraint_is_named_at_the_models_line(monkeypatch):
     """Under Flax's logical rules the constraint is made inside Flax; the
     cause is the model's line that asked for it."""
     pytest.importorskip("flax")
-    p = puzzle("logical_rules")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", rules=[("x", "x,_")],
-                             verify=True)
+    p, report = verified("logical_rules", "x=x,_")
     [(kind, cause)] = causes(report)
     assert (cause.decision.kind, cause.decision.source.file,
             cause.decision.source.line, cause.verdict) == (
@@ -234,9 +222,7 @@ def test_an_explicit_mode_reshard_is_the_cause_not_the_types_after_it(monkeypatc
     """Under explicit axes every op's type is a constraint: Shardy names
     the one after the reshard; the recompile drops the chain of the same
     sharding and names its first, the reshard's line."""
-    p = puzzle("explicit_reshard")
-    report = irshard.compile(p.step, *p.args(), mesh="x=4", axis_types="explicit",
-                             rules=[("x", "x,_")], verify=True)
+    p, report = verified("explicit_reshard", "x=x,_", axis_types="explicit")
     [(kind, cause)] = causes(report)
     assert kind == "all-to-all"
     assert (cause.decision.kind, cause.decision.source.line, cause.verdict) == (

@@ -476,13 +476,13 @@ CONSTRAINTS = ("sdy.sharding_constraint", "sdy.reshard")
 
 
 def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool],
-                     upstream: bool = False) -> list[ir.Operation]:
+                     upstream: bool = False) -> list[tuple[str, ir.Location]]:
     """Removes the constraints `chosen` picks, each result replaced by its
     operand (a counterfactual: the program without them); with `upstream`,
     also those with the same sharding above them through one-operand ops
     (under explicit axes every op's type is a constraint, and the one that
     made the sharding is the first of the chain: the `reshard`). Returns
-    the ops removed, as clones (their names and locations)."""
+    the name and location of each op removed, the chain's first last."""
     with module.context:
         found = [op for fn in functions(module) for op in walk(fn.operation)
                  if op.name in CONSTRAINTS and chosen(op)]

@@ -228,13 +228,6 @@ def _report(stage_, read: str):
         else compiled.report()
 
 
-def key(c) -> str:
-    """A collective's group under `--group-by cause`: its cause, as one
-    line; `-` without one (not explained, or every candidate refuted)."""
-    cause = c.why.cause if c.why is not None else None
-    return cause.decision.key() if cause is not None else "-"
-
-
 def findings_caused(report):
     """`report` with each finding given the cause of the collectives XLA
     made at its line (the demanding side's first, else any)."""

@@ -124,13 +124,13 @@ class _Explainer:
                      else {a: o for a, o in origins.items() if a in axes}, sums,
                      all_origins=origins)
 
-    def reader(self, inst, needed, axes) -> tuple[Value, tuple[Cause, ...]]:
+    def reader(self, found, needed, axes) -> tuple[Value, tuple[Cause, ...]]:
         """What reads the collective's result, with the sharding it gets and
         where its own result's sharding got the collective's axes (what
         demands the layout: a constraint the result carries, an output);
         and the decisions its kind adds (an output's sharding, an op that
-        cannot be partitioned along a dimension)."""
-        found = self.hlo.reader(inst)
+        cannot be partitioned along a dimension). `found`: what
+        `Hlo.reader` found reading it."""
         if found is None:
             return Value("its reader", needed, None), ()
         kind, what = found
@@ -166,7 +166,8 @@ class _Explainer:
         first = reads[0]
         needed = _needed(c.kind, first.sharding, axes, inst, self.mesh)
         self.results[c.name] = (needed, first.all_origins)
-        reader, forced = self.reader(inst, needed, axes)
+        found = self.hlo.reader(inst)
+        reader, forced = self.reader(found, needed, axes)
         if _primitive(c.op_name) == "reshape":
             # XLA gathers for the reshape itself (the collective's own op):
             # the shards of the dimension it merges or splits would not
@@ -180,7 +181,6 @@ class _Explainer:
             origin = origin or first.origins.get(axis) or reader.origins.get(axis)
             if origin is not None:
                 origins[axis] = origin
-        found = self.hlo.reader(inst)
         then = found[1].name if found is not None and found[0] == "collective" else None
         return _Step(c, reads, reader, origins,
                      _candidates(reads, reader, axes, forced), then)

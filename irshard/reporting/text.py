@@ -193,19 +193,22 @@ _GROUP_NAMES = {"line": ("source line", "source", "lines", "source lines"),
 def _grouped(collectives: Sequence[Collective], by: str,
              limit: int | None) -> list[str]:
     """The collectives summed by `by` (`grouping.keys`), the heaviest
-    groups first (`limit` of them when folded)."""
-    groups: dict[str, list[Collective]] = {}
-    for c, key in zip(collectives, grouping.keys(collectives, by)):
-        groups.setdefault(key, []).append(c)
-    # By cause, also the collectives' simulated time and its share, and
-    # the costliest first by time.
+    groups first (`limit` of them when folded); by cause
+    (`grouping.by_cause`), with their simulated time and its share, the
+    costliest first by time."""
     timed = by == "cause" and all(c.time_s is not None for c in collectives)
-    heaviest = sorted(groups.items(), key=lambda item: (
-        -sum(c.time_s * c.executions for c in item[1]) if timed else 0.0,
-        -sum(c.bytes * c.executions for c in item[1]), item[0]))
+    if by == "cause":
+        entries = [(t.cause.decision.key() if t.cause else grouping.NONE,
+                    t.collectives, t) for t in grouping.by_cause(collectives)]
+    else:
+        groups: dict[str, list[Collective]] = {}
+        for c, key in zip(collectives, grouping.keys(collectives, by)):
+            groups.setdefault(key, []).append(c)
+        entries = [(key, group, None) for key, group in sorted(
+            groups.items(), key=lambda item: (
+                -sum(c.bytes * c.executions for c in item[1]), item[0]))]
     rows = []
-    total = sum(c.time_s * c.executions for c in collectives) if timed else 0.0
-    for key, group in heaviest[:limit]:
+    for key, group, total in entries[:limit]:
         counts: dict[str, int] = {}
         for c in group:
             counts[c.kind] = counts.get(c.kind, 0) + 1
@@ -214,20 +217,19 @@ def _grouped(collectives: Sequence[Collective], by: str,
                                for k, n in sorted(counts.items())),
                      str(sum(c.bytes * c.executions for c in group))])
         if timed:
-            spent = sum(c.time_s * c.executions for c in group)
-            rows[-1] += [human_time(spent),
-                         f"{100 * spent / total:.0f}%" if total else "-"]
+            rows[-1] += [human_time(total.time_s),
+                         f"{100 * total.share:.0f}%" if total.share is not None else "-"]
     label, column, counted_as, folded = _GROUP_NAMES[by]
     columns = [column, "collectives", "kinds", "bytes per run"]
     if timed:
         columns += ["time per run", "of collective time"]
-    title = f"by {label} ({len(groups)} {counted_as}"
+    title = f"by {label} ({len(entries)} {counted_as}"
     title += (f", the {limit} that take the most time per run)" if timed else
               f", the {limit} that move the most bytes per run)") \
-        if limit is not None and len(groups) > limit else ")"
+        if limit is not None and len(entries) > limit else ")"
     return (["", title]
             + table(columns, rows)
-            + fold_note(len(rows), len(groups), folded))
+            + fold_note(len(rows), len(entries), folded))
 
 
 def render_text_lines(report: CollectiveReport, tensors: bool = True,

@@ -153,13 +153,13 @@ class StableHLO(Stage):
                 notes = (f"Shardy crashed ({crash}) recording where each sharding "
                          "came from as it applied the sharding constraints; "
                          "origins are recorded from propagation only",)
-            if crash is not None and again is not None:
-                notes = (f"Shardy crashed ({crash}) recording where each "
-                         "sharding came from; shardings are shown without "
-                         "their origins",)
-                propagated = inlined_copy()
-                backend.run_registered_passes(propagated, "builtin.module("
-                    f"{shardy.propagation_pipeline(origins=False)})")
+                if again is not None:
+                    notes = (f"Shardy crashed ({crash}) recording where each "
+                             "sharding came from; shardings are shown without "
+                             "their origins",)
+                    propagated = inlined_copy()
+                    backend.run_registered_passes(propagated, "builtin.module("
+                        f"{shardy.propagation_pipeline(origins=False)})")
         except backend.PassFailure as e:
             raise BackendError(f"Shardy propagation failed: {e}") from None
         return Propagated(self.info, propagated, notes)
