@@ -1,117 +1,342 @@
-"""What irshard adds on top of JAX's own lower + compile.
+"""What irshard adds to JAX's own lower + compile, on real steps, phase by
+phase, in CPU time.
 
-Times, as whole processes, `irshard compile FILE --mesh ... [--grad]` (the
-default report) against a plain script that does only
-`jax.jit(f, in_shardings=...).lower(...).compile()` for the same function,
-mesh and shardings, alternating the two, and prints the median of each and
-their ratio. Also times `irshard --help`, which must not import JAX.
+Each step is the framework's own jitted object with its own arguments:
 
-    python benchmarks/overhead.py                 # the scanned transformer
-    python benchmarks/overhead.py --runs 11
-    python benchmarks/overhead.py --file examples/heat1d.py --fn simulate_set \
-        --mesh x=4 --no-grad
+  - flax: the Flax NNX guide's sharded step (data=2, model=4)
+  - equinox: an Equinox `filter_jit` step (batch=4)
+  - keras: a Keras `fit` step under `ModelParallel` (batch=2, model=2)
+  - penzai: a Penzai `StatefulTrainer` step (data=4)
+  - gpt24: a 24-layer GPT train step (fsdp=4, tp=2)
+  - maxtext-cpu, maxtext-tpu: MaxText's train step on the CPU mesh and for
+    a v5e-16 slice (only where MaxText is installed, see maxtext.py)
+
+and each is compiled four ways, each way in a process of its own, the ways
+interleaved round after round:
+
+  - plain: `step.lower(*args).compile()` (`fit`'s step: Keras builds it
+    first, as `fit` does);
+  - compile: `irshard.compile(step, *args, mesh=...)`;
+  - report: `irshard.report(step.lower(*args))`;
+  - command: `irshard compile FILE --fn ... --args ...`, the whole process,
+    against a plain script's whole process; both less the start-up they
+    share (the interpreter, JAX, the framework and the step's file imported,
+    its arguments made), measured on its own.
+
+For the API ways the time is the call's, with the irshard modules it
+imports (their import is also shown apart). Times are CPU time of the whole
+process (XLA's compile threads included) and wall time, medians of
+`--runs`. Then irshard's extra CPU time by phase (`irshard.core.phases`):
+the trace and XLA's compile less plain JAX's own, and each phase plain JAX
+does not have.
+
+    python benchmarks/overhead.py                       # every step, 5 runs
+    python benchmarks/overhead.py --steps flax,gpt24 --runs 3
+    .venv-maxtext/bin/python benchmarks/overhead.py --steps maxtext-cpu
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
+import importlib
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+FRAMEWORKS = os.path.join(ROOT, "tests", "programs", "frameworks")
 
-from irshard.core.specs import parse_mesh, parse_type  # noqa: E402  (no JAX)
-from timing import timed  # noqa: E402
+# name: (file, --fn, --args, mesh, extra command flags, modules it needs)
+STEPS = {
+    "flax": (os.path.join(FRAMEWORKS, "flax_nnx_guide.py"), "train_step", "args",
+             "data=2,model=4", (), ("flax", "optax")),
+    "equinox": (os.path.join(FRAMEWORKS, "equinox_step.py"), "make_step", "args",
+                "batch=4", (), ("equinox", "optax")),
+    "keras": (os.path.join(FRAMEWORKS, "keras_fit.py"), "model", "batch",
+              "batch=2,model=2", ("--keras-fit",), ("keras",)),
+    "penzai": (os.path.join(FRAMEWORKS, "penzai_trainer.py"), "step_fn", "args",
+               "data=4", (), ("penzai", "optax")),
+    "gpt24": (os.path.join(HERE, "programs", "gpt24.py"), "step", "args",
+              "fsdp=4,tp=2", (), ()),
+    "maxtext-cpu": (os.path.join(HERE, "programs", "maxtext_step.py"), "step",
+                    "args", None, ("--context", "context"), ("maxtext",)),
+    "maxtext-tpu": (os.path.join(HERE, "programs", "maxtext_step.py"), "step",
+                    "args", None, ("--context", "context",
+                                   "--target", "tpu-v5e:4x4"),
+                    ("maxtext", "libtpu")),
+}
+WAYS = ("plain", "compile", "report", "command")
+# What the report's CPU time is held to (the command's: start-up excluded).
+GOALS = {"compile": 1.05, "report": 1.05, "command": 1.10}
 
-BASELINE = '''
-import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count={devices}"
-os.environ["JAX_PLATFORMS"] = "cpu"
-sys.path.insert(0, {directory!r})
-import jax
-import jax.numpy as jnp
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
-import numpy as np
-import {module} as user
-mesh = Mesh(np.array(jax.devices()[:{devices}]).reshape({shape}), {names},
-            axis_types=(AxisType.Auto,) * {rank})
-fn = user.{fn}
-if {grad}:
-    fn = jax.grad(fn, argnums={argnums})
-shardings = [NamedSharding(mesh, P(*spec)) for spec in {specs}]
-avals = [jax.ShapeDtypeStruct(s, d) for s, d in {avals}]
-jax.jit(fn, in_shardings=shardings).lower(*avals).compile()
-'''
+# The irshard modules a compile and its report import, imported (and timed)
+# before the call in the API ways; the child says which it imported beyond.
+IRSHARD_MODULES = (
+    "irshard.api", "irshard.library", "irshard.stages.staged",
+    "irshard.stages.output", "irshard.frontend", "irshard.loading.program",
+    "irshard.collectives.analysis", "irshard.collectives.memory",
+    "irshard.timemodel.schedule", "irshard.reporting.report",
+    "irshard.ir.annotation")
 
 
-def baseline_script(path: str, fn: str, mesh_text: str, grad: bool) -> str:
-    """A plain JAX script compiling the same function, mesh and shardings."""
-    mesh = parse_mesh(mesh_text)
-    module = os.path.splitext(os.path.basename(path))[0]
-    specs, avals, argnums = [], [], []
-    tree = ast.parse(open(path).read())
-    func = next(n for n in tree.body
-                if isinstance(n, ast.FunctionDef) and n.name == fn)
-    for i, arg in enumerate(func.args.args):
-        ttype = parse_type(ast.literal_eval(arg.annotation))
-        dims = ttype.sharding.dims if ttype.sharding else [None] * ttype.rank
-        specs.append(tuple(tuple(d.axes) if d and d.axes else None for d in dims))
-        avals.append((ttype.shape, ttype.dtype.numpy))
-        if ttype.dtype.is_float:
-            argnums.append(i)
-    return BASELINE.format(
-        devices=mesh.num_devices, directory=os.path.dirname(os.path.abspath(path)),
-        module=module, shape=mesh.shape, names=mesh.names, rank=len(mesh.axes),
-        fn=fn, grad=grad, argnums=tuple(argnums), specs=specs, avals=avals)
+# ---------------------------------------------------------------------------
+# One measurement, in a process of its own (`--child STEP WAY`)
+
+def _environment(step: str) -> None:
+    mesh = _mesh_text(step)
+    devices = 1
+    for part in mesh.split(","):
+        devices *= int(part.split("=")[1])
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_"
+                               f"host_platform_device_count={devices}").strip()
+    if step == "maxtext-cpu":
+        os.environ["MAXTEXT_PLATFORM"] = "cpu"
+    if step != "maxtext-tpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+
+
+def _mesh_text(step: str) -> str:
+    mesh = STEPS[step][3]
+    if mesh is None:                        # MaxText's: its topology's
+        env = dict(os.environ)
+        if step == "maxtext-cpu":
+            env["MAXTEXT_PLATFORM"] = "cpu"
+        mesh = subprocess.run([sys.executable, STEPS[step][0], "--mesh"],
+                              capture_output=True, text=True, check=True,
+                              env=env).stdout.strip().splitlines()[-1]
+    return mesh
+
+
+def _loaded(step: str):
+    """The step's module, the jitted object, its arguments and the context
+    its lowering needs."""
+    import contextlib
+    path, fn, args_fn, *_ = STEPS[step]
+    sys.path.insert(0, os.path.dirname(path))
+    module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+    args = getattr(module, args_fn)
+    args = args() if callable(args) else args
+    context = getattr(module, "context", None) if step.startswith("maxtext") \
+        else None
+    if step == "flax":
+        import jax
+        mesh = args[0].dot1.kernel.value.sharding.mesh
+        context = lambda: jax.set_mesh(mesh)  # noqa: E731
+    return module, getattr(module, fn), tuple(args), context or contextlib.nullcontext
+
+
+def _plain(step: str, fn, args, context) -> tuple[float, float]:
+    """Plain JAX: (CPU seconds, wall seconds) of lower + compile."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    if step == "keras":
+        from keras.src.backend.jax import trainer
+        data = trainer._distribute_data((*args, None))
+        fn._symbolic_build(data_batch=data)
+        fn.make_train_function(force=True)
+        state = fn._get_jax_state(trainable_variables=True,
+                                  non_trainable_variables=True,
+                                  optimizer_variables=True,
+                                  metrics_variables=True,
+                                  purge_model_variables=False)
+        from irshard.loading.kerasfit import _jitted_in
+        fn, args = _jitted_in(fn.train_function), (state, data)
+    with context():
+        lowered = fn.lower(*args)
+    lowered.compile()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def child(step: str, way: str) -> dict:
+    _environment(step)
+    sys.path.insert(0, ROOT)
+    if way == "startup":
+        _loaded(step)
+        return {}
+    _, fn, args, context = _loaded(step)
+    if way == "plain":
+        cpu, wall = _plain(step, fn, args, context)
+        return {"cpu": cpu, "wall": wall}
+    cpu, wall = time.process_time(), time.perf_counter()
+    for name in IRSHARD_MODULES:
+        importlib.import_module(name)
+    imports = time.process_time() - cpu
+    before = {m for m in sys.modules if m.startswith("irshard")}
+    import irshard
+    from irshard.core import phases
+    mesh = _mesh_text(step)
+    target = "tpu-v5e:4x4" if step == "maxtext-tpu" else None
+    with phases.recording() as spent:
+        if way == "compile":
+            with context():
+                irshard.compile(fn, *args, mesh=mesh, target=target,
+                                keras_fit=step == "keras")
+        else:
+            with context():
+                lowered = fn.lower(*args)
+            irshard.report(lowered, mesh=mesh, target=target)
+    late = sorted({m for m in sys.modules if m.startswith("irshard")} - before)
+    return {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall,
+            "imports": imports, "late_imports": late,
+            "phases": {k: v[:2] for k, v in spent.items()}}
+
+
+# ---------------------------------------------------------------------------
+# The parent: the processes, interleaved, and the tables
+
+def _process(command: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """(CPU seconds, wall seconds, stdout) of one process that must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"overhead: {' '.join(command)} failed:\n{done.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, done.stdout
+
+
+def _measure(step: str, way: str) -> dict:
+    me = [sys.executable, os.path.abspath(__file__), "--child", step]
+    if way in ("plain", "compile", "report"):
+        _, _, out = _process(me + [way])
+        return json.loads(out.strip().splitlines()[-1])
+    if way == "startup":
+        cpu, wall, _ = _process(me + ["startup"])
+        return {"cpu": cpu, "wall": wall}
+    if way == "plain-process":
+        cpu, wall, _ = _process(me + ["plain"])
+        return {"cpu": cpu, "wall": wall}
+    path, fn, args_fn, _, flags, _ = STEPS[step]
+    with tempfile.NamedTemporaryFile(suffix=".phases", delete=False) as f:
+        record = f.name
+    env = dict(os.environ, IRSHARD_PHASES=record, PYTHONPATH=ROOT)
+    if step == "maxtext-cpu":
+        env["MAXTEXT_PLATFORM"] = "cpu"
+    try:
+        cpu, wall, _ = _process(
+            [sys.executable, "-m", "irshard", "compile", path, "--fn", fn,
+             "--args", args_fn, "--mesh", _mesh_text(step), *flags,
+             "--output", os.devnull], env)
+        spent = {}
+        with open(record, encoding="utf-8") as f:
+            for line in f:
+                name, c, w = line.rstrip("\n").split("\t")
+                spent[name] = [float(c), float(w)]
+    finally:
+        os.unlink(record)
+    return {"cpu": cpu, "wall": wall, "phases": spent}
+
+
+def _available(step: str) -> str | None:
+    """Why `step` cannot run here, or None."""
+    for module in STEPS[step][5]:
+        try:
+            importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return f"{module} is not installed"
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    return None
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def _phases(runs: list[dict]) -> dict[str, float]:
+    names = {n for r in runs for n in r.get("phases", {})}
+    return {n: statistics.median(r.get("phases", {}).get(n, [0.0, 0.0])[0]
+                                 for r in runs) for n in names}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--file", default=os.path.join(HERE, "transformer.py"))
-    parser.add_argument("--fn", default="loss")
-    parser.add_argument("--mesh", default="dp=2,tp=4")
-    parser.add_argument("--no-grad", dest="grad", action="store_false")
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--steps", default=",".join(
+        s for s in STEPS if not s.startswith("maxtext")) + ",maxtext-cpu,maxtext-tpu",
+        help="comma-separated: " + ", ".join(STEPS))
+    parser.add_argument("--ways", default=",".join(WAYS))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--child", nargs=2, metavar=("STEP", "WAY"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return
+    steps = [s for s in args.steps.split(",") if s]
+    ways = [w for w in args.ways.split(",") if w]
+    for name in steps + ways:
+        if name not in STEPS and name not in WAYS:
+            raise SystemExit(f"overhead: unknown step or way '{name}'")
+    kept = []
+    for step in steps:
+        why = _available(step)
+        if why:
+            print(f"{step}: skipped ({why})")
+        else:
+            kept.append(step)
+    measured = {(s, w): [] for s in kept
+                for w in ways + (["startup", "plain-process"]
+                                 if "command" in ways else [])}
+    for step in kept:                               # warm the file caches
+        _measure(step, "plain")
+    for _ in range(args.runs):
+        for step in kept:
+            for way in measured:
+                if way[0] == step:
+                    measured[way].append(_measure(step, way[1]))
+    _print(kept, ways, measured, args.runs)
 
-    irshard = [sys.executable, "-m", "irshard", "compile", args.file,
-               "--fn", args.fn, "--mesh", args.mesh] + (["--grad"] if args.grad else [])
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(baseline_script(args.file, args.fn, args.mesh, args.grad))
-        baseline = [sys.executable, f.name]
-    try:
-        timed(irshard), timed(baseline)        # warm the file system caches
-        ours, theirs = [], []
-        for _ in range(args.runs):
-            ours.append(timed(irshard))
-            theirs.append(timed(baseline))
-        helps = [timed([sys.executable, "-m", "irshard", "--help"])
-                 for _ in range(args.runs)]
-    finally:
-        os.unlink(f.name)
 
-    check = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "irshard", "--help"],
-        capture_output=True, text=True, check=True)
-    jax_imported = any(line.split("|")[-1].strip() in ("jax", "jaxlib")
-                       for line in check.stderr.splitlines())
-
-    print(f"case: {os.path.relpath(args.file)}:{args.fn} --mesh {args.mesh}"
-          + (" --grad" if args.grad else ""))
-    print(f"runs: {args.runs} of each, alternating, whole processes")
-    print(f"irshard compile (report):     median {statistics.median(ours):.3f} s "
-          f"(min {min(ours):.3f})")
-    print(f"jax.jit(f).lower().compile(): median {statistics.median(theirs):.3f} s "
-          f"(min {min(theirs):.3f})")
-    print(f"ratio (median): {statistics.median(ours) / statistics.median(theirs):.3f}")
-    print(f"irshard --help: median {statistics.median(helps):.3f} s, imports JAX: "
-          f"{'yes' if jax_imported else 'no'}")
+def _print(steps, ways, measured, runs) -> None:
+    print(f"\nCPU time (s) and wall time (s), median of {runs} runs, each in "
+          f"its own process, ways interleaved; {os.cpu_count()} cores")
+    print(f"{'step':<12} {'way':<8} {'plain cpu':>9} {'irshard cpu':>11} "
+          f"{'ratio':>6} {'goal':>5} {'wall ratio':>10}  note")
+    for step in steps:
+        plain = measured[(step, "plain")]
+        for way in ways:
+            if way == "plain":
+                continue
+            ours = measured[(step, way)]
+            if way == "command":
+                start = _median(measured[(step, "startup")], "cpu")
+                base = _median(measured[(step, "plain-process")], "cpu") - start
+                mine = _median(ours, "cpu") - start
+                wall_start = _median(measured[(step, "startup")], "wall")
+                wall = (_median(ours, "wall") - wall_start) / (
+                    _median(measured[(step, "plain-process")], "wall") - wall_start)
+                note = f"start-up {start:.2f} s excluded"
+            else:
+                base, mine = _median(plain, "cpu"), _median(ours, "cpu")
+                wall = _median(ours, "wall") / _median(plain, "wall")
+                imports = _median(ours, "imports")
+                late = sorted({m for r in ours for m in r.get("late_imports", ())})
+                note = f"irshard imports {imports:.2f} s" + (
+                    f" (+{len(late)} during the call)" if late else "")
+            ratio = mine / base
+            flag = "" if ratio <= GOALS[way] else " over"
+            print(f"{step:<12} {way:<8} {base:9.2f} {mine:11.2f} {ratio:6.3f} "
+                  f"{GOALS[way]:5.2f} {wall:10.3f}  {note}{flag}")
+    print("\nirshard's extra CPU time by phase (s, median): the trace and XLA's "
+          "compile less plain JAX's whole lower + compile where both ran")
+    for step in steps:
+        for way in ways:
+            if way == "plain":
+                continue
+            spent = _phases(measured[(step, way)])
+            if not spent:
+                continue
+            parts = ", ".join(f"{name} {seconds:.3f}" for name, seconds in
+                              sorted(spent.items(), key=lambda kv: -kv[1]))
+            print(f"{step:<12} {way:<8} {parts}")
 
 
 if __name__ == "__main__":

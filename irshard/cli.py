@@ -157,7 +157,8 @@ def main(argv: Sequence[str] | None = None, program: bool | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from irshard.core import files, interrupts
+    from irshard.core import files, interrupts, phases
+    phases.record_from_environment()
     claimed = False
     try:
         # Paths are the user's, from here: the program may change directory.

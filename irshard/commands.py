@@ -106,12 +106,15 @@ def cmd_compile(args) -> int:
     if done.report is None:
         write_output(args.output, done.ir_text())
         return 0
-    if args.format == "trace" and not options.emits:
-        write_output(args.output, output.trace(done.compiled, done.report))
-    else:
-        write_output(args.output, done.ir_text() if options.emits
-                     else output.render(done.report, args.format, done.compiled,
-                                        _folds(args), args.group_by))
+    from irshard.core.phases import phase
+    with phase("rendering"):
+        if args.format == "trace" and not options.emits:
+            write_output(args.output, output.trace(done.compiled, done.report))
+        else:
+            write_output(args.output, done.ir_text() if options.emits
+                         else output.render(done.report, args.format,
+                                            done.compiled, _folds(args),
+                                            args.group_by))
     if done.breach is not None:
         raise done.breach
     return 0

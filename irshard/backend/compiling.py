@@ -18,6 +18,7 @@ from irshard.backend.devices import (_Progress, cost_analysis, first_line, messa
 from irshard.backend.compilecache import (PersistentCache, assigned_memory,
                                           memory_figures)
 from irshard.core import interrupts, syntax
+from irshard.core.phases import phase
 from irshard.core.errors import BackendError, IRError
 
 
@@ -186,12 +187,14 @@ def compile_module(module, mesh_devices: Sequence[Any],
     host_callbacks, keepalive = callbacks
     cache = None
     if not compile_only and not host_callbacks:
-        cache = PersistentCache.of(
-            module, mesh_devices, client, lambda: _compile_options(
-                module, len(mesh_devices), [d.id for d in mesh_devices], None,
-                propagate_to_parameters, propagate_to_outputs))
+        with phase("compile cache"):
+            cache = PersistentCache.of(
+                module, mesh_devices, client, lambda: _compile_options(
+                    module, len(mesh_devices), [d.id for d in mesh_devices],
+                    None, propagate_to_parameters, propagate_to_outputs))
     if cache is not None:
-        found = cache.read(device_list, capture_partitioned)
+        with phase("compile cache"):
+            found = cache.read(device_list, capture_partitioned)
         if found is not None:
             executable, partitioned, log, dumps = found
             return CompiledExecutable(executable, tuple(mesh_devices),
@@ -213,7 +216,7 @@ def compile_module(module, mesh_devices: Sequence[Any],
         started = time.monotonic()
         try:
             # What XLA warns about while compiling is captured (findings).
-            with quiet_native_stderr() as logged:
+            with quiet_native_stderr() as logged, phase("XLA compile"):
                 executable = interrupts.call(
                     compile_fn, module, device_list, options, **extra,
                     progress=_Progress(logged.terminal,
@@ -229,15 +232,18 @@ def compile_module(module, mesh_devices: Sequence[Any],
                 raise BackendError(f"XLA failed to compile the module: "
                                    f"{refused}{said}") from None
             return unbuilt
-        partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
-                       if capture_partitioned else None)
-        buffer_dumps = _read_buffer_dumps(dump_dir)
+        with phase("dumps read"):
+            partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
+                           if capture_partitioned else None)
+            buffer_dumps = _read_buffer_dumps(dump_dir)
     finally:
-        interrupts.remove(dump_dir)
+        with phase("dumps removed"):
+            interrupts.remove(dump_dir)
     notes: tuple[str, ...] = ()
     if cache is not None:
-        written = cache.write(executable, time.monotonic() - started,
-                              partitioned, logged.text, buffer_dumps)
+        with phase("compile cache"):
+            written = cache.write(executable, time.monotonic() - started,
+                                  partitioned, logged.text, buffer_dumps)
         notes = cache.note("written to") if written else cache.note(None)
     return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
                               (host_callbacks, keepalive), logged.text, notes,

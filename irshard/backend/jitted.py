@@ -15,6 +15,7 @@ from irshard.backend.devices import _jax
 from irshard.backend.lowering import (BadLowering, _exclude_own_frames,
                                      _host_callbacks, entered)
 from irshard.core import tree
+from irshard.core.phases import phase
 
 
 def jitted_target(fn: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
@@ -197,7 +198,7 @@ def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
         # context mesh: another of the same devices would be incompatible.
         mesh = _arguments_mesh((bound, args, keywords, kwargs), mesh) or mesh
     with (jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()), \
-            entered(context):
+            entered(context), phase("JAX trace and lower"):
         lowered = target.lower(*bound, *args, **(keywords | dict(kwargs)))
     # The wrapper's own `Lowered` says whose it is (flax's, equinox's).
     framework = (type(lowered).__module__ or "jax").split(".")[0]

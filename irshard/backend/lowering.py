@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from irshard.backend.devices import _jax, partition_spec
 from irshard.core import interrupts, tree
+from irshard.core.phases import phase
 from irshard.core.errors import SpecError
 
 
@@ -178,7 +179,7 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
         else [None] * len(shapes)
     avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
              for s, d, w, p in zip(shapes, dtypes, weak, placed)]
-    with jax.set_mesh(mesh), entered(context):
+    with jax.set_mesh(mesh), entered(context), phase("JAX trace and lower"):
         lowered = jax.jit(fn, keep_unused=True,
                           donate_argnums=tuple(donated)).lower(*avals)
         module = lowered.compiler_ir("stablehlo")

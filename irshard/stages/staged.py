@@ -30,6 +30,7 @@ from irshard.collectives import memory as peaks
 from irshard.core import files, tree
 from irshard.core.errors import BackendError
 from irshard.core.frames import UserCode
+from irshard.core.phases import phase
 from irshard.core.specs import DType, MeshSpec, ShardingSpec, lookup_dtype
 from irshard.hardware import targets
 from irshard.loading.leaves import Program
@@ -214,14 +215,18 @@ def _report(info: ProgramInfo, stage: str, view: HloModuleView,
     the module."""
     target, profile = info.placement.target, info.placement.profile
     model = links.CostModel.for_devices(target, profile, compiled.devices)
-    collectives = analysis.collectives(view, info.mesh, info.user_dir,
-                                       programs, model)
+    with phase("collectives"):
+        collectives = analysis.collectives(view, info.mesh, info.user_dir,
+                                           programs, model)
     comm = sum((c.time_s or 0.0) * c.executions for c in collectives)
-    step = _simulated(info, view, collectives)
-    figures = memory_stats()
+    with phase("simulation"):
+        step = _simulated(info, view, collectives)
+    with phase("memory figures"):
+        figures = memory_stats()
     notes = info.notes + compiled.notes
-    found = peak_of(compiled, info, view) \
-        if compiled.buffer_dumps is not None else None
+    with phase("memory peak"):
+        found = peak_of(compiled, info, view) \
+            if compiled.buffer_dumps is not None else None
     memory = MemoryUse(figures["argument_bytes"], figures["output_bytes"],
                        figures.get("alias_bytes", 0), figures["temp_bytes"],
                        found, profile.hbm_bytes or None)
@@ -298,35 +303,21 @@ def _simulated(info: ProgramInfo, view, collectives) -> schedule.Step | None:
         axes.get(name, ("?",)),
         key=lambda a: (order.get(a.split(":")[0], len(order)), a))))
     return dataclasses.replace(step, error_band=info.placement.profile.error_band,
-                               assumes=_assumed(info.placement, info.mesh.num_devices))
-
-
-def _assumed(placement, devices: int) -> str:
-    """What the time model takes for granted of a CPU host: how many
-    devices share how many cores, and at which device count its rates were
-    measured (the nearest to this one)."""
-    if placement.target.kind != "cpu":
-        return ""
-    import os
-    profile = placement.profile
-    cores = os.cpu_count() or 1
-    said = f"{devices} simulated device{'s' if devices != 1 else ''} on " \
-           f"{cores} core{'s' if cores != 1 else ''}"
-    measured = profile.for_devices(devices).compute.get("devices")
-    if measured:
-        said += f", at the rates measured with {measured} running at once"
-    else:
-        said += ", sharing the rates measured for the whole host"
-    return said
+                               assumes=compute_rates.assumed(info.placement,
+                                                            info.mesh.num_devices))
 
 
 def _read(text_of: Callable[[], str], parsed, use):
     """`use` of the module as the report reads it: scanned from its text
     (`text_of()`, held by the scan alone), or `parsed()` (XLA's objects)
     for a form the scan does not read."""
-    return hloscan.read(
-        lambda: hloscan.ScannedModule.from_text(text_of()),
-        parsed, use)
+    def scanned():
+        with phase("HLO printed"):
+            text = text_of()
+        with phase("HLO scanned"):
+            return hloscan.ScannedModule.from_text(text)
+
+    return hloscan.read(scanned, parsed, use)
 
 
 @dataclass(frozen=True, eq=False)
@@ -398,7 +389,8 @@ class Optimized(Stage):
         memory_stats = self.compiled.memory_stats_later()
         programs = None
         if self.info.platform == "cpu" and self.compiled.partitioned_text:
-            programs = self.partitioned().read(analysis.program_shapes)
+            with phase("partitioned HLO read"):
+                programs = self.partitioned().read(analysis.program_shapes)
         return _read(self.as_text, lambda: self._view,
                      lambda view: _report(self.info, self.name, view,
                                           self.compiled, memory_stats,

@@ -156,3 +156,21 @@ def rates(placement, devices: int, cores: int | None = None) -> Rates | None:
 def _points(found) -> tuple[tuple[float, float], ...]:
     """A profile's `[x, rate]` points, in order of x."""
     return tuple((float(x), float(r)) for x, r in sorted(found or ()))
+
+
+def assumed(placement, devices: int) -> str:
+    """What the time model takes for granted of a CPU host: how many
+    devices share how many cores, and at which device count its rates were
+    measured (the nearest to this one)."""
+    if placement.target.kind != "cpu":
+        return ""
+    profile = placement.profile
+    cores = os.cpu_count() or 1
+    said = f"{devices} simulated device{'s' if devices != 1 else ''} on " \
+           f"{cores} core{'s' if cores != 1 else ''}"
+    measured = profile.for_devices(devices).compute.get("devices")
+    if measured:
+        said += f", at the rates measured with {measured} running at once"
+    else:
+        said += ", sharing the rates measured for the whole host"
+    return said

@@ -58,3 +58,8 @@ def step_and_args(depth: int = 1024, data: int = 2, model: int = 4):
     x = jax.device_put(jax.random.normal(jax.random.key(1), (8, depth)), rows)
     y = jax.device_put(jax.random.normal(jax.random.key(2), (8, depth)), rows)
     return mesh, (made, optimizer, x, y)
+
+
+def args():
+    """The step's arguments (`irshard compile ... --fn train_step --args args`)."""
+    return step_and_args()[1]

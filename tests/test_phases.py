@@ -1,0 +1,72 @@
+"""Where a compile's time goes (`irshard.core.phases`): each phase timed on
+its own, nothing recorded unless asked, the pipeline's phases named."""
+
+import os
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import irshard
+from irshard.core import phases
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_a_phase_inside_another_is_taken_out_of_it():
+    with phases.recording() as spent:
+        with phases.phase("outer"):
+            time.sleep(0.02)
+            with phases.phase("inner"):
+                time.sleep(0.1)
+            with phases.phase("inner"):
+                time.sleep(0.05)
+    outer_cpu, outer_wall, outer_calls = spent["outer"]
+    inner_cpu, inner_wall, inner_calls = spent["inner"]
+    assert (outer_calls, inner_calls) == (1, 2)
+    assert inner_wall >= 0.15
+    assert 0.02 <= outer_wall < 0.1
+    # Sleeping costs next to no CPU time.
+    assert inner_cpu < 0.05 and outer_cpu < 0.05
+
+
+def test_nothing_is_recorded_unless_asked():
+    with phases.phase("alone"):
+        pass
+    with phases.recording() as spent:
+        pass
+    with phases.phase("after"):
+        pass
+    assert spent == {}
+
+
+def test_a_compile_names_its_phases():
+    def f(x, w):
+        return jnp.tanh(x @ w).sum()
+
+    x = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+    w = jax.ShapeDtypeStruct((128, 256), jnp.float32)
+    with phases.recording() as spent:
+        irshard.compile(f, x, w, mesh="x=4", shardings=("x,_", "_,_"))
+    for name in ("JAX trace and lower", "XLA compile", "dumps read",
+                 "HLO scanned", "collectives", "simulation", "memory peak"):
+        assert name in spent, sorted(spent)
+    assert spent["XLA compile"][0] > 0
+
+
+def test_the_command_writes_its_phases_where_asked(tmp_path):
+    record = tmp_path / "phases.tsv"
+    done = subprocess.run(
+        [sys.executable, "-m", "irshard", "compile",
+         os.path.join(ROOT, "examples", "matmul.py"), "--mesh", "x=2,y=2"],
+        capture_output=True, text=True,
+        env=dict(os.environ, IRSHARD_PHASES=str(record)))
+    assert done.returncode == 0, done.stderr
+    names = {}
+    for line in record.read_text().splitlines():
+        name, cpu, wall = line.split("\t")
+        names[name] = (float(cpu), float(wall))
+    assert {"XLA compile", "rendering"} <= set(names)
+    assert all(cpu >= 0 and wall >= 0 for cpu, wall in names.values())
