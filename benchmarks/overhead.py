@@ -132,25 +132,34 @@ def _loaded(step: str):
     return module, getattr(module, fn), tuple(args), context or contextlib.nullcontext
 
 
-def _plain(step: str, fn, args, context) -> tuple[float, float]:
-    """Plain JAX: (CPU seconds, wall seconds) of lower + compile."""
+def _plain(step: str, fn, args, context) -> dict:
+    """Plain JAX's lower + compile: CPU and wall seconds, and the CPU
+    seconds of each."""
     cpu, wall = time.process_time(), time.perf_counter()
     if step == "keras":
-        from keras.src.backend.jax import trainer
-        data = trainer._distribute_data((*args, None))
-        fn._symbolic_build(data_batch=data)
-        fn.make_train_function(force=True)
-        state = fn._get_jax_state(trainable_variables=True,
-                                  non_trainable_variables=True,
-                                  optimizer_variables=True,
-                                  metrics_variables=True,
-                                  purge_model_variables=False)
-        from irshard.loading.kerasfit import _jitted_in
-        fn, args = _jitted_in(fn.train_function), (state, data)
+        fn, args = _keras_step(fn, args)
     with context():
         lowered = fn.lower(*args)
+    lowering = time.process_time() - cpu
     lowered.compile()
-    return time.process_time() - cpu, time.perf_counter() - wall
+    total = time.process_time() - cpu
+    return {"cpu": total, "wall": time.perf_counter() - wall,
+            "lower": lowering, "compile": total - lowering}
+
+
+def _keras_step(model, batch):
+    """The jitted step `fit` runs and its arguments, as `fit` builds them."""
+    from keras.src.backend.jax import trainer
+    data = trainer._distribute_data((*batch, None))
+    model._symbolic_build(data_batch=data)
+    model.make_train_function(force=True)
+    state = model._get_jax_state(trainable_variables=True,
+                                 non_trainable_variables=True,
+                                 optimizer_variables=True,
+                                 metrics_variables=True,
+                                 purge_model_variables=False)
+    from irshard.loading.kerasfit import _jitted_in
+    return _jitted_in(model.train_function), (state, data)
 
 
 def child(step: str, way: str) -> dict:
@@ -161,8 +170,7 @@ def child(step: str, way: str) -> dict:
         return {}
     _, fn, args, context = _loaded(step)
     if way == "plain":
-        cpu, wall = _plain(step, fn, args, context)
-        return {"cpu": cpu, "wall": wall}
+        return _plain(step, fn, args, context)
     cpu, wall = time.process_time(), time.perf_counter()
     for name in IRSHARD_MODULES:
         importlib.import_module(name)
@@ -178,7 +186,9 @@ def child(step: str, way: str) -> dict:
                 irshard.compile(fn, *args, mesh=mesh, target=target,
                                 keras_fit=step == "keras")
         else:
-            with context():
+            if step == "keras":
+                fn, args = _keras_step(fn, args)
+            with phases.phase("JAX trace and lower"), context():
                 lowered = fn.lower(*args)
             irshard.report(lowered, mesh=mesh, target=target)
     late = sorted({m for m in sys.modules if m.startswith("irshard")} - before)
@@ -325,17 +335,26 @@ def _print(steps, ways, measured, runs) -> None:
             flag = "" if ratio <= GOALS[way] else " over"
             print(f"{step:<12} {way:<8} {base:9.2f} {mine:11.2f} {ratio:6.3f} "
                   f"{GOALS[way]:5.2f} {wall:10.3f}  {note}{flag}")
-    print("\nirshard's extra CPU time by phase (s, median): the trace and XLA's "
-          "compile less plain JAX's whole lower + compile where both ran")
+    print("\nirshard's extra CPU time by phase (s, median): JAX's trace and "
+          "XLA's compile less plain JAX's own; `other`: the rest of the "
+          "call (set-up, imports during it, assembling the report)")
     for step in steps:
+        plain = measured[(step, "plain")]
+        own = {"JAX trace and lower": _median(plain, "lower"),
+               "XLA compile": _median(plain, "compile")}
         for way in ways:
-            if way == "plain":
+            if way in ("plain", "command"):
                 continue
-            spent = _phases(measured[(step, way)])
-            if not spent:
-                continue
-            parts = ", ".join(f"{name} {seconds:.3f}" for name, seconds in
-                              sorted(spent.items(), key=lambda kv: -kv[1]))
+            ours = measured[(step, way)]
+            spent = _phases(ours)
+            extra = {name: seconds - own.get(name, 0.0)
+                     for name, seconds in spent.items()}
+            extra["irshard imports"] = _median(ours, "imports")
+            extra["other"] = _median(ours, "cpu") - sum(spent.values()) \
+                - extra["irshard imports"]
+            parts = ", ".join(f"{name} {seconds:+.3f}" for name, seconds in
+                              sorted(extra.items(), key=lambda kv: -kv[1])
+                              if abs(seconds) >= 0.0005)
             print(f"{step:<12} {way:<8} {parts}")
 
 

@@ -56,7 +56,9 @@ class Report(CollectiveReport):
 
     def stage(self, name: str) -> str:
         """The IR of pipeline stage `name` (stablehlo, propagated,
-        partitioned, optimized), as `--emit` prints it."""
+        partitioned, optimized), as `--emit` prints it. The partitioned
+        stage, unless the report read it (`stage="partitioned"`, `explain`),
+        costs one more compile: a default report does not ask XLA for it."""
         from irshard import STAGES
         if name not in STAGES:
             raise UsageError(f"unknown stage '{name}'; stages are "
@@ -123,19 +125,22 @@ _observers: list[Callable[[Report], None]] = []
 def _checked(api: Callable[..., Any]) -> Callable[..., Any]:
     """`api`, whose arguments are checked against its signature first: an
     unknown keyword or a missing argument is a `UsageError` naming what it
-    takes, as the command line's usage errors are."""
+    takes, as the command line's usage errors are. Python's collector
+    leaves the caller's objects alone during the call (`collector`)."""
     import functools
     import inspect
     signature = inspect.signature(api)
 
     @functools.wraps(api)
     def call(*args: Any, **kwargs: Any) -> Any:
+        from irshard.core import collector
         try:
             signature.bind(*args, **kwargs)
         except TypeError as e:
             raise UsageError(f"{api.__name__}(): {e}; it takes "
                              f"{', '.join(signature.parameters)}") from None
-        return api(*args, **kwargs)
+        with collector.young_only():
+            return api(*args, **kwargs)
     return call
 
 
@@ -276,7 +281,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
         "donate_argnames": donate_argnames, "context": context,
         "keras_fit": keras_fit})
     done = library.compile_program(lowered, library.ReportOptions(
-        stage=stage, explain=explain or verify, verify=verify, keep_stages=True))
+        stage=stage, explain=explain or verify, verify=verify))
     return _given(Report.of(done.report,
                             stages=staged.Pipeline(lowered, done.compiled)))
 
@@ -328,7 +333,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
     lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
     done = library.compile_program(lowered_stage, library.ReportOptions(
-        explain=explain or verify, verify=verify, keep_stages=True))
+        explain=explain or verify, verify=verify))
     return _given(Report.of(done.report,
                             stages=staged.Pipeline(lowered_stage, done.compiled)))
 
@@ -506,7 +511,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any = None,
         ranges=tuple((ranges or {}).items()), given=given, keep_values=True)
     options.validate()
     done = library.run_program(lowered, options,
-                               library.ReportOptions(keep_stages=True))
+                               library.ReportOptions())
     report = Report.of(done.report,
                        stages=staged.Pipeline(lowered, done.compiled),
                        run=done.result,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from irshard import REPORT_STAGES, STAGES
+from irshard.core import collector
 from irshard.core.errors import IrshardError, UsageError
 from irshard.core.specs import MeshSpec
 
@@ -51,8 +52,7 @@ class ReportOptions:
     (`optimized`, what runs, or `partitioned`), each collective's why
     (`explain`), the IR of the stages asked for (`emits`, with source
     locations under `debug_info`), the budgets the report is held to
-    (`budget.Budget`s), and whether every stage's IR stays at hand
-    (`keep_stages`: the API's `Report.stage`)."""
+    (`budget.Budget`s)."""
 
     stage: str = "optimized"
     explain: bool = False
@@ -61,7 +61,6 @@ class ReportOptions:
     emits: tuple[str, ...] = ()
     debug_info: bool = False
     budgets: tuple[Any, ...] = ()
-    keep_stages: bool = False
 
     def __post_init__(self) -> None:
         for stage in self.emits:
@@ -118,6 +117,7 @@ def held_to(report, budgets: Sequence[Any]):
     return budget.recorded(report, outcomes), budget.breach_error(outcomes)
 
 
+@collector.sparing
 def compile_program(lowered, options: ReportOptions = ReportOptions(), *,
                     note: Callable[[str], None] = _quiet) -> CompileOutcome:
     """`irshard compile`: the program partitioned and compiled, the report
@@ -125,7 +125,7 @@ def compile_program(lowered, options: ReportOptions = ReportOptions(), *,
     from irshard.stages import output
     texts, compiled = output.emit(lowered, options.emits, options.stage,
                                   options.debug_info, explain=options.explain,
-                                  keep=options.keep_stages, note=note)
+                                  note=note)
     if options.emits and not options.budgets:
         return CompileOutcome(compiled, None, tuple(texts))
     report = output.report(lowered, compiled, options.stage, options.explain,
@@ -134,6 +134,7 @@ def compile_program(lowered, options: ReportOptions = ReportOptions(), *,
     return CompileOutcome(compiled, report, tuple(texts), breach)
 
 
+@collector.sparing
 def run_program(lowered, run, options: ReportOptions = ReportOptions(), *,
                 note: Callable[[str], None] = _quiet,
                 stage: Callable[[str], None] = _quiet) -> RunOutcome:
@@ -147,7 +148,7 @@ def run_program(lowered, run, options: ReportOptions = ReportOptions(), *,
     texts, compiled = output.emit(lowered, options.emits, options.stage,
                                   options.debug_info, compile_anyway=True,
                                   explain=options.explain,
-                                  keep=options.keep_stages, note=note)
+                                  note=note)
     stage("running")
     result = execution.run(lowered, compiled, run)
     stage("writing")

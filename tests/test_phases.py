@@ -70,3 +70,28 @@ def test_the_command_writes_its_phases_where_asked(tmp_path):
         names[name] = (float(cpu), float(wall))
     assert {"XLA compile", "rendering"} <= set(names)
     assert all(cpu >= 0 and wall >= 0 for cpu, wall in names.values())
+
+
+def test_a_call_keeps_the_collector_off_the_objects_it_found():
+    import gc
+
+    from irshard.core import collector
+    seen = []
+    with collector.young_only():
+        seen.append(gc.get_freeze_count())
+        with collector.young_only():        # nested: nothing more frozen
+            seen.append(gc.get_freeze_count())
+    assert seen[0] > 0 and seen[1] == seen[0]
+    assert gc.get_freeze_count() == 0       # handed back
+
+
+def test_an_api_call_hands_every_object_back():
+    import gc
+
+    def f(x):
+        return (x * 2).sum()
+
+    irshard.compile(f, jax.ShapeDtypeStruct((8, 4), jnp.float32), mesh="x=2",
+                    shardings=("x,_",))
+    assert gc.get_freeze_count() == 0
+    assert gc.isenabled()

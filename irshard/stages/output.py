@@ -23,11 +23,11 @@ from irshard.stages import irfile, placing
 
 def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
          compile_anyway: bool = False, explain: bool = False,
-         keep: bool = False, note: Callable[[str], None] = lambda _: None):
+         note: Callable[[str], None] = lambda _: None):
     """The requested stages' IR, in pipeline order, and the compiled
     program (None when only MLIR stages were asked for and not
-    `compile_anyway`; its partitioned HLO kept where it is asked for, read,
-    or `keep`). Propagation's notes go to `note`."""
+    `compile_anyway`; its partitioned HLO kept where it is asked for or
+    read). Propagation's notes go to `note`."""
     texts = []
     if "stablehlo" in emits:
         texts.append(("stablehlo", lowered.as_text(debug_info)))
@@ -41,7 +41,7 @@ def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
             or any(s in emits for s in ("partitioned", "optimized"))):
         compiled = lowered.compile(
             partitioned="partitioned" in emits or stage == "partitioned"
-            or explain or keep)
+            or explain)
     if "partitioned" in emits:
         texts.append(("partitioned", compiled.partitioned().as_text()))
     if "optimized" in emits:

@@ -27,7 +27,7 @@ from typing import Any, Callable, ClassVar, Sequence
 from irshard import backend, passes
 from irshard.collectives import analysis, findings
 from irshard.collectives import memory as peaks
-from irshard.core import files, tree
+from irshard.core import collector, files, tree
 from irshard.core.errors import BackendError
 from irshard.core.frames import UserCode
 from irshard.core.phases import phase
@@ -416,8 +416,17 @@ class Pipeline:
         if name == "propagated":
             return self.lowered.propagate().as_text()
         if name == "partitioned":
-            return self.compiled.partitioned().as_text()
+            return self._partitioned
         return self.compiled.as_text()
+
+    @functools.cached_property
+    def _partitioned(self) -> str:
+        # Kept where the report read it; else XLA compiles the program again
+        # to dump it (a default report does not pay for the dump).
+        compiled = self.compiled
+        if compiled.compiled.partitioned_text is None and self.lowered is not None:
+            compiled = self.lowered.compile(partitioned=True)
+        return compiled.partitioned().as_text()
 
 
 # ---------------------------------------------------------------------------
@@ -470,6 +479,7 @@ def x64_notes(tensors: Sequence[tuple[str, DType]]) -> tuple[str, ...]:
             f"the function's own default types are then 64-bit too",)
 
 
+@collector.sparing
 def trace(program: Program, placement: targets.Placement | None = None,
           devices: Sequence[Any] | None = None) -> StableHLO:
     """Traces `program` (or its gradient with `program.grad`) to StableHLO as
