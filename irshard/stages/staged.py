@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -95,7 +94,6 @@ def _asm(operation: Any, debug_info: bool) -> str:
 
 
 # A 16-bit float element type in MLIR's printed types (`tensor<8xbf16>`).
-_SIXTEEN_BIT_FLOAT = re.compile(r"[x<](b?f16)>")
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,7 +123,8 @@ class StableHLO(Stage):
     def sixteen_bit_float(self) -> str | None:
         """The narrowest float the program computes in, where it is a
         16-bit one (`bf16`, else `f16`); None otherwise."""
-        found = set(_SIXTEEN_BIT_FLOAT.findall(self.as_text()))
+        from irshard.backend import shardy
+        found = shardy.sixteen_bit_floats(self.module)
         return "bf16" if "bf16" in found else ("f16" if found else None)
 
     def propagate(self) -> "Propagated":

@@ -10,6 +10,7 @@ ordered choice is cheap.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -232,9 +233,11 @@ def in_mesh(sharding, rank: int, mesh: MeshSpec) -> ShardingSpec | None:
     return None if entries is None else ShardingSpec.of_entries(entries)
 
 
+@functools.lru_cache(maxsize=1024)
 def mesh_axes_of(tiling: Tiling, mesh: MeshSpec) -> tuple[str, ...] | None:
     """One spec entry per dimension (`x`, `x+y`, `_`), or None when the
-    tiling is not a sharding over this mesh's axes."""
+    tiling is not a sharding over this mesh's axes. (Remembered: a model's
+    parameters share a few shardings, each a search over axis orders.)"""
     if tiling.replicated:
         return ("_",) * tiling.rank
     if tiling.maximal or tiling.manual or tiling.opaque:
