@@ -117,3 +117,14 @@ def test_sixteen_bit_floats_are_found_without_printing_the_module():
                              (carried, (jax.ShapeDtypeStruct((4,), jnp.float16),)),
                              (wide, (f32,)))]
     assert found == [{"bf16"}, {"f16"}, set()]
+
+
+def test_a_phases_file_that_cannot_be_written_is_one_warning(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "irshard", "compile",
+         os.path.join(ROOT, "examples", "matmul.py"), "--mesh", "x=2,y=2"],
+        capture_output=True, text=True,
+        env=dict(os.environ, IRSHARD_PHASES=str(tmp_path / "no" / "such" / "f")))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "irshard: warning: IRSHARD_PHASES: cannot write" in done.stderr

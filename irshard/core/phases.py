@@ -78,5 +78,9 @@ def _write(where: str, times: dict[str, list[float]]) -> None:
     if where == "1":
         sys.stderr.write(lines)
         return
-    with open(where, "a", encoding="utf-8") as f:
-        f.write(lines)
+    try:
+        with open(where, "a", encoding="utf-8") as f:
+            f.write(lines)
+    except OSError as e:
+        sys.stderr.write(f"irshard: warning: IRSHARD_PHASES: cannot write "
+                         f"{where}: {e.strerror or e}\n")
