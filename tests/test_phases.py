@@ -128,3 +128,21 @@ def test_a_phases_file_that_cannot_be_written_is_one_warning(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert "irshard: warning: IRSHARD_PHASES: cannot write" in done.stderr
+
+
+def test_phases_in_other_threads_keep_their_own_nesting():
+    import threading
+
+    def worker():
+        with phases.phase("worker"):
+            time.sleep(0.05)
+
+    with phases.recording() as spent:
+        with phases.phase("main"):
+            thread = threading.Thread(target=worker)
+            thread.start()
+            time.sleep(0.02)
+            thread.join()
+    # The worker's time is not taken out of the main thread's phase.
+    assert spent["main"][1] >= 0.045
+    assert spent["worker"][1] >= 0.05

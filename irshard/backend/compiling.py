@@ -18,8 +18,8 @@ from irshard.backend.devices import (_Progress, cost_analysis, first_line, messa
 from irshard.backend.compilecache import (PersistentCache, assigned_memory,
                                           memory_figures)
 from irshard.core import interrupts, syntax
-from irshard.core.phases import phase
 from irshard.core.errors import BackendError, IRError
+from irshard.core.phases import phase
 
 
 # ---------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from irshard.backend.devices import _jax, partition_spec
 from irshard.core import interrupts, tree
-from irshard.core.phases import phase
 from irshard.core.errors import SpecError
+from irshard.core.phases import phase
 
 
 # ---------------------------------------------------------------------------

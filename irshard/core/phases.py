@@ -1,9 +1,10 @@
 """Where a compile's time goes: named phases, timed when asked.
 
-`benchmarks/overhead.py` sets `IRSHARD_PHASES=1` (or a caller enters
-`recording()`) and reads each phase's CPU and wall time back; otherwise
-`phase(name)` costs one test of a global. A phase's time is its own:
-a phase inside another is taken out of the outer one's.
+`benchmarks/overhead.py` enters `recording()` around an API call, and runs
+the command with `IRSHARD_PHASES=FILE`, to read each phase's CPU and wall
+time back; otherwise `phase(name)` costs one test of a global. A phase's
+time is its own: a phase inside another (in the same thread) is taken out
+of the outer one's.
 
 CPU time is the process's (`time.process_time`): XLA's compile threads
 count, as they count against the machine.
@@ -14,14 +15,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 from typing import Iterator
 
 # name -> [CPU seconds, wall seconds, calls]; None while nothing records.
 _TIMES: dict[str, list[float]] | None = None
-# The open phases, innermost last: [name, CPU start, wall start, CPU of
-# inner phases, wall of inner phases].
-_OPEN: list[list] = []
+# Each thread's open phases, innermost last: [name, CPU start, wall start,
+# CPU of inner phases, wall of inner phases].
+_THREAD = threading.local()
 
 
 @contextlib.contextmanager
@@ -31,16 +33,17 @@ def phase(name: str) -> Iterator[None]:
         yield
         return
     entry = [name, time.process_time(), time.perf_counter(), 0.0, 0.0]
-    _OPEN.append(entry)
+    opened = _THREAD.__dict__.setdefault("open", [])
+    opened.append(entry)
     try:
         yield
     finally:
-        _OPEN.pop()
+        opened.pop()
         cpu = time.process_time() - entry[1]
         wall = time.perf_counter() - entry[2]
-        if _OPEN:
-            _OPEN[-1][3] += cpu
-            _OPEN[-1][4] += wall
+        if opened:
+            opened[-1][3] += cpu
+            opened[-1][4] += wall
         if _TIMES is not None:
             spent = _TIMES.setdefault(name, [0.0, 0.0, 0])
             spent[0] += cpu - entry[3]
