@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -190,9 +191,10 @@ def child(step: str, way: str) -> dict:
                 irshard.compile(fn, *args, mesh=mesh, target=target,
                                 keras_fit=step == "keras")
         else:
-            if step == "keras":
-                fn, args = _keras_step(fn, args)
+            # As plain JAX's is timed: Keras' building of its step included.
             with phases.phase("JAX trace and lower"), context():
+                if step == "keras":
+                    fn, args = _keras_step(fn, args)
                 lowered = fn.lower(*args)
             irshard.report(lowered, mesh=mesh, target=target)
     late = sorted({m for m in sys.modules if m.startswith("irshard")} - before)
@@ -253,10 +255,10 @@ def _available(step: str) -> str | None:
     """Why `step` cannot run here, or None."""
     for module in STEPS[step][5]:
         try:
-            importlib.util.find_spec(module)
+            found = importlib.util.find_spec(module)
         except (ImportError, ValueError):
-            return f"{module} is not installed"
-        if importlib.util.find_spec(module) is None:
+            found = None
+        if found is None:
             return f"{module} is not installed"
     return None
 
