@@ -93,9 +93,6 @@ def _asm(operation: Any, debug_info: bool) -> str:
     return operation.get_asm(enable_debug_info=debug_info)
 
 
-# A 16-bit float element type in MLIR's printed types (`tensor<8xbf16>`).
-
-
 @dataclass(frozen=True, eq=False)
 class StableHLO(Stage):
     """The traced program as StableHLO with irshard's mesh and shardings."""
