@@ -277,3 +277,58 @@ def test_a_temporary_directory_is_never_left_by_an_interrupt(tmp_path):
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
         assert os.listdir(temp) == [], k
+
+
+def test_a_removed_dump_folder_stays_removed_while_xla_compiles_on(monkeypatch):
+    """An interruption removes XLA's dump folder while XLA goes on
+    compiling, writing each kernel's IR from several threads. Once, XLA
+    wrote the folder back after the removal, and it was left behind (the
+    sweep above found it). Here the folder is removed as an interruption
+    removes it, once XLA has written its first kernel, and must still be
+    gone when the compile is done."""
+    import random
+    import threading
+
+    import jax.numpy as jnp
+
+    import irshard
+    from irshard.core import interrupts
+
+    removed, came_back = {}, []
+    temp_dir, remove = interrupts.temp_dir, interrupts.remove
+
+    def removed_while_compiling(prefix="irshard-", parent=None):
+        path = temp_dir(prefix, parent)
+        removed[path] = threading.Event()
+
+        def interrupt():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not any(
+                    name.endswith(".ll") for name in os.listdir(path)):
+                time.sleep(0.001)
+            try:
+                interrupts.remove_all()     # as `exit_now` does
+            finally:
+                with interrupts._LOCK:
+                    interrupts._STATE["closing"] = False
+                removed[path].set()
+        threading.Thread(target=interrupt, daemon=True).start()
+        return path
+
+    def removed_after_compiling(path):
+        if path in removed:
+            removed[path].wait(60)
+            came_back.append(os.path.lexists(path))
+        remove(path)
+
+    monkeypatch.setattr(interrupts, "temp_dir", removed_while_compiling)
+    monkeypatch.setattr(interrupts, "remove", removed_after_compiling)
+    salt = random.random()      # never a cached executable
+
+    def step(x):
+        for i in range(40):     # a kernel each, dumped as XLA builds it
+            x = jnp.sin(x @ x.T) + (i + salt)
+        return x
+
+    irshard.compile(step, jnp.ones((64, 64)), mesh="x=2")
+    assert came_back == [False]

@@ -201,10 +201,13 @@ def compile_module(module, mesh_devices: Sequence[Any],
                                       partitioned, (host_callbacks, keepalive),
                                       log, cache.note("read from"), dumps)
     # XLA's dumps: its buffer assignment always, the module after
-    # partitioning where asked; read, then removed whatever happens.
+    # partitioning where asked; read, then removed whatever happens. XLA
+    # writes through a name that cannot bring the folder back once removed
+    # (an interruption removes it while XLA compiles on).
     dump_dir = interrupts.temp_dir()
+    written_to, held = interrupts.pinned(dump_dir)
     try:
-        overrides = {"xla_dump_to": dump_dir, "xla_dump_hlo_as_text": True}
+        overrides = {"xla_dump_to": written_to, "xla_dump_hlo_as_text": True}
         if capture_partitioned:
             overrides["xla_dump_hlo_pass_re"] = "spmd-partitioning"
         options = _compile_options(module, len(mesh_devices),
@@ -239,6 +242,8 @@ def compile_module(module, mesh_devices: Sequence[Any],
     finally:
         with phase("dumps removed"):
             interrupts.remove(dump_dir)
+            if held is not None:
+                os.close(held)
     notes: tuple[str, ...] = ()
     if cache is not None:
         with phase("compile cache"):

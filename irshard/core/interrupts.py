@@ -64,6 +64,20 @@ def temp_dir(prefix: str = "irshard-", parent: str | None = None) -> str:
     raise FileExistsError(f"no unused temporary name in {parent}")
 
 
+def pinned(path: str) -> tuple[str, int | None]:
+    """A name for the directory `path` that leads to it only while it
+    exists, and the descriptor behind it (None where there is none; close
+    it after removing `path`). Native work that goes on writing after an
+    interruption (XLA dumping a compile's kernels from several threads) is
+    given this name: it cannot create the directory again once removed, as
+    it would under `path` itself; its writes fail instead. On Linux the
+    name goes through `/proc/self/fd`; elsewhere it is `path`."""
+    if not os.path.isdir("/proc/self/fd"):
+        return path, None
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}", fd
+
+
 def created(path: str, registry: set[str], make: Callable[[], Any]) -> Any:
     """`make()`, which creates `path`, with `path` registered in `registry`
     (removed on interruption) first. An interruption at any moment leaves
@@ -391,9 +405,13 @@ def exit_now(message: str = "irshard: interrupted") -> None:
     remove_all()
     try:
         if STDERR_COPIES:
-            os.dup2(STDERR_COPIES[0], 2)
-        print(message, file=sys.stderr)
-        sys.stderr.flush()
+            # Said on the terminal's own descriptor: native work still
+            # running writes on in the capture it was given.
+            sys.stderr.flush()
+            os.write(STDERR_COPIES[0], (message + "\n").encode())
+        else:
+            print(message, file=sys.stderr)
+            sys.stderr.flush()
     except Exception:
         pass
     os._exit(130)
