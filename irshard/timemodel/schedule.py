@@ -185,6 +185,49 @@ class _Walk:
         if op in FREE:
             return _IDLE
         called = dict(inst.called_computations()) if op in _CALLERS else {}
+        kind = self.control(inst, called, iteration, depth)
+        if kind is not None:
+            return kind
+        kind = _COMPUTE
+        if op == "fusion" and self.collective_fusion(inst, called, iteration):
+            kind = _OTHER
+        cycles = tpufusions.estimated_cycles(inst) if self.rates.clock_hz \
+            else None
+        declared = tpufusions.kernel_cost(inst) if op == "custom-call" else None
+        if cycles is None and tpufusions.allocates(inst):
+            return _IDLE
+        unknown = cycles is None and declared is None and op == "custom-call" \
+            and not self.costs.known(inst)
+        if unknown:
+            # Its arithmetic is unknown: timed by its memory traffic alone,
+            # a lower bound the step reports apart.
+            self.untimed.add((op, inst.computation, inst.name))
+        label = labels[at // 3] if labels is not None else None
+        if label is None:
+            label = (_kind(inst), ESTIMATE if cycles is not None
+                     else KERNEL if declared is not None
+                     else TRAFFIC if unknown else ROOFLINE)
+            if labels is not None:
+                labels[at // 3] = label
+        if timed is not None and timed[at] == timed[at]:
+            seconds, work, moved = timed[at], timed[at + 1], timed[at + 2]
+        else:
+            seconds, work, moved = self.priced(inst, called, cycles, declared,
+                                               unknown)
+            if timed is not None:
+                timed[at], timed[at + 1], timed[at + 2] = seconds, work, moved
+        if unknown:
+            self.step.untimed_s += seconds
+            kind = _OTHER
+        self.compute(inst, iteration, seconds, work, moved, label)
+        return kind
+
+    def control(self, inst: Instruction, called: dict[str, str], iteration,
+                depth) -> int | None:
+        """Runs `inst` where it is control flow, a collective or part of
+        one: what its later runs take; None for an instruction that
+        computes."""
+        op = inst.opcode
         if op == "while":
             self.loop(inst, called, iteration, depth)
             return _OTHER
@@ -226,74 +269,54 @@ class _Walk:
                 self.pending[inst.name] = self.pending.pop(begun)
                 return _OTHER
             return _IDLE
-        kind = _COMPUTE
-        if op == "fusion":
-            # A fusion holding a collective (a TPU's collective fusions): the
-            # collective is timed as the report times it, as if synchronous,
-            # then the fusion's own work.
-            # One of libtpu's asynchronous collective fusions
-            # (`tpufusions`): its start starts the collective, its done
-            # waits for it, the fusions between only compute.
-            fused = called.get("calls", "")
-            if self.holds_collectives(fused):
-                role = tpufusions.role(self.view, inst)
-                for inner in self.view.instructions_of(fused):
-                    if collective_kind(inner) is None:
-                        continue
-                    chain = tpufusions.chain(inner)
-                    if chain is not None and role == tpufusions.DONE:
-                        if chain in self.pending:
-                            self.finish(*self.pending.pop(chain))
-                        kind = _OTHER
-                    elif chain is None or role == tpufusions.START \
-                            or chain not in self.chains:
-                        if chain is not None:
-                            self.chains.add(chain)
-                        self.collective(inner, iteration, chain
-                                        if role == tpufusions.START else None)
-                        kind = _OTHER
-        cycles = tpufusions.estimated_cycles(inst) if self.rates.clock_hz \
-            else None
-        declared = tpufusions.kernel_cost(inst) if op == "custom-call" else None
-        if cycles is None and tpufusions.allocates(inst):
-            return _IDLE
-        unknown = cycles is None and declared is None and op == "custom-call" \
-            and not self.costs.known(inst)
-        if unknown:
-            # Its arithmetic is unknown: timed by its memory traffic alone,
-            # a lower bound the step reports apart.
-            self.untimed.add((op, inst.computation, inst.name))
-        label = labels[at // 3] if labels is not None else None
-        if label is None:
-            label = (_kind(inst), ESTIMATE if cycles is not None
-                     else KERNEL if declared is not None
-                     else TRAFFIC if unknown else ROOFLINE)
-            if labels is not None:
-                labels[at // 3] = label
-        if timed is not None and timed[at] == timed[at]:
-            seconds, work, moved = timed[at], timed[at + 1], timed[at + 2]
+        return None
+
+    def collective_fusion(self, inst: Instruction, called: dict[str, str],
+                          iteration) -> bool:
+        """Runs the collectives a fusion holds (a TPU's collective fusions),
+        timed as the report times them, as if synchronous, before the
+        fusion's own work; whether it held one. Of libtpu's asynchronous
+        collective fusions (`tpufusions`), the start starts the collective,
+        the done waits for it, the fusions between only compute."""
+        fused = called.get("calls", "")
+        if not self.holds_collectives(fused):
+            return False
+        held = False
+        role = tpufusions.role(self.view, inst)
+        for inner in self.view.instructions_of(fused):
+            if collective_kind(inner) is None:
+                continue
+            chain = tpufusions.chain(inner)
+            if chain is not None and role == tpufusions.DONE:
+                if chain in self.pending:
+                    self.finish(*self.pending.pop(chain))
+                held = True
+            elif chain is None or role == tpufusions.START \
+                    or chain not in self.chains:
+                if chain is not None:
+                    self.chains.add(chain)
+                self.collective(inner, iteration, chain
+                                if role == tpufusions.START else None)
+                held = True
+        return held
+
+    def priced(self, inst: Instruction, called: dict[str, str], cycles,
+               declared, unknown: bool) -> tuple[float, float, float]:
+        """What one run of computing `inst` takes: seconds, work, bytes."""
+        if declared is not None:
+            cost = Cost(flops=declared[0], transcendentals=declared[1],
+                        bytes=declared[2])
+        elif unknown:
+            cost = Cost(bytes=self.costs.memory(inst))
         else:
-            if declared is not None:
-                cost = Cost(flops=declared[0], transcendentals=declared[1],
-                            bytes=declared[2])
-            elif unknown:
-                cost = Cost(bytes=self.costs.memory(inst))
-            else:
-                cost = self.costs.of(inst, called.get("calls"))
-            if cycles is not None:
-                seconds = self.rates.overhead_s + cycles / self.rates.clock_hz
-            else:
-                seconds = self.rates.seconds(cost.flops, cost.transcendentals,
-                                             cost.bytes, cost.sliced, cost.wide,
-                                             cost.products)
-            work, moved = cost.flops + cost.transcendentals, cost.bytes
-            if timed is not None:
-                timed[at], timed[at + 1], timed[at + 2] = seconds, work, moved
-        if unknown:
-            self.step.untimed_s += seconds
-            kind = _OTHER
-        self.compute(inst, iteration, seconds, work, moved, label)
-        return kind
+            cost = self.costs.of(inst, called.get("calls"))
+        if cycles is not None:
+            seconds = self.rates.overhead_s + cycles / self.rates.clock_hz
+        else:
+            seconds = self.rates.seconds(cost.flops, cost.transcendentals,
+                                         cost.bytes, cost.sliced, cost.wide,
+                                         cost.products)
+        return seconds, cost.flops + cost.transcendentals, cost.bytes
 
     def compute(self, inst: Instruction, iteration, seconds: float,
                 work: float, moved: float, label=None) -> None:
