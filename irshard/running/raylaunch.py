@@ -371,81 +371,111 @@ def _run(ray, argv, num_processes, deadline, timeout, total_devices, platform,
             else "SPREAD"
         refs.append(task.options(scheduling_strategy=strategy, **resources)
                     .remote(i, child, left(), stopper, os.getcwd(), session))
-    index_of = {ref: i for i, ref in enumerate(refs)}
-    results: dict[int, dict] = {}
-    exited: dict[int, float] = {}
-    first_failure: int | None = None
-    pending = list(refs)
-    stop_sent = 0.0
-    unplaced: list[int] = []
-    infeasible = False
-    deadline_hit = False
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1, timeout=_POLL)
-        now = time.monotonic()
-        for ref in ready:
-            i = index_of[ref]
-            try:
-                results[i] = ray.get(ref)
-            except ray.exceptions.TaskUnschedulableError:
-                unplaced.append(i)
-                infeasible = True
-                results[i] = {"index": i, "returncode": None, "stage": "starting",
-                              "stdout": b"", "stderr": [], "timed_out": False,
-                              "stopped": True}
-                continue
-            except Exception as e:   # the task itself failed (its worker died)
-                results[i] = {"index": i, "returncode": -int(signal.SIGKILL),
-                              "stage": "starting", "stdout": b"",
-                              "stderr": [f"the Ray task failed: "
-                                         f"{str(e).splitlines()[0] if str(e) else e}"],
-                              "timed_out": False, "stopped": False}
-            exited[i] = now
-            if results[i]["returncode"] not in (0, None) and first_failure is None:
-                first_failure = i
-        failing = first_failure is not None and now - exited[first_failure] \
-            > distributed._GRACE
-        if pending and not stop_sent and (failing or unplaced or now > deadline):
-            stopper.stop.remote()
-            stop_sent = now
-            deadline_hit = not (failing or unplaced)
-        if stop_sent and pending and now > stop_sent + 1.0:
-            # Tasks Ray never placed are cancelled; started ones have a
-            # little longer to stop their processes themselves.
-            try:
-                started = set(ray.get(stopper.started.remote(), timeout=1.0))
-            except Exception:          # the actor is gone: cancel them all
-                started = set()
-            late = now > stop_sent + 3.0
-            for ref in list(pending):
-                i = index_of[ref]
-                if i in started and not late:
-                    continue
-                ray.cancel(ref, force=True)
-                pending.remove(ref)
-                if i not in started:
-                    unplaced.append(i)
-                results[i] = {"index": i, "returncode": None, "stage": "starting",
-                              "stdout": b"", "stderr": [], "timed_out": True,
-                              "stopped": True}
-    if unplaced and first_failure is None:
+    tasks = _Tasks(ray, refs, stopper)
+    tasks.wait(deadline)
+    if tasks.unplaced and tasks.first_failure is None:
         try:
             started = ray.get(stopper.started.remote(), timeout=1.0)
         except Exception:
             started = []
-        return _unplaced(unplaced, num_processes, resources, timeout,
-                         infeasible, started)
-    finished = []
-    for i in range(num_processes):
-        r = results[i]
-        finished.append(_Finished(i, r["returncode"], r["stage"],
-                                  [r["stdout"]] if r["stdout"] else [],
-                                  list(r["stderr"]), exited.get(i)))
-    running = [f for f in finished if f.returncode is None]
-    timed_out = bool(running) and first_failure is None and (
-        deadline_hit or any(results[f.index]["timed_out"] for f in running))
-    failure = finished[first_failure] if first_failure is not None else None
-    return distributed._verdict(finished, running, timed_out, timeout, failure)
+        return _unplaced(tasks.unplaced, num_processes, resources, timeout,
+                         tasks.infeasible, started)
+    return tasks.verdict(num_processes, timeout)
+
+
+def _ended(i: int, returncode: int | None, stderr: list[str] = (),
+           timed_out: bool = False, stopped: bool = True) -> dict:
+    """The result of process `i`'s task where the task gave none."""
+    return {"index": i, "returncode": returncode, "stage": "starting",
+            "stdout": b"", "stderr": list(stderr), "timed_out": timed_out,
+            "stopped": stopped}
+
+
+class _Tasks:
+    """The processes' Ray tasks, waited for: each one's result, when it
+    ended, the first that failed, and those Ray never placed. Once one
+    has failed (and the others had `distributed._GRACE` to follow), one
+    could not be placed, or the deadline passed, the others are stopped."""
+
+    def __init__(self, ray, refs, stopper):
+        self.ray, self.refs, self.stopper = ray, refs, stopper
+        self.index_of = {ref: i for i, ref in enumerate(refs)}
+        self.results: dict[int, dict] = {}
+        self.exited: dict[int, float] = {}
+        self.first_failure: int | None = None
+        self.unplaced: list[int] = []
+        self.infeasible = False
+        self.deadline_hit = False
+
+    def wait(self, deadline: float) -> None:
+        ray = self.ray
+        pending = list(self.refs)
+        stop_sent = 0.0
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=_POLL)
+            now = time.monotonic()
+            for ref in ready:
+                self.collect(ref, now)
+            failing = self.first_failure is not None and \
+                now - self.exited[self.first_failure] > distributed._GRACE
+            if pending and not stop_sent and (failing or self.unplaced
+                                              or now > deadline):
+                self.stopper.stop.remote()
+                stop_sent = now
+                self.deadline_hit = not (failing or self.unplaced)
+            if stop_sent and pending and now > stop_sent + 1.0:
+                self.cancel(pending, late=now > stop_sent + 3.0)
+
+    def collect(self, ref, now: float) -> None:
+        """The result of a task that is done."""
+        i = self.index_of[ref]
+        try:
+            self.results[i] = self.ray.get(ref)
+        except self.ray.exceptions.TaskUnschedulableError:
+            self.unplaced.append(i)
+            self.infeasible = True
+            self.results[i] = _ended(i, None)
+            return
+        except Exception as e:   # the task itself failed (its worker died)
+            said = str(e).splitlines()[0] if str(e) else e
+            self.results[i] = _ended(i, -int(signal.SIGKILL),
+                                     [f"the Ray task failed: {said}"],
+                                     stopped=False)
+        self.exited[i] = now
+        if self.results[i]["returncode"] not in (0, None) \
+                and self.first_failure is None:
+            self.first_failure = i
+
+    def cancel(self, pending: list, late: bool) -> None:
+        """Tasks Ray never placed are cancelled; started ones have a little
+        longer to stop their processes themselves (until `late`)."""
+        try:
+            started = set(self.ray.get(self.stopper.started.remote(), timeout=1.0))
+        except Exception:          # the actor is gone: cancel them all
+            started = set()
+        for ref in list(pending):
+            i = self.index_of[ref]
+            if i in started and not late:
+                continue
+            self.ray.cancel(ref, force=True)
+            pending.remove(ref)
+            if i not in started:
+                self.unplaced.append(i)
+            self.results[i] = _ended(i, None, timed_out=True)
+
+    def verdict(self, num_processes: int, timeout: float):
+        results, first_failure = self.results, self.first_failure
+        finished = []
+        for i in range(num_processes):
+            r = results[i]
+            finished.append(_Finished(i, r["returncode"], r["stage"],
+                                      [r["stdout"]] if r["stdout"] else [],
+                                      list(r["stderr"]), self.exited.get(i)))
+        running = [f for f in finished if f.returncode is None]
+        timed_out = bool(running) and first_failure is None and (
+            self.deadline_hit or any(results[f.index]["timed_out"] for f in running))
+        failure = finished[first_failure] if first_failure is not None else None
+        return distributed._verdict(finished, running, timed_out, timeout, failure)
 
 
 def _unplaced(indices, num_processes, resources, timeout, at_once, started):
