@@ -267,57 +267,103 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
     (a module's hundred thousand rows are never all held); `group_by`
     (`grouping.keys`) adds the collectives summed by it, and a folded
     table is summed by line unless it is given."""
-    lines = ["  ".join(headline(report))]
     limit = FOLDED_ROWS if fold else None
-    if report.inputs and tensors:
+    yield "  ".join(headline(report))
+    if tensors:
+        yield from _tensor_lines(report, limit)
+    yield ""
+    if not report.collectives:
+        yield "collectives: none"
+    else:
+        yield from _collective_lines(report, limit, group_by)
+    yield from _totals_lines(report)
+    if report.memory:
+        m = report.memory
+        yield (f"memory per device: arguments {human_bytes(m.argument_bytes)}, "
+               f"outputs {human_bytes(m.output_bytes)}"
+               + (f" ({human_bytes(m.alias_bytes)} in donated arguments)"
+                  if m.alias_bytes else "")
+               + f", temp {human_bytes(m.temp_bytes)}")
+        if m.peak:
+            yield from peak.lines(m.peak.to_json(), human_bytes,
+                                  fold=limit is not None)
+    yield from _step_lines(report)
+    verdict = _verdict(report)
+    if verdict:
+        yield verdict
+    if report.findings:
+        yield from ["", f"findings: {len(report.findings)}"]
+        for f in report.findings:
+            yield f"  {f.kind}  {f.describe()}"
+    budgets = [b.to_json() for b in report.budgets or ()]
+    if budgets:
+        yield from ["", "budgets"]
+        yield from table(["budget", "value", "result"],
+                         [[b["budget"], str(b["value"]),
+                           "ok" if b["passed"] else "EXCEEDED"] for b in budgets])
+    for note in report_notes(report):
+        yield f"note: {note}"
+
+
+def _tensor_lines(report: CollectiveReport, limit: int | None) -> list[str]:
+    """The inputs' and outputs' tables."""
+    lines = []
+    if report.inputs:
         lines += ["", "inputs"]
         lines += table(["name", "type", "sharding", "per device"],
                        _tensor_rows(report.inputs[:limit], False))
         lines += fold_note(len(report.inputs[:limit]), len(report.inputs), "inputs")
-    if report.outputs and tensors:
+    if report.outputs:
         lines += ["", "outputs"]
         lines += table(["#", "name", "type", "sharding", "per device"],
                        _tensor_rows(report.outputs[:limit], True))
         lines += fold_note(len(report.outputs[:limit]), len(report.outputs),
                            "outputs")
-    lines += [""]
-    if not report.collectives:
-        lines.append("collectives: none")
-    else:
-        lines.append("collectives")
-        timed = any(c.time_s is not None for c, _ in counted(report.collectives))
-        scoped = any(c.scope for c, _ in counted(report.collectives))
-        shown = report.collectives
-        if limit is not None and len(shown) > limit:
-            # The heaviest (bytes per run), in program order.
-            heaviest = sorted(range(len(shown)),
-                              key=lambda i: -shown[i].bytes * shown[i].executions)
-            shown = tuple(shown[i] for i in sorted(heaviest[:limit]))
-            lines[-1] += (f" (the {limit} that move the most bytes per run, "
-                          f"of {len(report.collectives)})")
-        yield from lines
-        lines = []
-        yield from _collectives_table(
-            ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs"]
-            + (["link", "time"] if timed else [])
-            + (["scope"] if scoped else []) + ["source"], shown, timed, scoped)
-        lines += fold_note(len(shown), len(report.collectives), "collectives")
-        if group_by is not None:
-            lines += _grouped(report.collectives, group_by, limit)
-        elif limit is not None and len(report.collectives) > limit:
-            lines += _grouped(report.collectives, "line", limit)
-        if any(c.why is not None for c, _ in counted(report.collectives)):
-            lines += ["", "why"]
-            for c in report.collectives:
-                if c.why is not None:
-                    where = f"  {c.source}" if c.source else ""
-                    lines.append(f"  {c.name}{where}")
-                    lines += [f"    {line}" for line in c.why.full_text().split("\n")]
+    return lines
+
+
+def _collective_lines(report: CollectiveReport, limit: int | None,
+                      group_by: str | None) -> Iterator[str]:
+    """The collectives' table (folded to the `limit` heaviest), their sums
+    by `group_by` and why each is there."""
+    heading = "collectives"
+    timed = any(c.time_s is not None for c, _ in counted(report.collectives))
+    scoped = any(c.scope for c, _ in counted(report.collectives))
+    shown = report.collectives
+    if limit is not None and len(shown) > limit:
+        # The heaviest (bytes per run), in program order.
+        heaviest = sorted(range(len(shown)),
+                          key=lambda i: -shown[i].bytes * shown[i].executions)
+        shown = tuple(shown[i] for i in sorted(heaviest[:limit]))
+        heading += (f" (the {limit} that move the most bytes per run, "
+                    f"of {len(report.collectives)})")
+    yield heading
+    yield from _collectives_table(
+        ["kind", "name", "shape", "bytes", "wire", "axes", "group", "runs"]
+        + (["link", "time"] if timed else [])
+        + (["scope"] if scoped else []) + ["source"], shown, timed, scoped)
+    yield from fold_note(len(shown), len(report.collectives), "collectives")
+    if group_by is not None:
+        yield from _grouped(report.collectives, group_by, limit)
+    elif limit is not None and len(report.collectives) > limit:
+        yield from _grouped(report.collectives, "line", limit)
+    if any(c.why is not None for c, _ in counted(report.collectives)):
+        yield from ["", "why"]
+        for c in report.collectives:
+            if c.why is not None:
+                where = f"  {c.source}" if c.source else ""
+                yield f"  {c.name}{where}"
+                for line in c.why.full_text().split("\n"):
+                    yield f"    {line}"
+
+
+def _totals_lines(report: CollectiveReport) -> list[str]:
+    """The collectives' totals: how many, bytes and time per run."""
     totals = report.totals()
     kinds = ", ".join(f"{n} {k}" for k, n in totals["by_kind"].items())
-    lines += ["", f"totals: {totals['count']} collective"
-              f"{'' if totals['count'] == 1 else 's'}"
-              + (f" ({kinds})" if kinds else "")]
+    lines = ["", f"totals: {totals['count']} collective"
+             f"{'' if totals['count'] == 1 else 's'}"
+             + (f" ({kinds})" if kinds else "")]
     at_least = "at least " if totals.get("unknown_executions") else ""
     lines.append(f"  per run: {at_least}{totals['bytes_per_run']} bytes "
                  f"({human_bytes(totals['bytes_per_run'])}), wire "
@@ -332,34 +378,7 @@ def text_lines(report: CollectiveReport, tensors: bool = True,
     if at_least:
         lines.append(f"  ({totals['unknown_executions']} in loops whose trip "
                      f"count is not known counted once)")
-    if report.memory:
-        m = report.memory
-        lines.append(
-            f"memory per device: arguments {human_bytes(m.argument_bytes)}, "
-            f"outputs {human_bytes(m.output_bytes)}"
-            + (f" ({human_bytes(m.alias_bytes)} in donated arguments)"
-               if m.alias_bytes else "")
-            + f", temp {human_bytes(m.temp_bytes)}")
-        if m.peak:
-            lines += peak.lines(m.peak.to_json(), human_bytes,
-                                fold=limit is not None)
-    lines += _step_lines(report)
-    verdict = _verdict(report)
-    if verdict:
-        lines.append(verdict)
-    if report.findings:
-        lines += ["", f"findings: {len(report.findings)}"]
-        for f in report.findings:
-            lines.append(f"  {f.kind}  {f.describe()}")
-    budgets = [b.to_json() for b in report.budgets or ()]
-    if budgets:
-        lines += ["", "budgets"]
-        lines += table(["budget", "value", "result"],
-                       [[b["budget"], str(b["value"]),
-                         "ok" if b["passed"] else "EXCEEDED"] for b in budgets])
-    for note in report_notes(report):
-        lines.append(f"note: {note}")
-    yield from lines
+    return lines
 
 
 def _step_lines(report: CollectiveReport) -> list[str]:
