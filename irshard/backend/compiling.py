@@ -174,24 +174,26 @@ def compile_module(module, mesh_devices: Sequence[Any],
     happens (an interrupt included). The compile itself runs where Ctrl-C
     still reaches the command (`interrupts.call`).
     """
-    import time
-
     from jax._src import xla_bridge
+    from jax._src.lib import _jax as jaxlib_core
     from jax._src.lib import xla_client as xc
 
     client = getattr(mesh_devices[0], "client", None) or \
         xla_bridge.get_backend(mesh_devices[0].platform)
-    from jax._src.lib import _jax as jaxlib_core
     compile_only = isinstance(client, jaxlib_core.CompileOnlyPyClient)
     device_list = xc.DeviceList(tuple(mesh_devices))
     host_callbacks, keepalive = callbacks
+
+    def options(overrides: dict[str, Any] | None):
+        return _compile_options(module, len(mesh_devices),
+                                [d.id for d in mesh_devices], overrides,
+                                propagate_to_parameters, propagate_to_outputs)
+
     cache = None
     if not compile_only and not host_callbacks:
         with phase("compile cache"):
-            cache = PersistentCache.of(
-                module, mesh_devices, client, lambda: _compile_options(
-                    module, len(mesh_devices), [d.id for d in mesh_devices],
-                    None, propagate_to_parameters, propagate_to_outputs))
+            cache = PersistentCache.of(module, mesh_devices, client,
+                                       lambda: options(None))
     if cache is not None:
         with phase("compile cache"):
             found = cache.read(device_list, capture_partitioned)
@@ -200,34 +202,55 @@ def compile_module(module, mesh_devices: Sequence[Any],
             return CompiledExecutable(executable, tuple(mesh_devices),
                                       partitioned, (host_callbacks, keepalive),
                                       log, cache.note("read from"), dumps)
-    # XLA's dumps: its buffer assignment always, the module after
-    # partitioning where asked; read, then removed whatever happens. XLA
-    # writes through a name that cannot bring the folder back once removed
-    # (an interruption removes it while XLA compiles on).
+    # A described slice (no devices here) compiles, but cannot load.
+    built = _compiled_with_dumps(
+        client.compile if compile_only else client.compile_and_load, module,
+        mesh_devices, device_list, options, capture_partitioned, host_callbacks)
+    if isinstance(built, CompiledExecutable):
+        return built                    # what does not fit, reported
+    executable, partitioned, log, buffer_dumps, seconds = built
+    notes: tuple[str, ...] = ()
+    if cache is not None:
+        with phase("compile cache"):
+            written = cache.write(executable, seconds, partitioned, log,
+                                  buffer_dumps)
+        notes = cache.note("written to") if written else cache.note(None)
+    return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
+                              (host_callbacks, keepalive), log, notes,
+                              buffer_dumps)
+
+
+def _compiled_with_dumps(compile_fn: Callable[..., Any], module,
+                         devices: Sequence[Any], device_list,
+                         options: Callable[[dict[str, Any]], Any],
+                         capture_partitioned: bool, host_callbacks):
+    """XLA's compile with its dumps: the buffer assignment always, the
+    module after partitioning where asked; read, then removed whatever
+    happens. XLA writes through a name that cannot bring the folder back
+    once removed (an interruption removes it while XLA compiles on).
+    Returns the executable, the partitioned module's text, what XLA wrote
+    to stderr, the buffer dumps and the compile's seconds; or, where XLA
+    refused it for memory, what does not fit (`_unbuilt`)."""
+    import time
     dump_dir = interrupts.temp_dir()
     written_to, held = interrupts.pinned(dump_dir)
     try:
         overrides = {"xla_dump_to": written_to, "xla_dump_hlo_as_text": True}
         if capture_partitioned:
             overrides["xla_dump_hlo_pass_re"] = "spmd-partitioning"
-        options = _compile_options(module, len(mesh_devices),
-                                   [d.id for d in mesh_devices], overrides,
-                                   propagate_to_parameters, propagate_to_outputs)
         extra = {"host_callbacks": list(host_callbacks)} if host_callbacks else {}
-        # A described slice (no devices here) compiles, but cannot load.
-        compile_fn = client.compile if compile_only else client.compile_and_load
         started = time.monotonic()
         try:
             # What XLA warns about while compiling is captured (findings).
             with quiet_native_stderr() as logged, phase("XLA compile"):
                 executable = interrupts.call(
-                    compile_fn, module, device_list, options, **extra,
+                    compile_fn, module, device_list, options(overrides), **extra,
                     progress=_Progress(logged.terminal,
                                        f"compiling with XLA for "
-                                       f"{len(mesh_devices)} devices"))
+                                       f"{len(devices)} devices"))
         except Exception as e:  # XlaRuntimeError and friends
             refused = message(e)
-            unbuilt = _unbuilt(dump_dir, refused, mesh_devices, logged.text,
+            unbuilt = _unbuilt(dump_dir, refused, devices, logged.text,
                                capture_partitioned) \
                 if _OUT_OF_MEMORY.search(refused) else None
             if unbuilt is None:
@@ -235,8 +258,9 @@ def compile_module(module, mesh_devices: Sequence[Any],
                 raise BackendError(f"XLA failed to compile the module: "
                                    f"{refused}{said}") from None
             return unbuilt
+        seconds = time.monotonic() - started
         with phase("dumps read"):
-            partitioned = (_read_partitioned_dump(dump_dir, len(mesh_devices))
+            partitioned = (_read_partitioned_dump(dump_dir, len(devices))
                            if capture_partitioned else None)
             buffer_dumps = _read_buffer_dumps(dump_dir)
     finally:
@@ -244,15 +268,7 @@ def compile_module(module, mesh_devices: Sequence[Any],
             interrupts.remove(dump_dir)
             if held is not None:
                 os.close(held)
-    notes: tuple[str, ...] = ()
-    if cache is not None:
-        with phase("compile cache"):
-            written = cache.write(executable, time.monotonic() - started,
-                                  partitioned, logged.text, buffer_dumps)
-        notes = cache.note("written to") if written else cache.note(None)
-    return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
-                              (host_callbacks, keepalive), logged.text, notes,
-                              buffer_dumps)
+    return executable, partitioned, logged.text, buffer_dumps, seconds
 
 
 def _read_partitioned_dump(dump_dir: str, num_devices: int) -> str:

@@ -417,7 +417,6 @@ def run_registered_passes_isolated(module, pipeline: str,
     remarks), each as `record` makes it (picklable), are added to
     `diagnostics`. Where `fork` is missing, the passes run in-process."""
     import pickle
-    import faulthandler
     import signal as signals
 
     from jaxlib.mlir import ir
@@ -430,33 +429,8 @@ def run_registered_passes_isolated(module, pipeline: str,
     result = os.path.join(where, "module.mlirbc")
     try:
         pid = interrupts.fork()
-        if pid == 0:                            # the child
-            status = 1
-            try:
-                # A crash is reported by the parent, in its own words.
-                faulthandler.disable()
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, 1)
-                os.dup2(null, 2)
-                said: list = []
-
-                def keep(info) -> bool:
-                    said.append(record(info))
-                    return False                # the others see it too
-
-                with operation.context:
-                    # The parent's thread pool has no threads here.
-                    operation.context.enable_multithreading(False)
-                    if record is not None:
-                        operation.context.attach_diagnostic_handler(keep)
-                    run_pipeline(operation, pipeline)
-                    with open(result, "wb") as f:
-                        operation.write_bytecode(f)
-                with open(result + ".said", "wb") as f:
-                    pickle.dump(said, f)
-                status = 0
-            finally:
-                os._exit(status)
+        if pid == 0:
+            _passes_in_child(operation, pipeline, result, record)
         child = interrupts.Forked(pid)
         interrupts.track(child)
         try:
@@ -488,6 +462,41 @@ def run_registered_passes_isolated(module, pipeline: str,
             return ir.Module.parse(data).operation.clone(), None
     finally:
         interrupts.remove(where)
+
+
+def _passes_in_child(operation, pipeline: str, result: str,
+                     record: Callable[[Any], Any] | None) -> None:
+    """The forked child of `run_registered_passes_isolated`: runs the
+    passes, writes the module to `result` as bytecode and what was said
+    beside it (`result.said`), and exits (1 where the passes failed)."""
+    import faulthandler
+    import pickle
+    status = 1
+    try:
+        # A crash is reported by the parent, in its own words.
+        faulthandler.disable()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        said: list = []
+
+        def keep(info) -> bool:
+            said.append(record(info))
+            return False                # the others see it too
+
+        with operation.context:
+            # The parent's thread pool has no threads here.
+            operation.context.enable_multithreading(False)
+            if record is not None:
+                operation.context.attach_diagnostic_handler(keep)
+            run_pipeline(operation, pipeline)
+            with open(result, "wb") as f:
+                operation.write_bytecode(f)
+        with open(result + ".said", "wb") as f:
+            pickle.dump(said, f)
+        status = 0
+    finally:
+        os._exit(status)
 
 
 def run_pipeline(operation, pipeline: str) -> None:
