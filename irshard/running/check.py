@@ -401,40 +401,12 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
     # Non-finite elements must agree exactly (the same infinity, or NaN).
     nonfinite_bad = ~finite & ~both_nan & ~(a == e)
 
-    reference = "exact" if exact else "unsharded"
-    reference_error = 0.0
-    against = e
     if exact:
-        allowed = np.zeros(a.shape)
+        reference, against, allowed, reference_error = \
+            "exact", e, np.zeros(a.shape), 0.0
     else:
-        t = None
-        if truth is not None and name in _EPS:
-            t = _wide(truth, complex_)
-            tf = np.isfinite(t) & finite
-            scale = float(np.max(np.abs(t[tf]), initial=0.0))
-            gaps = np.abs(e[tf] - t[tf])
-            gap = float(np.max(gaps, initial=0.0))
-            # Whether it computes the same thing is read from the typical
-            # element, not the worst: an ill-conditioned element (Adam's
-            # first step divides a gradient that cancelled to ~0 by its own
-            # size) may differ by any amount, and that is the unsharded
-            # result's error, the room the sharded one gets.
-            typical = float(np.median(gaps)) if gaps.size else 0.0
-            if t.shape != a.shape or \
-                    typical > math.sqrt(_EPS[name]) * scale + atol:
-                t = None
-            else:
-                reference_error = gap
-        if t is not None:
-            reference = "float64"
-            against = t
-            allowed = atol + rtol * np.abs(t) + ROUNDING_ROOM * reference_error
-        else:
-            scale = float(np.max(np.abs(e[finite]), initial=0.0))
-            allowed = atol + rtol * (np.abs(e) + scale)
-            if spread is not None and spread.shape == a.shape:
-                reference_error = float(np.max(spread, initial=0.0))
-                allowed = allowed + ROUNDING_ROOM * spread
+        reference, against, allowed, reference_error = _allowed(
+            a, e, finite, name, complex_, truth, spread, rtol, atol)
     with np.errstate(invalid="ignore"):     # inf - inf where not finite
         diff = np.where(finite, np.abs(a - against), 0.0)
     diff = np.where(nonfinite_bad, np.inf, diff)
@@ -471,6 +443,43 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
         reference_error, worst_at, float(diff[worst_at]),
         float(np.broadcast_to(allowed, a.shape)[worst_at]),
         int(np.count_nonzero(both_nan)), size, precision, not_compared)
+
+
+def _allowed(a: np.ndarray, e: np.ndarray, finite: np.ndarray, name: str,
+             complex_: bool, truth: np.ndarray | None,
+             spread: np.ndarray | None, rtol: float, atol: float):
+    """What a float output is compared against and how far each element
+    may be from it: the 64-bit result where it computes the same thing,
+    else the unsharded one. Returns the reference's name, its values, the
+    room each element has, and the reference's own error."""
+    reference_error = 0.0
+    t = None
+    if truth is not None and name in _EPS:
+        t = _wide(truth, complex_)
+        tf = np.isfinite(t) & finite
+        scale = float(np.max(np.abs(t[tf]), initial=0.0))
+        gaps = np.abs(e[tf] - t[tf])
+        gap = float(np.max(gaps, initial=0.0))
+        # Whether it computes the same thing is read from the typical
+        # element, not the worst: an ill-conditioned element (Adam's first
+        # step divides a gradient that cancelled to ~0 by its own size) may
+        # differ by any amount, and that is the unsharded result's error,
+        # the room the sharded one gets.
+        typical = float(np.median(gaps)) if gaps.size else 0.0
+        if t.shape != a.shape or typical > math.sqrt(_EPS[name]) * scale + atol:
+            t = None
+        else:
+            reference_error = gap
+    if t is not None:
+        return ("float64", t,
+                atol + rtol * np.abs(t) + ROUNDING_ROOM * reference_error,
+                reference_error)
+    scale = float(np.max(np.abs(e[finite]), initial=0.0))
+    allowed = atol + rtol * (np.abs(e) + scale)
+    if spread is not None and spread.shape == a.shape:
+        reference_error = float(np.max(spread, initial=0.0))
+        allowed = allowed + ROUNDING_ROOM * spread
+    return "unsharded", e, allowed, reference_error
 
 
 # Float outputs a program may compute through a 16-bit float.
