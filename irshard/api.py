@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from irshard.apichecks import (JitArguments, booleans, check_platform, check_run,
                                is_int, knob_space, number_list, wrong)
-from irshard.apiprogram import configure, in_shardings_of, lowering, mesh_of, pipeline
+from irshard.apiprogram import (configure, in_shardings_of, lowering, mesh_of,
+                                pipeline, searched_programs)
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
 from irshard.reporting.report import CollectiveReport
@@ -391,7 +392,6 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     from irshard import frontend, library
     from irshard.core import frames
     from irshard.hardware import targets
-    from irshard.loading import program
     from irshard.strategy import candidates
     from irshard.strategy import search as searching
     frames.note_callers()
@@ -414,24 +414,9 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     if place.target.kind != "tpu":
         configure(count, place.platform)
     static = number_list("static_argnums", static_argnums)
-    made: dict[Any, tuple[Callable[..., Any], tuple[Any, ...], Any]] = {}
-    programs: list[tuple[Any, Any]] = []
-    for combo in library.knob_combinations(space) if space else [()]:
-        try:
-            step, step_args, context = _made(fn, combo) if space \
-                else (fn, args, None)
-        except UsageError as e:
-            if str(e).startswith("search: "):
-                raise
-            programs.append((combo, str(e)))
-            continue
-        made[combo] = (step, step_args, context)
-        programs.append((combo, program.program_of(
-            step, step_args, mesh=parse_mesh(f"{names[0]}={count}"),
-            static_argnums=static, grad=grad, context=context)))
-    if not made:
-        raise UsageError(f"search: the factory rejects every combination of the "
-                         f"knobs; the first: {programs[0][1]}")
+    made, programs = searched_programs(fn, args, space,
+                                       parse_mesh(f"{names[0]}={count}"),
+                                       static, grad)
 
     def compile_change(change, explain: bool = False):
         step, step_args, context = made[change.knobs]
@@ -447,27 +432,6 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
         command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change,
         factory=getattr(fn, "__name__", "factory") if space else None,
         knob_space=space, per=per, hosting=frontend.Hosting(place))
-
-
-def _made(factory: Callable[..., Any], combo
-          ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
-    """`factory(**combo)`, as `(step, args, context)` (the context's maker,
-    or None); its raising is the knobs' fault (`UsageError`, listed as an
-    invalid candidate)."""
-    from irshard.core.knobs import knob_text
-    name = getattr(factory, "__name__", "factory")
-    called = ", ".join(f"{k}={knob_text(v)}" for k, v in combo)
-    try:
-        made = factory(**dict(combo))
-    except Exception as e:
-        raise UsageError(f"{name}({called}) raised {type(e).__name__}: {e}") from None
-    if not (isinstance(made, (tuple, list)) and len(made) in (2, 3)
-            and isinstance(made[1], (tuple, list))
-            and (len(made) == 2 or callable(made[2]))):
-        raise UsageError(f"search: {name}({called}) returned "
-                         f"{type(made).__name__}; a factory returns (step, args) "
-                         f"or (step, args, context)")
-    return made[0], tuple(made[1]), made[2] if len(made) == 3 else None
 
 
 @_x64_kept

@@ -1,6 +1,7 @@
 """The Python API's program: a function and its arguments, as `irshard.api`
 takes them, checked and resolved into the pipeline's first stage
-(`stablehlo`), as `irshard.load` resolves a file; and the simulated CPU
+(`stablehlo`), as `irshard.load` resolves a file; a search's programs,
+one for each combination of a factory's knobs; and the simulated CPU
 devices asked for before JAX starts (`configure`).
 
 Arguments are checked before anything starts: a wrong type is a
@@ -180,3 +181,53 @@ def in_shardings_of(shardings: Any, in_shardings: Any) -> Any:
         raise UsageError("shardings and in_shardings are the same argument; "
                          "give one")
     return in_shardings if in_shardings is not None else shardings
+
+
+def searched_programs(fn: Callable[..., Any], args: tuple[Any, ...], space,
+                       mesh, static: tuple[int, ...], grad):
+    """The program of each knob combination of `space` (`fn` a factory;
+    one program, `fn(*args)`, without knobs) on `mesh`: the steps made,
+    by combination, and the programs, a combination the factory rejects
+    with what it said. Raises where it rejects every one."""
+    from irshard import library
+    from irshard.loading import program
+    made: dict[Any, tuple[Callable[..., Any], tuple[Any, ...], Any]] = {}
+    programs: list[tuple[Any, Any]] = []
+    for combo in library.knob_combinations(space) if space else [()]:
+        try:
+            step, step_args, context = made_by(fn, combo) if space \
+                else (fn, args, None)
+        except UsageError as e:
+            if str(e).startswith("search: "):
+                raise
+            programs.append((combo, str(e)))
+            continue
+        made[combo] = (step, step_args, context)
+        programs.append((combo, program.program_of(
+            step, step_args, mesh=mesh, static_argnums=static, grad=grad,
+            context=context)))
+    if not made:
+        raise UsageError(f"search: the factory rejects every combination of the "
+                         f"knobs; the first: {programs[0][1]}")
+    return made, programs
+
+
+def made_by(factory: Callable[..., Any], combo
+          ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
+    """`factory(**combo)`, as `(step, args, context)` (the context's maker,
+    or None); its raising is the knobs' fault (`UsageError`, listed as an
+    invalid candidate)."""
+    from irshard.core.knobs import knob_text
+    name = getattr(factory, "__name__", "factory")
+    called = ", ".join(f"{k}={knob_text(v)}" for k, v in combo)
+    try:
+        made = factory(**dict(combo))
+    except Exception as e:
+        raise UsageError(f"{name}({called}) raised {type(e).__name__}: {e}") from None
+    if not (isinstance(made, (tuple, list)) and len(made) in (2, 3)
+            and isinstance(made[1], (tuple, list))
+            and (len(made) == 2 or callable(made[2]))):
+        raise UsageError(f"search: {name}({called}) returned "
+                         f"{type(made).__name__}; a factory returns (step, args) "
+                         f"or (step, args, context)")
+    return made[0], tuple(made[1]), made[2] if len(made) == 3 else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from irshard.core.errors import UsageError, UserCodeError
 from irshard.core.specs import parse_mesh
@@ -335,27 +336,10 @@ def cmd_search(args) -> int:
         else search.device_count(placement.target, args.devices)
     hosting = frontend.Hosting(placement)
     hosting.configure(count)
-    programs = []
     with hosting.visible():
-        for knobs in library.knob_combinations(knob_space):
-            try:
-                program = fromfile.load_program(
-                    source.path, mesh=None if own else
-                    (source.mesh_spec() if fixed else parse_mesh(f"{axes[0]}={count}")),
-                    fn_name=source.fn, args=source.arg_types, grad=source.grad,
-                    args_fn=source.args_fn, static=source.static,
-                    donate=source.donate, context_fn=source.context_fn,
-                    factory=source.factory, knobs=knobs)
-            except UserCodeError as e:
-                if not str(e).startswith(fromfile.INVALID_KNOBS):
-                    raise
-                programs.append((knobs, str(e).splitlines()[0]
-                                 .removeprefix(fromfile.INVALID_KNOBS)))
-                continue
-            programs.append((knobs, program))
-    if all(isinstance(p, str) for _, p in programs):
-        raise UsageError(f"--factory {source.factory} rejects every combination "
-                         f"of the knobs; the first: {programs[0][1]}")
+        programs = _searched_programs(
+            source, knob_space, None if own else source.mesh_spec() if fixed
+            else parse_mesh(f"{axes[0]}={count}"))
     program = next(p for _, p in programs if not isinstance(p, str))
     if source.fn is None and source.factory is None:
         source = dataclasses.replace(source, fn=program.function, _resolved={})
@@ -381,6 +365,33 @@ def cmd_search(args) -> int:
     write_output(args.output, result.render(args.format))
     _note(result.timing_note())
     return 0
+
+
+def _searched_programs(source, knob_space, mesh) -> list[tuple[Any, Any]]:
+    """The program of `source` on `mesh` for each combination of its
+    factory's knobs (one, without knobs); a combination the factory rejects
+    with what it said. Raises where it rejects every one."""
+    from irshard import library
+    from irshard.loading import fromfile
+    programs: list[tuple[Any, Any]] = []
+    for knobs in library.knob_combinations(knob_space):
+        try:
+            program = fromfile.load_program(
+                source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
+                grad=source.grad, args_fn=source.args_fn, static=source.static,
+                donate=source.donate, context_fn=source.context_fn,
+                factory=source.factory, knobs=knobs)
+        except UserCodeError as e:
+            if not str(e).startswith(fromfile.INVALID_KNOBS):
+                raise
+            programs.append((knobs, str(e).splitlines()[0]
+                             .removeprefix(fromfile.INVALID_KNOBS)))
+            continue
+        programs.append((knobs, program))
+    if all(isinstance(p, str) for _, p in programs):
+        raise UsageError(f"--factory {source.factory} rejects every combination "
+                         f"of the knobs; the first: {programs[0][1]}")
+    return programs
 
 
 def cmd_diff(args) -> int:

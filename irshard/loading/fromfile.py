@@ -137,32 +137,10 @@ def load_program(path: str, *, mesh: MeshSpec | None, fn_name: str | None = None
     rules = parse_overrides(overrides) + parse_rules(shards)
 
     module = loader.load_module(path)
+    name, fn, positional, mesh, context = _function(
+        module, path, fn_name, args_fn, context_fn, factory, knobs, mesh)
     if factory is not None:
-        if fn_name is not None or args_fn is not None:
-            raise UsageError("--factory makes the program and its arguments: "
-                             "give it instead of --fn and --args")
-        name, fn, positional, made_context = _made(module, path, factory, knobs)
-        if made_context is not None and context_fn is not None:
-            raise UsageError(f"--factory {factory} returns the context its step "
-                             f"lowers in: give no --context")
         args_fn = factory
-    else:
-        if knobs:
-            raise UsageError("--knob gives --factory its keywords: give --factory "
-                             "NAME too")
-        name, fn = loader.select_function(module, path, fn_name)
-        positional = _call_args_function(module, path, args_fn) if args_fn else ()
-        made_context = None
-    if mesh is None:
-        mesh = _arguments_mesh(fn, positional, name)
-    context = None
-    if made_context is not None:
-        context = checked_context(made_context, f"--factory {factory}'s context",
-                                  os.path.dirname(os.path.abspath(path)))
-    if context_fn is not None:
-        _, context = loader.select_function(module, path, context_fn, "--context")
-        context = checked_context(context, f"--context {context_fn}",
-                                  os.path.dirname(os.path.abspath(path)))
     rename = output_names = None
     if keras_fit:
         if not args_fn:
@@ -199,6 +177,41 @@ def load_program(path: str, *, mesh: MeshSpec | None, fn_name: str | None = None
                    output_names=output_names,
                    **_jitted(fn, name, parameters, leaves, positional, grads, context))
 
+
+
+def _function(module, path: str, fn_name: str | None, args_fn: str | None,
+              context_fn: str | None, factory: str | None,
+              knobs: Sequence[tuple[str, Any]], mesh: MeshSpec | None):
+    """The step of a loaded file: its name, the function, its positional
+    arguments (from `--args`, or as `--factory` made them), its mesh
+    (`mesh`, or the one its arguments' shardings name) and the context it
+    lowers in (`--context`'s, or the factory's), checked."""
+    here = os.path.dirname(os.path.abspath(path))
+    if factory is not None:
+        if fn_name is not None or args_fn is not None:
+            raise UsageError("--factory makes the program and its arguments: "
+                             "give it instead of --fn and --args")
+        name, fn, positional, made_context = _made(module, path, factory, knobs)
+        if made_context is not None and context_fn is not None:
+            raise UsageError(f"--factory {factory} returns the context its step "
+                             f"lowers in: give no --context")
+    else:
+        if knobs:
+            raise UsageError("--knob gives --factory its keywords: give --factory "
+                             "NAME too")
+        name, fn = loader.select_function(module, path, fn_name)
+        positional = _call_args_function(module, path, args_fn) if args_fn else ()
+        made_context = None
+    if mesh is None:
+        mesh = _arguments_mesh(fn, positional, name)
+    context = None
+    if made_context is not None:
+        context = checked_context(made_context, f"--factory {factory}'s context",
+                                  here)
+    if context_fn is not None:
+        _, context = loader.select_function(module, path, context_fn, "--context")
+        context = checked_context(context, f"--context {context_fn}", here)
+    return name, fn, positional, mesh, context
 
 
 def _same_parameters(fn: Callable[..., Any], name: str,
