@@ -179,6 +179,19 @@ def test_the_text_report_shows_the_top_buffers(gpt_report):
     assert len(unfolded) > len(text.splitlines())
 
 
+def test_a_combined_op_name_is_named_by_its_first_distinct_parts():
+    """A fusion XLA made of twenty-one ops joins their op_names: its row's
+    `what` once ran to 900 characters, and the table's column with it."""
+    joined = ("jit(train_step)/(" + ":".join(
+        ["transpose(jvp())/scatter-add"] + ["transpose(jvp())/dot_general"] * 12
+        + ["transpose(jvp())/reduce_sum"] * 7 + ["jvp()/reduce_sum"]) + ")")
+    assert peak_text._short_op(joined) == (
+        "(transpose(jvp())/scatter-add:transpose(jvp())/dot_general:"
+        "transpose(jvp())/reduce_sum +1 more)")
+    assert peak_text._short_op("jit(f)/(add:mul)") == "(add:mul)"
+    assert peak_text._short_op("jit(f)/jvp()/dot_general") == "jvp()/dot_general"
+
+
 @pytest.mark.tpu
 def test_a_tpu_slice_s_peak(tmp_path):
     from tests.conftest import require

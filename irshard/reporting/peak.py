@@ -133,13 +133,21 @@ def rows(peak: dict[str, Any]) -> list[tuple[int, str, str, int, str]]:
     return out
 
 
+# The parts of a combined op_name a row names.
+_PARTS = 3
+
+
 def _short_op(op_name: str | None) -> str | None:
     """`jit(step)/jvp()/dot_general` -> `jvp()/dot_general`: the op and the
     transformation it is under."""
     if not op_name:
         return None
-    if "/(" in op_name:              # a combiner's `prefix/(a:b)`: its parts
-        return op_name[op_name.index("/(") + 1:]
+    if "/(" in op_name and op_name.endswith(")"):
+        # A combiner's `prefix/(a:b:...)`: its distinct parts, the first
+        # few (one fusion may join dozens).
+        parts = list(dict.fromkeys(op_name[op_name.index("/(") + 2:-1].split(":")))
+        more = f" +{len(parts) - _PARTS} more" if len(parts) > _PARTS else ""
+        return f"({':'.join(parts[:_PARTS])}{more})"
     parts = [p for p in op_name.split("/") if not p.startswith("jit(")]
     return "/".join(parts[-2:]) if parts else op_name
 
