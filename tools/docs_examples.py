@@ -7,8 +7,8 @@ in order, from a scratch folder where `examples/`, `tests/` and
 `benchmarks/` are the repository's (so `-o set.json` writes there), with
 `irshard` this Python's, and
 
-  - `--check` (the default) says which blocks differ from what the
-    commands print today, and exits 1 if any does;
+  - by default, says which blocks differ from what the commands print
+    today, and exits 1 if any does;
   - `--write` puts what they print in place of each block's output.
 
 What a block shows is the commands' standard output, then each standard

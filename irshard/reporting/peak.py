@@ -133,8 +133,8 @@ def rows(peak: dict[str, Any]) -> list[tuple[int, str, str, int, str]]:
     return out
 
 
-# The parts of a combined op_name a row names.
-_PARTS = 3
+# How wide a row's combined op_name may grow.
+_WIDTH = 60
 
 
 def _short_op(op_name: str | None) -> str | None:
@@ -143,11 +143,16 @@ def _short_op(op_name: str | None) -> str | None:
     if not op_name:
         return None
     if "/(" in op_name and op_name.endswith(")"):
-        # A combiner's `prefix/(a:b:...)`: its distinct parts, the first
-        # few (one fusion may join dozens).
+        # A combiner's `prefix/(a:b:...)`: its distinct parts, as many
+        # as fit in `_WIDTH` characters, one at least (one fusion may join
+        # dozens).
         parts = list(dict.fromkeys(op_name[op_name.index("/(") + 2:-1].split(":")))
-        more = f" +{len(parts) - _PARTS} more" if len(parts) > _PARTS else ""
-        return f"({':'.join(parts[:_PARTS])}{more})"
+        shown = 1
+        while shown < len(parts) and \
+                len(":".join(parts[:shown + 1])) + 10 <= _WIDTH:
+            shown += 1
+        more = f" +{len(parts) - shown} more" if len(parts) > shown else ""
+        return f"({':'.join(parts[:shown])}{more})"
     parts = [p for p in op_name.split("/") if not p.startswith("jit(")]
     return "/".join(parts[-2:]) if parts else op_name
 
