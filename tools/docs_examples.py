@@ -12,7 +12,8 @@ in order, from a scratch folder where `examples/`, `tests/` and
   - `--write` puts what they print in place of each block's output.
 
 What a block shows is the commands' standard output, then each standard
-error line that begins `irshard:` (notes, the error line). A comment on the
+error line that begins `irshard:` (notes, the error line) with the
+indented lines under it. A comment on the
 line before the block says more:
 
     <!-- example: keep 1-12,40-44 -->   only those lines, "..." between
@@ -96,7 +97,13 @@ def run(example: Example, work: str) -> list[str]:
         done = subprocess.run(argv, cwd=work, capture_output=True, text=True,
                               env=dict(os.environ, COLUMNS="200"))
         shown += done.stdout.rstrip("\n").split("\n") if done.stdout.strip() else []
-        shown += [line for line in done.stderr.split("\n") if line.startswith("irshard:")]
+        said = False
+        for line in done.stderr.split("\n"):
+            # An `irshard:` line and the indented lines under it (a hint,
+            # the user's code's or JAX's own message).
+            said = line.startswith("irshard:") or (said and line[:1].isspace())
+            if said:
+                shown.append(line)
     if example.keep is None:
         return shown
     kept: list[str] = []
