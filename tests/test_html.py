@@ -255,6 +255,49 @@ def test_the_source_view_marks_each_line_and_the_hottest(gpt, open_page):
     assert p.locator("#f-line").input_value() == f"gpt.py:{hottest}"
 
 
+# A constraint nine lines from either collective it causes: its line is
+# folded away in the source view.
+FAR_CONSTRAINT = """\
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+
+def step(x, w):
+    h = jnp.tanh(x @ w)
+""" + "    #\n" * 8 + """\
+    h = jax.lax.with_sharding_constraint(h, P(None, "x"))
+""" + "    #\n" * 8 + """\
+    return jnp.sin(h) @ w.T
+
+
+def args():
+    return jnp.ones((64, 128)), jnp.ones((128, 256))
+"""
+
+
+def test_a_cause_s_line_leads_to_the_source_view(tmp_path, open_page):
+    """The chain from a collective to the decision that made it: the
+    cause's line is a link to the source view, which unfolds the line where
+    it was folded away."""
+    program = tmp_path / "far.py"
+    program.write_text(FAR_CONSTRAINT)
+    html = _compile(str(program), "--fn", "step", "--args", "args", "--mesh", "x=4",
+                    "--shard", "x=x,_", "--format", "html",
+                    out=str(tmp_path / "far.html"))
+    page = open_page(html)
+    p = page.page
+    row = p.locator("#source tr[data-line='16']")
+    assert "with_sharding_constraint" in row.inner_text()
+    assert row.evaluate("r => r.hidden")
+    p.locator("#collective-table tr[data-name='all-gather'] button.expand").click()
+    link = p.locator("#collective-table tr.detail dd.cause a.source-ref")
+    assert link.inner_text() == "far.py:16 (step)"
+    link.click()
+    assert not row.evaluate("r => r.hidden")
+    assert p.evaluate("document.activeElement.dataset.line") == "16"
+
+
 def _placements(args) -> dict:
     result = run_irshard("show", *args, "--format", "json")
     assert result.returncode == 0, result.stderr
