@@ -10,15 +10,17 @@ goes is the caller's.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from irshard.collectives import dumps
 from irshard.core.errors import UsageError
-from irshard.reporting import htmlreport, text, writer
+from irshard.reporting import text, writer
 from irshard.reporting.report import SCHEMA
 from irshard.reporting.text import render_text_pieces
 from irshard.reporting.writer import dumps_json, render_json_pieces
 from irshard.stages import irfile, placing
+
+if TYPE_CHECKING:           # the HTML writer is imported for HTML only
+    from irshard.reporting import htmlreport
 
 
 def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
@@ -80,6 +82,7 @@ def program_files(compiled) -> frozenset[str]:
     """The real paths of the Python files a compile ran: its program and
     the modules loaded with it. None for a module read from a .mlir file
     (its locations are the file's word), or without a compile."""
+    from irshard.reporting import htmlreport
     info = getattr(compiled, "info", None)
     if info is None or irfile.is_mlir(info.source):
         return frozenset()
@@ -92,6 +95,7 @@ def page_parts(report, compiled=None, run=None,
     now: where its inputs and outputs live (from `run`'s tensors, else the
     executable), the IR of the stage the report read (from the pipeline's
     `stages` where given), and the files its compile ran."""
+    from irshard.reporting import htmlreport
     if compiled is None:
         return htmlreport.PageParts(ir_text=stages.text(report.stage_name)
                                     if stages is not None else None)
@@ -124,6 +128,7 @@ def render(report, fmt: str, compiled=None, fold: bool = False,
     """The report as `fmt` (text, json, html), in pieces where it can be;
     text with the collectives summed by `group_by` too."""
     if fmt == "html":
+        from irshard.reporting import htmlreport
         return htmlreport.render_report(report, page_parts(report, compiled))
     return writer.render_json_pieces(report) if fmt == "json" \
         else text.render_text_pieces(report, fold, group_by)
@@ -152,7 +157,8 @@ def render_modules(modules, fmt: str, group_by: str | None = None):
 
 def _one_page(path: str, stage: str, reports) -> str:
     """The HTML page of the one sharded module among `reports`."""
-    from irshard.reporting import diff
+    from irshard.collectives import dumps
+    from irshard.reporting import diff, htmlreport
 
     def sharded(r):
         return bool(r.collectives) or (r.mesh is not None and r.mesh.num_devices > 1)
