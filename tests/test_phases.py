@@ -85,6 +85,21 @@ def test_a_call_keeps_the_collector_off_the_objects_it_found():
     assert gc.get_freeze_count() == 0       # handed back
 
 
+def test_what_the_process_froze_itself_stays_frozen():
+    import gc
+
+    from irshard.core import collector
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collector.young_only():
+            with collector.young_only():
+                pass
+        assert gc.get_freeze_count() == frozen      # not handed back by us
+    finally:
+        gc.unfreeze()
+
+
 def test_an_api_call_hands_every_object_back():
     import gc
 
