@@ -288,7 +288,8 @@ def main() -> None:
         print(json.dumps(child(*args.child)))
         return
     steps = [s for s in args.steps.split(",") if s]
-    ways = [w for w in args.ways.split(",") if w]
+    # Every way is a ratio to plain JAX's, which is always measured.
+    ways = ["plain"] + [w for w in args.ways.split(",") if w and w != "plain"]
     for name in steps + ways:
         if name not in STEPS and name not in WAYS:
             raise SystemExit(f"overhead: unknown step or way '{name}'")
