@@ -233,8 +233,9 @@ def _compiled_with_dumps(compile_fn: Callable[..., Any], module,
     refused it for memory, what does not fit (`_unbuilt`)."""
     import time
     dump_dir = interrupts.temp_dir()
-    written_to, held = interrupts.pinned(dump_dir)
+    held = None
     try:
+        written_to, held = interrupts.pinned(dump_dir)
         overrides = {"xla_dump_to": written_to, "xla_dump_hlo_as_text": True}
         if capture_partitioned:
             overrides["xla_dump_hlo_pass_re"] = "spmd-partitioning"
