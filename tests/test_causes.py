@@ -274,7 +274,7 @@ def test_an_input_and_the_optimizer_state_that_mirrors_it_are_one_decision():
     pinning it, so they are opened together; a rule's inputs are its own."""
     from irshard.collectives.causes import _mirrors
     from irshard.core.specs import ShardingSpec, lookup_dtype
-    from irshard.stages.staged import TensorDecl
+    from irshard.stages.declared import TensorDecl
 
     f32 = lookup_dtype("f32")
     fsdp = ShardingSpec.of_entries(("fsdp", "_"))

@@ -9,7 +9,7 @@ import pytest
 from irshard import cli
 from irshard.core.specs import lookup_dtype
 from irshard.running import check
-from irshard.stages.staged import TensorDecl
+from irshard.stages.declared import TensorDecl
 from tests.test_run import PROGRAMS, run_program
 
 MODELS = os.path.join(PROGRAMS, "models.py")

@@ -44,7 +44,8 @@ from irshard import backend
 from irshard.core import interrupts
 from irshard.core.errors import BackendError, CheckFailed, UsageError, UserCodeError
 from irshard.loading.loader import describe_user_exception, raised_by_user_code
-from irshard.stages.staged import StableHLO, TensorDecl
+from irshard.stages.declared import TensorDecl
+from irshard.stages.staged import StableHLO
 
 # (rtol, atol) by dtype: the per-element part of the criterion.
 TOLERANCES = {

@@ -36,7 +36,8 @@ from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines, ta
 from irshard.reporting.writer import dumps_json
 from irshard.running import check
 from irshard.stages import output, placing
-from irshard.stages.staged import Optimized, StableHLO, TensorDecl
+from irshard.stages.declared import TensorDecl
+from irshard.stages.staged import Optimized, StableHLO
 
 @dataclass(frozen=True)
 class RunOptions:

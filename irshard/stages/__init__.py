@@ -1,6 +1,8 @@
 """The staged pipeline, modelled on JAX's `Traced -> Lowered -> Compiled`:
-trace, lower, propagate, partition, compile (`staged`), a function the user
-jitted lowered as JAX lowers it (`lowerings`), StableHLO from `.mlir` files
+trace, lower, propagate, partition, compile (`staged`), the program as
+every stage declares it (`declared`), a compiled stage's report read
+(`reading`), a function the user jitted lowered as JAX lowers it
+(`lowerings`), StableHLO from `.mlir` files
 as programs (`irfile`), where each input and output of the executable lives
 (`placing`), and what the commands take from the stages: the IR asked for,
 the report of the stage read, the parts of the executable the HTML page

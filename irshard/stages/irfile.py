@@ -18,7 +18,7 @@ from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import InputError, SpecError, UsageError
 from irshard.core.specs import MeshSpec, ShardingSpec, check_size, dtype_from_mlir
-from irshard.stages import staged
+from irshard.stages import declared, staged
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _MESH_DECL = re.compile(rb'sdy\.mesh\s+@[\w.$\-]+\s*=\s*<\s*\[([^\]]*)\]')
@@ -107,7 +107,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
     notes = staged.x64_notes([(d.name, d.dtype) for d in (*inputs, *outputs)])
     if note:
         notes = (note,) + notes
-    info = staged.ProgramInfo(
+    info = declared.ProgramInfo(
         source=files.shown_path(path), function="main",
         user_dir=os.path.dirname(os.path.abspath(path)), mesh=mesh,
         placement=place.placement, inputs=inputs, outputs=tuple(outputs),
@@ -129,4 +129,4 @@ def _decl(name: str, type_, path: str):
         raise SpecError(f"{path}: @main's '{name}' has element type {element}, "
                         f"which irshard cannot make values of")
     check_size(shape, dtype, f"{path}: @main's '{name}'")
-    return staged.TensorDecl(name, dtype, shape)
+    return declared.TensorDecl(name, dtype, shape)

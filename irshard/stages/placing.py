@@ -14,7 +14,8 @@ from typing import Any
 from irshard import backend
 from irshard.reporting import layout
 from irshard.reporting.report import TensorInfo, tensor_info
-from irshard.stages.staged import Optimized, TensorDecl
+from irshard.stages.declared import TensorDecl
+from irshard.stages.staged import Optimized
 from irshard.xla import tiling
 
 
