@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from irshard.apichecks import (JitArguments, booleans, check_platform, check_run,
                                is_int, knob_space, number_list, wrong)
-from irshard.apiprogram import (configure, in_shardings_of, lowering, mesh_of,
-                                pipeline, searched_programs)
+from irshard.apiprogram import configure  # noqa: F401 (irshard.configure)
+from irshard.apiprogram import in_shardings_of, lowering, mesh_of, pipeline
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
 from irshard.reporting.report import CollectiveReport
@@ -327,8 +327,6 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         devices = list(found.devices) if found.devices and \
             len(found.devices) == spec.num_devices else None
     if devices is None:
-        if place.target.kind != "tpu":
-            configure(spec.num_devices, place.platform)
         from irshard import frontend
         devices = frontend.Hosting(place).devices(spec)
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
@@ -411,15 +409,15 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     searching.check_per(per, space, "per=")
     place = targets.place(target, "cpu", profile)
     count = searching.device_count(place.target, devices, "devices=")
-    if place.target.kind != "tpu":
-        configure(count, place.platform)
     static = number_list("static_argnums", static_argnums)
-    made, programs = searched_programs(fn, args, space,
-                                       parse_mesh(f"{names[0]}={count}"),
-                                       static, grad)
+    function = frontend.Function(fn, tuple(args), (("static_argnums", static),
+                                                   ("grad", grad)),
+                                 factory=bool(space))
+    programs = frontend.programs(frontend.ProgramSpec(
+        function, parse_mesh(f"{names[0]}={count}"), place), space)
 
     def compile_change(change, explain: bool = False):
-        step, step_args, context = made[change.knobs]
+        step, step_args, context = function.made(change.knobs)
         return compile(step, *step_args, mesh=change.mesh_text,
                        rules=list(change.rules), constraints=list(change.constraints),
                        static_argnums=static, grad=grad, target=target,
@@ -464,22 +462,22 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any = None,
         raise wrong("keras_fit", keras_fit, "True or False")
     jit = JitArguments.checked((), static_argnames, donate_argnums,
                                 donate_argnames)
-    prog, lowered = pipeline(fn, args, mesh, rules,
-                             in_shardings_of(shardings, in_shardings),
-                             static_argnums, grad, out_shardings, platform,
-                             reference, runnable=True, axis_types=axis_types,
-                             jit=jit, context=context, keras_fit=keras_fit)
-    given = {leaf.path: leaf.value for leaf in prog.inputs if leaf.value is not None}
+    lowered = pipeline(fn, args, mesh, rules,
+                       in_shardings_of(shardings, in_shardings),
+                       static_argnums, grad, out_shardings, platform,
+                       reference, runnable=True, axis_types=axis_types,
+                       jit=jit, context=context, keras_fit=keras_fit)
     options = running.RunOptions(
         seed=seed, check=check, rtol=rtol, atol=atol, repeat=repeat,
-        ranges=tuple((ranges or {}).items()), given=given, keep_values=True)
+        ranges=tuple((ranges or {}).items()), given=lowered.given or {},
+        keep_values=True)
     options.validate()
     done = library.run_program(lowered, options,
                                library.ReportOptions())
     report = Report.of(done.report,
                        stages=staged.Pipeline(lowered, done.compiled),
                        run=done.result,
-                       results=_results(lowered, done.result, prog.grad is not None))
+                       results=_results(lowered, done.result, bool(grad)))
     _given(report)
     failure = done.failure()
     if failure is not None:

@@ -1,8 +1,7 @@
 """The Python API's program: a function and its arguments, as `irshard.api`
-takes them, checked and resolved into the pipeline's first stage
-(`stablehlo`), as `irshard.load` resolves a file; a search's programs,
-one for each combination of a factory's knobs; and the simulated CPU
-devices asked for before JAX starts (`configure`).
+takes them, checked into a `frontend.ProgramSpec` and lowered through the
+one front door (`frontend.lower`), as `irshard.load` lowers a file; and the
+simulated CPU devices asked for before JAX starts (`configure`).
 
 Arguments are checked before anything starts: a wrong type is a
 `UsageError` naming the argument and what it takes, never a `TypeError`
@@ -22,21 +21,12 @@ def configure(devices: int = 8, platform: str = "cpu") -> None:
     """Asks for `devices` simulated CPU devices. Call it before anything
     uses JAX; it does nothing when the platform already has enough, and
     says so when JAX started with fewer."""
-    from irshard import backend
+    from irshard import backend, frontend
     if not is_int(devices) or not 1 <= devices <= backend.MAX_CPU_DEVICES:
         raise wrong("devices", devices, f"a whole number of devices from 1 "
                                          f"to {backend.MAX_CPU_DEVICES}")
     check_platform(platform)
-    if backend.started():
-        have = backend.device_count(platform)
-        if have < devices:
-            raise UsageError(
-                f"JAX has already started with {have} {platform} devices; "
-                f"call irshard.configure(devices={devices}) before anything "
-                f"uses JAX, or set XLA_FLAGS=--xla_force_host_platform_"
-                f"device_count={devices}")
-        return
-    backend.configure(devices, platform)
+    frontend.ask_devices(devices, platform)
 
 
 def mesh_of(mesh: Any, axis_types: str | Sequence[str] | None
@@ -107,10 +97,11 @@ def pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
               runnable=False, constraints=(), axis_types=None,
               jit: JitArguments = JitArguments(), context=None,
               keras_fit: bool = False):
+    """The API's program checked into a `frontend.ProgramSpec` and lowered
+    through the one front door (`frontend.lower`): stage `stablehlo`."""
     from irshard import frontend
     from irshard.core import frames
-    from irshard.loading import program
-    from irshard.stages import staged
+    from irshard.hardware import targets
     frames.note_callers()
     rules, static_argnums, constraints = check_common(
         rules, static_argnums, grad, out_shardings, target, profile,
@@ -118,28 +109,23 @@ def pipeline(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
     if mesh is None:
         mesh = _named_mesh(fn, args, shardings)
     mesh_spec, devices = mesh_of(mesh, axis_types)
-    from irshard.hardware import targets
-    place = frontend.Hosting(targets.place(target, platform, profile))
+    placement = targets.place(target, platform, profile)
     if runnable:
-        place.placement.check_runnable()
-    if devices is None:
-        if place.target.kind != "tpu":
-            configure(mesh_spec.num_devices, place.platform)
-        devices = place.devices(mesh_spec)
-    prog = program.program_of(fn, args, mesh=mesh_spec, rules=list(rules or ()),
-                              shardings=shardings,
-                              static_argnums=tuple(static_argnums)
-                              + jit.static_argnums,
-                              static_argnames=jit.static_argnames,
-                              donate_argnums=jit.donate_argnums,
-                              donate_argnames=jit.donate_argnames,
-                              grad=grad, out_shardings=out_shardings,
-                              reference=reference, context=context_of(context),
-                              keras_fit=keras_fit)
-    lowered = staged.trace(prog, place.placement, devices)
-    frontend.constrain(lowered, frontend.parse_constraints(
-        f"{match}={spec}" for match, spec in constraints))
-    return prog, lowered
+        placement.check_runnable()
+    function = frontend.Function(fn, tuple(args), (
+        ("rules", list(rules or ())), ("shardings", shardings),
+        ("static_argnums", tuple(static_argnums) + jit.static_argnums),
+        ("static_argnames", jit.static_argnames),
+        ("donate_argnums", jit.donate_argnums),
+        ("donate_argnames", jit.donate_argnames),
+        ("grad", grad), ("out_shardings", out_shardings),
+        ("reference", reference), ("context", context_of(context)),
+        ("keras_fit", keras_fit)))
+    return frontend.lower(frontend.ProgramSpec(
+        function, mesh_spec, placement,
+        devices=None if devices is None else tuple(devices),
+        constraints=frontend.parse_constraints(
+            f"{match}={spec}" for match, spec in constraints)))
 
 
 # The program's arguments `compile`, `show` and `suggest` take, beside `fn`,
@@ -167,13 +153,12 @@ def lowering(fn: Callable[..., Any], args: Sequence[Any], mesh: Any,
         raise wrong("keras_fit", p["keras_fit"], "True or False")
     jit = JitArguments.checked((), p["static_argnames"], p["donate_argnums"],
                                 p["donate_argnames"])
-    _, lowered = pipeline(fn, args, mesh, p["rules"],
-                          in_shardings_of(p["shardings"], p["in_shardings"]),
-                          p["static_argnums"], p["grad"], p["out_shardings"],
-                          p["platform"], target=p["target"], profile=p["profile"],
-                          constraints=p["constraints"], axis_types=p["axis_types"],
-                          jit=jit, context=p["context"], keras_fit=p["keras_fit"])
-    return lowered
+    return pipeline(fn, args, mesh, p["rules"],
+                    in_shardings_of(p["shardings"], p["in_shardings"]),
+                    p["static_argnums"], p["grad"], p["out_shardings"],
+                    p["platform"], target=p["target"], profile=p["profile"],
+                    constraints=p["constraints"], axis_types=p["axis_types"],
+                    jit=jit, context=p["context"], keras_fit=p["keras_fit"])
 
 
 def in_shardings_of(shardings: Any, in_shardings: Any) -> Any:
@@ -181,53 +166,3 @@ def in_shardings_of(shardings: Any, in_shardings: Any) -> Any:
         raise UsageError("shardings and in_shardings are the same argument; "
                          "give one")
     return in_shardings if in_shardings is not None else shardings
-
-
-def searched_programs(fn: Callable[..., Any], args: tuple[Any, ...], space,
-                       mesh, static: tuple[int, ...], grad):
-    """The program of each knob combination of `space` (`fn` a factory;
-    one program, `fn(*args)`, without knobs) on `mesh`: the steps made,
-    by combination, and the programs, a combination the factory rejects
-    with what it said. Raises where it rejects every one."""
-    from irshard import library
-    from irshard.loading import program
-    made: dict[Any, tuple[Callable[..., Any], tuple[Any, ...], Any]] = {}
-    programs: list[tuple[Any, Any]] = []
-    for combo in library.knob_combinations(space) if space else [()]:
-        try:
-            step, step_args, context = made_by(fn, combo) if space \
-                else (fn, args, None)
-        except UsageError as e:
-            if str(e).startswith("search: "):
-                raise
-            programs.append((combo, str(e)))
-            continue
-        made[combo] = (step, step_args, context)
-        programs.append((combo, program.program_of(
-            step, step_args, mesh=mesh, static_argnums=static, grad=grad,
-            context=context)))
-    if not made:
-        raise UsageError(f"search: the factory rejects every combination of the "
-                         f"knobs; the first: {programs[0][1]}")
-    return made, programs
-
-
-def made_by(factory: Callable[..., Any], combo
-          ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
-    """`factory(**combo)`, as `(step, args, context)` (the context's maker,
-    or None); its raising is the knobs' fault (`UsageError`, listed as an
-    invalid candidate)."""
-    from irshard.core.knobs import knob_text
-    name = getattr(factory, "__name__", "factory")
-    called = ", ".join(f"{k}={knob_text(v)}" for k, v in combo)
-    try:
-        made = factory(**dict(combo))
-    except Exception as e:
-        raise UsageError(f"{name}({called}) raised {type(e).__name__}: {e}") from None
-    if not (isinstance(made, (tuple, list)) and len(made) in (2, 3)
-            and isinstance(made[1], (tuple, list))
-            and (len(made) == 2 or callable(made[2]))):
-        raise UsageError(f"search: {name}({called}) returned "
-                         f"{type(made).__name__}; a factory returns (step, args) "
-                         f"or (step, args, context)")
-    return made[0], tuple(made[1]), made[2] if len(made) == 3 else None

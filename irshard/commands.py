@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
-from irshard.core.errors import UsageError, UserCodeError
+from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
 
 
@@ -334,12 +333,10 @@ def cmd_search(args) -> int:
     fixed = args.mesh is not None
     count = source.mesh_spec().num_devices if fixed and not own \
         else search.device_count(placement.target, args.devices)
-    hosting = frontend.Hosting(placement)
-    hosting.configure(count)
-    with hosting.visible():
-        programs = _searched_programs(
-            source, knob_space, None if own else source.mesh_spec() if fixed
-            else parse_mesh(f"{axes[0]}={count}"))
+    mesh = None if own else source.mesh_spec() if fixed \
+        else parse_mesh(f"{axes[0]}={count}")
+    programs = frontend.programs(frontend.ProgramSpec(source, mesh, placement),
+                                 knob_space)
     program = next(p for _, p in programs if not isinstance(p, str))
     if source.fn is None and source.factory is None:
         source = dataclasses.replace(source, fn=program.function, _resolved={})
@@ -361,37 +358,10 @@ def cmd_search(args) -> int:
         programs, placement, options, command=command, fixed_mesh=fixed,
         factory=args.factory, knob_space=knob_space,
         cache_salt=compilers.versions_salt(source.path, args.profile)
-        + json.dumps(command), per=args.per, hosting=hosting)
+        + json.dumps(command), per=args.per, hosting=frontend.Hosting(placement))
     write_output(args.output, result.render(args.format))
     _note(result.timing_note())
     return 0
-
-
-def _searched_programs(source, knob_space, mesh) -> list[tuple[Any, Any]]:
-    """The program of `source` on `mesh` for each combination of its
-    factory's knobs (one, without knobs); a combination the factory rejects
-    with what it said. Raises where it rejects every one."""
-    from irshard import library
-    from irshard.loading import fromfile
-    programs: list[tuple[Any, Any]] = []
-    for knobs in library.knob_combinations(knob_space):
-        try:
-            program = fromfile.load_program(
-                source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
-                grad=source.grad, args_fn=source.args_fn, static=source.static,
-                donate=source.donate, context_fn=source.context_fn,
-                factory=source.factory, knobs=knobs)
-        except UserCodeError as e:
-            if not str(e).startswith(fromfile.INVALID_KNOBS):
-                raise
-            programs.append((knobs, str(e).splitlines()[0]
-                             .removeprefix(fromfile.INVALID_KNOBS)))
-            continue
-        programs.append((knobs, program))
-    if all(isinstance(p, str) for _, p in programs):
-        raise UsageError(f"--factory {source.factory} rejects every combination "
-                         f"of the knobs; the first: {programs[0][1]}")
-    return programs
 
 
 def cmd_diff(args) -> int:

@@ -1,21 +1,25 @@
-"""From a file and options to the pipeline's first stage.
+"""The one front door from a program to the pipeline's first stage.
 
-`load` turns a `.py` file (a function, its arguments, types and sharding
-rules) or a `.mlir` module (StableHLO from any frontend) into the stage
-`stablehlo`: it asks for the devices the mesh needs before JAX starts, joins
-the other processes of a multi-process run, and traces the function (or
-parses and annotates the module). The command line only parses its
-arguments into a `Source` and formats what comes back; the Python API starts
-from a function instead (`irshard.api`).
+A `ProgramSpec` names a program as every command and the Python API give
+it: where it comes from (a file's function or module, `Source`, as the
+command line names it; or a function and its arguments, `Function`, as the
+Python API takes them), its mesh, the target it is placed on and the
+constraints put on its ops. `lower` turns it into the stage `stablehlo`:
+it asks for the devices the mesh needs before JAX starts, joins the other
+processes of a multi-process run, and traces the function (or parses and
+annotates the module); `programs` loads one program for each combination
+of a factory's knobs, as `search` takes them. The command line only parses
+its arguments into a `Source` and formats what comes back; the Python API
+checks its arguments into a `Function` (`irshard.apiprogram`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from irshard.core.errors import UsageError
+from irshard.core.errors import RejectedKnobs, UsageError
 from irshard.core.specs import MeshSpec, parse_axis_types, parse_mesh
 
 
@@ -83,6 +87,27 @@ class Source:
         if self.platform != "cpu":
             argv += ["--platform", self.platform]
         return argv
+
+    def spec(self) -> "ProgramSpec":
+        """This file's program, checked before any work: its mesh, its
+        placement, its constraints, the notes its options leave."""
+        from irshard.loading.leaves import replaced_overrides
+        return ProgramSpec(self, self.mesh_spec(), self.placement(),
+                           constraints=parse_constraints(self.constraints),
+                           notes=replaced_overrides(self.overrides))
+
+    def program(self, mesh: MeshSpec | None, knobs=None):
+        """The file's function loaded on `mesh` (the factory's step made of
+        `knobs`, or of --knob's): a `Program`, ready to trace."""
+        from irshard.loading import fromfile
+        return fromfile.load_program(
+            self.path, mesh=mesh, fn_name=self.fn, args=self.arg_types,
+            shards=self.shards, overrides=self.overrides,
+            out_shards=self.out_shards, grad=self.grad,
+            reference=self.reference, args_fn=self.args_fn,
+            static=self.static, donate=self.donate,
+            context_fn=self.context_fn, keras_fit=self.keras_fit,
+            factory=self.factory, knobs=self.knobs if knobs is None else knobs)
 
     @property
     def is_module(self) -> bool:
@@ -152,6 +177,76 @@ class Source:
                              "and the module is already traced")
 
 
+@dataclass(frozen=True)
+class Function:
+    """A function and its arguments, as the Python API takes them:
+    `keywords` are `program.program_of`'s (rules, shardings, grad, ...),
+    checked. With `factory`, `fn` is a factory: `fn(**knobs)` makes
+    `(step, args)` or `(step, args, context)`, made once per combination."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    keywords: tuple[tuple[str, Any], ...] = ()
+    factory: bool = False
+    _made: dict[Any, Any] = field(default_factory=dict, compare=False,
+                                  repr=False)
+
+    def made(self, knobs=()) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
+        """The step, its arguments and its context's maker (or None) for
+        `knobs`; raises `RejectedKnobs` where the factory raises."""
+        if not self.factory:
+            return self.fn, self.args, None
+        if knobs not in self._made:
+            self._made[knobs] = _made_by(self.fn, knobs)
+        return self._made[knobs]
+
+    def program(self, mesh: MeshSpec, knobs=()):
+        from irshard.loading import program
+        step, args, context = self.made(knobs)
+        keywords = dict(self.keywords)
+        if context is not None:
+            keywords["context"] = context
+        return program.program_of(step, args, mesh=mesh, **keywords)
+
+
+def _made_by(factory: Callable[..., Any], knobs
+             ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
+    """`factory(**knobs)` as `(step, args, context)`; its raising is the
+    knobs' fault (`RejectedKnobs`)."""
+    from irshard.core.knobs import knob_text
+    name = getattr(factory, "__name__", "factory")
+    called = ", ".join(f"{k}={knob_text(v)}" for k, v in knobs)
+    try:
+        made = factory(**dict(knobs))
+    except Exception as e:
+        said = f"{name}({called}) raised {type(e).__name__}: {e}"
+        raise RejectedKnobs(said, said) from None
+    if not (isinstance(made, (tuple, list)) and len(made) in (2, 3)
+            and isinstance(made[1], (tuple, list))
+            and (len(made) == 2 or callable(made[2]))):
+        raise UsageError(f"search: {name}({called}) returned "
+                         f"{type(made).__name__}; a factory returns (step, args) "
+                         f"or (step, args, context)")
+    return made[0], tuple(made[1]), made[2] if len(made) == 3 else None
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """One program, as every command and the API name it, resolved and
+    checked: where it comes from (`Source` or `Function`), its mesh (None:
+    a module's own), where it is placed (`targets.Placement`), the devices
+    it is laid on where the user gave them (a `jax.sharding.Mesh`'s, in its
+    order), the `(match, spec)` constraints put on its ops, and notes its
+    options leave for the report."""
+
+    origin: Any
+    mesh: MeshSpec | None
+    placement: Any
+    devices: tuple[Any, ...] | None = None
+    constraints: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 class Hosting:
     """A placement (`targets.Placement`) and the devices it is laid onto:
     asked for before JAX starts, where they are simulated; in a
@@ -165,16 +260,21 @@ class Hosting:
         self.cluster = cluster
         self.target = placement.target
         self.platform = placement.platform
+        self._configured: int | None = None
 
     def configure(self, total: int) -> None:
+        """Asks for the devices a mesh of `total` needs, once, before JAX
+        starts; where it started already with fewer, says how to ask."""
+        if self._configured == total:
+            return
+        self._configured = total
         from irshard import backend
         from irshard.running import distributed
         if self.target.kind == "tpu":
             backend.configure(1, "cpu")
             return
-        backend.configure(distributed.local_devices(total, self.cluster,
-                                                    self.platform),
-                          self.platform, exact=self.cluster is not None)
+        ask_devices(distributed.local_devices(total, self.cluster, self.platform),
+                    self.platform, exact=self.cluster is not None)
 
     def visible(self):
         """A context in which the program sees the target's devices: a TPU
@@ -197,11 +297,13 @@ class Hosting:
                                      self.target.slices, self.target.text)
         return chosen
 
-    def trace(self, program):
-        """A loaded program traced on its mesh's devices: stage
-        `stablehlo` (within `visible()`)."""
+    def trace(self, program, devices=None):
+        """A loaded program traced on its mesh's devices (`devices`, where
+        the user gave them): stage `stablehlo` (within `visible()`)."""
         from irshard import backend
         from irshard.stages import staged
+        if devices is not None:
+            return staged.trace(program, self.placement, list(devices))
         mesh = program.mesh
         devices = self.devices(mesh)
         # A mesh the program built itself with the same axes lays out the
@@ -223,52 +325,90 @@ class Hosting:
         return backend.devices(self.platform, mesh.num_devices)
 
 
+def ask_devices(count: int, platform: str, exact: bool = False) -> None:
+    """Asks for `count` devices of `platform` in this process before JAX
+    starts (`backend.configure`); once it has started, only checks it has
+    as many, and says how to ask where it has fewer."""
+    from irshard import backend
+    if not backend.started() or (platform == "cpu"
+                                 and count > backend.MAX_CPU_DEVICES):
+        backend.configure(count, platform, exact=exact)   # or says the limit
+        return
+    have = backend.device_count(platform)
+    if have < count:
+        raise UsageError(
+            f"JAX has already started with {have} {platform} devices; call "
+            f"irshard.configure(devices={count}) before anything uses JAX, "
+            f"or set XLA_FLAGS=--xla_force_host_platform_device_count={count}")
+
+
 def load(source: Source, cluster=None, timeout: float | None = None):
     """The program of `source` as stage `stablehlo`; with `cluster` (a
     multi-process run), after joining the other processes."""
+    return lower(source.spec(), cluster, timeout)
+
+
+def lower(spec: ProgramSpec, cluster=None, timeout: float | None = None):
+    """The program `spec` names as stage `stablehlo`: its devices asked
+    for before JAX starts, the other processes of a multi-process run
+    (`cluster`) joined, the function traced (a module parsed and
+    annotated), the constraints put on."""
     from irshard.running import distributed
-    from irshard.stages import irfile
-    from irshard.loading.leaves import replaced_overrides
-    mesh = source.mesh_spec()
-    constraints = parse_constraints(source.constraints)
-    notes = replaced_overrides(source.overrides)
-    place = Hosting(source.placement(), cluster)
+    hosting = Hosting(spec.placement, cluster)
 
     def join() -> None:
         if cluster is not None:
             distributed.join(cluster, timeout)
 
-    if source.is_module:
-        source.check_module_options()
-        data = irfile.read_bytes(source.path)
-        place.configure(mesh.num_devices if mesh
-                        else irfile.declared_devices(data) or 1)
-        join()
+    origin, mesh = spec.origin, spec.mesh
+    if isinstance(origin, Source) and origin.is_module:
         from irshard.loading.fromfile import parse_out_shardings
         from irshard.loading.leaves import parse_overrides, parse_rules
+        from irshard.stages import irfile
+        origin.check_module_options()
+        data = irfile.read_bytes(origin.path)
+        hosting.configure(mesh.num_devices if mesh
+                          else irfile.declared_devices(data) or 1)
+        join()
         distributed.report_stage("tracing")
-        return _noted(constrain(irfile.load(source.path, data, mesh,
-                                            parse_overrides(source.overrides)
-                                            + parse_rules(source.shards),
-                                            parse_out_shardings(source.out_shards),
-                                            place), constraints), notes)
-    place.configure(mesh.num_devices if mesh is not None else 1)
-    join()
-    from irshard.loading import fromfile
-    with place.visible():
-        # The program's import comes before JAX's backends start, so it may
-        # still set JAX's options (`jax_num_cpu_devices`).
-        prog = fromfile.load_program(
-            source.path, mesh=mesh, fn_name=source.fn, args=source.arg_types,
-            shards=source.shards, overrides=source.overrides,
-            out_shards=source.out_shards, grad=source.grad,
-            reference=source.reference, args_fn=source.args_fn,
-            static=source.static, donate=source.donate,
-            context_fn=source.context_fn, keras_fit=source.keras_fit,
-            factory=source.factory, knobs=source.knobs)
-        distributed.report_stage("tracing")
-        traced = place.trace(prog)
-    return _noted(constrain(traced, constraints), notes)
+        stage = irfile.load(origin.path, data, mesh,
+                            parse_overrides(origin.overrides)
+                            + parse_rules(origin.shards),
+                            parse_out_shardings(origin.out_shards), hosting)
+    else:
+        if spec.devices is None:
+            hosting.configure(mesh.num_devices if mesh is not None else 1)
+        join()
+        with hosting.visible():
+            # The program's import comes before JAX's backends start, so it
+            # may still set JAX's options (`jax_num_cpu_devices`).
+            program = origin.program(mesh)
+            distributed.report_stage("tracing")
+            stage = hosting.trace(program, spec.devices)
+    return _noted(constrain(stage, spec.constraints), spec.notes)
+
+
+def programs(spec: ProgramSpec, knob_space) -> list[tuple[Any, Any]]:
+    """The program `spec` names for each combination of its factory's
+    knobs (`knob_space`: `(name, values)` pairs; one program, as it is,
+    without knobs), loaded on its mesh (a `Program`), or what the factory
+    said rejecting the combination. Raises where it rejects every one."""
+    from irshard import library
+    hosting = Hosting(spec.placement)
+    hosting.configure(spec.mesh.num_devices if spec.mesh is not None else 1)
+    loaded: list[tuple[Any, Any]] = []
+    with hosting.visible():
+        for knobs in library.knob_combinations(knob_space):
+            try:
+                loaded.append((knobs, spec.origin.program(spec.mesh, knobs)))
+            except RejectedKnobs as e:
+                loaded.append((knobs, e.reason))
+    if all(isinstance(p, str) for _, p in loaded):
+        factory = (f"--factory {spec.origin.factory}"
+                   if isinstance(spec.origin, Source) else "search: the factory")
+        raise UsageError(f"{factory} rejects every combination of the knobs; "
+                         f"the first: {loaded[0][1]}")
+    return loaded
 
 
 def _noted(stage, notes: tuple[str, ...]):

@@ -44,6 +44,16 @@ class UserCodeError(UsageError):
     traced. The message points at their file and line."""
 
 
+class RejectedKnobs(UserCodeError):
+    """A factory raised on one combination of its knobs: the knobs' fault,
+    which `search` lists as an invalid candidate; `reason` is what it
+    said, in one line."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 class IRError(UsageError):
     """Malformed or unsupported IR: MLIR that does not parse or verify, HLO
     text that XLA rejects, a module without an entry function."""

@@ -13,7 +13,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from irshard import backend
-from irshard.core.errors import InputError, UsageError, UserCodeError
+from irshard.core.errors import InputError, RejectedKnobs, UsageError, UserCodeError
 from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding, parse_size
 from irshard.loading import loader
 from irshard.loading.leaves import (ParameterBinding, Program, apply_shardings,
@@ -88,8 +88,9 @@ def _made(module, path: str, factory: str, knobs: Sequence[tuple[str, Any]]):
     except BaseException as e:
         if not loader.program_failure(e):
             raise
-        raise UserCodeError(INVALID_KNOBS + f"{called} raised: " + describe_user_exception(
-            e, os.path.dirname(os.path.abspath(path)))) from None
+        said = f"{called} raised: " + describe_user_exception(
+            e, os.path.dirname(os.path.abspath(path)))
+        raise RejectedKnobs(INVALID_KNOBS + said, said.splitlines()[0]) from None
     if not (isinstance(made, (tuple, list)) and len(made) in (2, 3)
             and callable(made[0]) and isinstance(made[1], (tuple, list))
             and (len(made) == 2 or callable(made[2]))):
