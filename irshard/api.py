@@ -23,9 +23,11 @@ import dataclasses
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from irshard.apichecks import (JitArguments, booleans, check_platform, check_run,
-                               is_int, knob_space, number_list, wrong)
+                               check_search, is_int, knob_space, number_list,
+                               wrong)
 from irshard.apiprogram import configure  # noqa: F401 (irshard.configure)
-from irshard.apiprogram import in_shardings_of, lowering, mesh_of, pipeline
+from irshard.apiprogram import (PROGRAM_ARGUMENTS, in_shardings_of, lowering,
+                                mesh_of, pipeline)
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
 from irshard.reporting.report import CollectiveReport
@@ -267,20 +269,15 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     `keras_fit`, `fn` is a compiled Keras model and `args` one batch
     (`x, y`): the report is of the train step its `fit` runs, inputs named
     by Keras' variable paths."""
+    given = locals()          # the program's arguments, by name
     from irshard import library
     from irshard.stages import staged
     booleans(explain=explain, verify=verify)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    lowered = lowering(fn, args, mesh, {
-        "rules": rules, "shardings": shardings, "static_argnums": static_argnums,
-        "grad": grad, "out_shardings": out_shardings, "target": target,
-        "profile": profile, "constraints": constraints, "platform": platform,
-        "axis_types": axis_types, "in_shardings": in_shardings,
-        "static_argnames": static_argnames, "donate_argnums": donate_argnums,
-        "donate_argnames": donate_argnames, "context": context,
-        "keras_fit": keras_fit})
+    lowered = lowering(fn, args, mesh, {name: given[name]
+                                        for name in PROGRAM_ARGUMENTS})
     done = library.compile_program(lowered, library.ReportOptions(
         stage=stage, explain=explain or verify, verify=verify))
     return _given(Report.of(done.report,
@@ -390,19 +387,9 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     from irshard import frontend, library
     from irshard.core import frames
     from irshard.hardware import targets
-    from irshard.strategy import candidates
     from irshard.strategy import search as searching
     frames.note_callers()
-    if axes is not None and not isinstance(axes, str):
-        axes = ",".join(str(a) for a in axes)
-    names = candidates.parse_axes(axes)
-    if isinstance(budget_time, bool) or not isinstance(budget_time, (int, float)) \
-            or not budget_time > 0:
-        raise wrong("budget_time", budget_time, "a positive number of seconds")
-    for name, value in (("devices", devices), ("max_candidates", max_candidates),
-                        ("memory_limit", memory_limit)):
-        if value is not None and (not is_int(value) or value < 1):
-            raise wrong(name, value, "a positive whole number")
+    names = check_search(axes, budget_time, devices, max_candidates, memory_limit)
     space = knob_space(knobs, args)
     if per is not None and not isinstance(per, str):
         raise wrong("per", per, "a knob's name")

@@ -21,12 +21,12 @@ def configure(devices: int = 8, platform: str = "cpu") -> None:
     """Asks for `devices` simulated CPU devices. Call it before anything
     uses JAX; it does nothing when the platform already has enough, and
     says so when JAX started with fewer."""
-    from irshard import backend, frontend
+    from irshard import backend, hosting
     if not is_int(devices) or not 1 <= devices <= backend.MAX_CPU_DEVICES:
         raise wrong("devices", devices, f"a whole number of devices from 1 "
                                          f"to {backend.MAX_CPU_DEVICES}")
     check_platform(platform)
-    frontend.ask_devices(devices, platform)
+    hosting.ask_devices(devices, platform)
 
 
 def mesh_of(mesh: Any, axis_types: str | Sequence[str] | None

@@ -298,25 +298,12 @@ def cmd_suggest(args) -> int:
     return 0
 
 
-def cmd_search(args) -> int:
-    import dataclasses
-    import json
-    from irshard import frontend, library
-    from irshard.core.knobs import knob_values
-    from irshard.core.specs import parse_mesh
-    from irshard.loading import fromfile
+def _searched_source(args, own: bool):
+    """The program `irshard search` tries strategies for: a Python
+    function (its mesh the candidates', or each one's own with `own`)."""
+    from irshard import frontend
     from irshard.loading.program import parse_names
-    from irshard.strategy import candidates, compilers, search
-    axes = candidates.parse_axes(args.axes)
-    budget_s = search.parse_duration(args.budget_time)
-    check_output_path(args.output)
     grad = parse_names(args.grad, "--grad") if isinstance(args.grad, str) else args.grad
-    knob_space = [(k, knob_values(v)) for k, v in
-                  fromfile.assignments(args.knob, "--knob", "V1,V2,...").items()]
-    if knob_space and not args.factory:
-        raise UsageError("--knob searches --factory's keywords: give --factory NAME")
-    search.check_per(args.per, knob_space)
-    own = args.mesh == "own"
     source = frontend.Source(
         path=args.file, fn=args.fn, args_fn=args.args_fn, factory=args.factory,
         context_fn=args.context_fn, mesh=None if own else args.mesh,
@@ -326,6 +313,27 @@ def cmd_search(args) -> int:
     if source.is_module:
         raise UsageError("search traces a Python function: give a .py file, "
                          "not a module")
+    return source
+
+
+def cmd_search(args) -> int:
+    import dataclasses
+    import json
+    from irshard import frontend, library
+    from irshard.core.knobs import knob_values
+    from irshard.core.specs import parse_mesh
+    from irshard.loading import fromfile
+    from irshard.strategy import candidates, compilers, search
+    axes = candidates.parse_axes(args.axes)
+    budget_s = search.parse_duration(args.budget_time)
+    check_output_path(args.output)
+    knob_space = [(k, knob_values(v)) for k, v in
+                  fromfile.assignments(args.knob, "--knob", "V1,V2,...").items()]
+    if knob_space and not args.factory:
+        raise UsageError("--knob searches --factory's keywords: give --factory NAME")
+    search.check_per(args.per, knob_space)
+    own = args.mesh == "own"
+    source = _searched_source(args, own)
     placement = source.placement()
     if own and placement.target.kind != "tpu":
         raise UsageError("--mesh own takes each candidate's mesh from its "

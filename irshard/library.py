@@ -290,7 +290,7 @@ def search_program(programs, placement, options: SearchOptions, *,
     them)` for each knob combination (one, with no knobs, for a program as
     it is); their leaves give the rules. `per` names the knob whose value
     is what a step does (candidates are ranked by the step per unit of
-    it); `hosting` (`frontend.Hosting`) traces the programs again for
+    it); `hosting` (`hosting.Hosting`) traces the programs again for
     their bounds (none where None)."""
     from irshard.strategy import compilers, search
     from irshard.strategy import rules as rulesets

@@ -43,7 +43,7 @@ FLOORS = {
     "strategy": ["strategy"],
     # The ways in: files, the Python API, pytest helpers and plugin, the
     # command line.
-    "front": ["irshard", "frontend", "library", "apichecks", "apiprogram", "api", "testing",
+    "front": ["irshard", "frontend", "hosting", "library", "apichecks", "apiprogram", "api", "testing",
               "pytest_plugin", "commands", "options", "cli",
               "__main__"],
 }
@@ -259,14 +259,14 @@ def test_the_version_is_pyprojects():
         assert tomllib.load(f)["project"]["version"] == VERSION
 
 
-def test_no_library_function_is_over_80_lines():
-    """A ratchet: the longest functions today are 80 lines; none may grow
-    past that (the aim is about 60)."""
+def test_no_library_function_is_over_60_lines():
+    """No function is over 60 lines: one that grows past it is split by
+    what its parts do."""
     long = {}
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(open(path).read())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
-                if n > 80:
+                if n > 60:
                     long[f"{module}.{node.name}"] = n
     assert long == {}

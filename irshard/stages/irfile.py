@@ -79,7 +79,7 @@ def load(path: str, data: bytes, mesh: MeshSpec | None,
          rules: Sequence[tree.Rule],
          out_shards: Sequence[tuple[int, ShardingSpec]], place):
     """The module as stage `stablehlo`, annotated and with its devices;
-    `place` (a `frontend.Hosting`) gives them once the mesh is known."""
+    `place` (a `hosting.Hosting`) gives them once the mesh is known."""
     from irshard.ir import gspmd, opt
     from irshard.backend import shardy
     from irshard.ir.annotation import annotate
