@@ -1,4 +1,5 @@
-"""Running a compiled program on a mesh: on this host (`execution`), in
+"""Running a compiled program on a mesh: on this host (`execution`,
+timed as a training loop runs it by `timing`), in
 several processes or hosts (`distributed`) and as Ray tasks (`raylaunch`),
 and the sharded run checked against the same function on one device
 (`check`, `run --check`).

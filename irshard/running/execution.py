@@ -18,23 +18,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import sys
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from irshard import backend
 from irshard.core import files, tree
-from irshard.core.errors import BackendError, InputError, UsageError
+from irshard.core.errors import InputError, UsageError
 from irshard.core.specs import TensorType, format_shape, split_assignment
 from irshard.loading import data
 from irshard.reporting import htmlreport, layout
 from irshard.reporting.report import TensorInfo
 from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines, table
 from irshard.reporting.writer import dumps_json
-from irshard.running import check
+from irshard.running import check, timing
 from irshard.stages import output, placing
 from irshard.stages.declared import TensorDecl
 from irshard.stages.staged import Optimized, StableHLO
@@ -237,36 +235,7 @@ class RunResult:
                 lines.append(f"warning: output {t.index} ({t.name}) has {what} "
                              f"of {size} elements")
         if self.checks is not None:
-            verdict = "passed" if self.passed else "FAILED"
-            references = sorted({c.reference for c in self.checks})
-            lines += ["", f"check against one device: {verdict}"]
-            if self.reference_note:
-                lines.append(f"  reference: {self.reference_note}")
-            rows = []
-            for c in self.checks:
-                at = (str(list(c.worst_at)) if c.worst_at is not None
-                      and c.worst_error else "-")
-                if c.not_compared:
-                    rows.append([str(c.index), c.name, "-", "-", "-",
-                                 c.reference, "-",
-                                 f"not compared: {c.not_compared}"])
-                    continue
-                rows.append([str(c.index), c.name, f"{c.worst_error:.3g}",
-                             f"{c.worst_allowed:.3g}", at,
-                             f"{c.reference} ({c.precision})" if c.precision
-                             else c.reference,
-                             f"{c.reference_error:.3g}" if c.reference == "float64"
-                             else "-",
-                             "ok" if c.passed else "MISMATCH"])
-            lines += table(["#", "name", "error", "allowed", "at", "reference",
-                            "ref error", "result"], rows)
-            lines += [f"  {line}" for line in _check_legend(references)]
-            lines += [f"  ({p}): the program computes it in {p}: {p} tolerances; "
-                      f"a float64 run keeps its {p} casts and is no truth"
-                      for p in sorted({c.precision for c in self.checks
-                                       if c.precision})]
-            lines += [f"warning: {c.nan_warning}" for c in self.checks
-                      if c.nan_warning]
+            lines += self._check_lines()
         if self.timings:
             lines += ["", f"timing: {len(self.timings)} runs after a warm-up: "
                       f"median {_ms(statistics.median(self.timings))}, "
@@ -283,6 +252,41 @@ class RunResult:
                       f"show draws it)"]
         else:
             lines += ["", "layout"] + layout.layout_lines(tensors)
+        return lines
+
+    def _check_lines(self) -> list[str]:
+        """The check against one device: its verdict, a row per output,
+        the legend and the warnings."""
+        verdict = "passed" if self.passed else "FAILED"
+        references = sorted({c.reference for c in self.checks})
+        lines = ["", f"check against one device: {verdict}"]
+        if self.reference_note:
+            lines.append(f"  reference: {self.reference_note}")
+        rows = []
+        for c in self.checks:
+            at = (str(list(c.worst_at)) if c.worst_at is not None
+                  and c.worst_error else "-")
+            if c.not_compared:
+                rows.append([str(c.index), c.name, "-", "-", "-",
+                             c.reference, "-",
+                             f"not compared: {c.not_compared}"])
+                continue
+            rows.append([str(c.index), c.name, f"{c.worst_error:.3g}",
+                         f"{c.worst_allowed:.3g}", at,
+                         f"{c.reference} ({c.precision})" if c.precision
+                         else c.reference,
+                         f"{c.reference_error:.3g}" if c.reference == "float64"
+                         else "-",
+                         "ok" if c.passed else "MISMATCH"])
+        lines += table(["#", "name", "error", "allowed", "at", "reference",
+                        "ref error", "result"], rows)
+        lines += [f"  {line}" for line in _check_legend(references)]
+        lines += [f"  ({p}): the program computes it in {p}: {p} tolerances; "
+                  f"a float64 run keeps its {p} casts and is no truth"
+                  for p in sorted({c.precision for c in self.checks
+                                   if c.precision})]
+        lines += [f"warning: {c.nan_warning}" for c in self.checks
+                  if c.nan_warning]
         return lines
 
 
@@ -398,13 +402,9 @@ def digest(array) -> Digest:
                   sum(p[1] for p in parts), sum(p[2] for p in parts))
 
 
-def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResult:
-    """Executes the optimized program on its mesh (and checks it)."""
-    import jax
-    info = compiled.info
-    exe = compiled.compiled
-    ins, outs = placing.placed(compiled)
-    names = [d.name for d in info.inputs]
+def _check_inputs_named(names: Sequence[str], options: RunOptions) -> None:
+    """Each --input names an input, each --range matches one drawn at
+    random (not one given a concrete value)."""
     for name, _ in options.inputs:
         if name not in names:
             raise InputError(f"--input {name}: there is no input '{name}'; "
@@ -418,6 +418,14 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
                          f"inputs given concrete values, which run as they "
                          f"are; --random draws every input, --range included")
 
+
+def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResult:
+    """Executes the optimized program on its mesh (and checks it)."""
+    import jax
+    info = compiled.info
+    exe = compiled.compiled
+    ins, outs = placing.placed(compiled)
+    _check_inputs_named([d.name for d in info.inputs], options)
     given = _given_values(info.inputs, options)
     arguments, sources, origins = [], [], []
     for i, t in enumerate(ins):
@@ -438,10 +446,10 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     outputs = _execute(exe, fresh(), info.outputs, [t.sharding for t in outs])
     timings = []
     if options.repeat:
-        steady = _steady(exe, fresh, info, outs)
-        timings = _time(exe, steady, options)
+        steady = timing.steady(exe, fresh, info, outs)
+        timings = timing.time_runs(exe, steady, options.repeat, options.progress)
     if options.trace:
-        _profile(exe, fresh, options.trace)
+        timing.profile(exe, fresh, options.trace)
 
     input_runs = [TensorRun(t, digest(array), origin)
                   for t, array, origin in zip(ins, arguments, origins)]
@@ -469,106 +477,6 @@ def _execute(exe, arguments, decls, shardings):
     per_output = backend.execute(exe, arguments)
     return [jax.make_array_from_single_device_arrays(decl.shape, sharding, arrays)
             for decl, sharding, arrays in zip(decls, shardings, per_output)]
-
-
-# Runs the measured profile (`--trace`) records.
-PROFILED_RUNS = 3
-
-
-def _profile(exe, arguments: Callable[[], list[Any]], path: str) -> None:
-    """`--trace PATH`: JAX's profile of `PROFILED_RUNS` runs, as a Chrome
-    trace, beside the simulated one (`compile --format trace`)."""
-    def work():
-        for _ in range(PROFILED_RUNS):
-            given = arguments()
-            backend.block_until_ready(given)
-            results = backend.execute(exe, given, timed=True)
-            backend.block_until_ready([a for arrays in results for a in arrays])
-
-    found = backend.profiled(work)
-    if found is None:
-        raise BackendError("--trace: JAX's profiler recorded no trace on this "
-                           "platform")
-    if backend.process_index() == 0:
-        files.write(path, found, option="--trace")
-
-
-def _steady(exe, fresh: Callable[[], list[Any]], info, outs
-            ) -> Callable[[list[list[Any]] | None], list[Any]]:
-    """The arguments of each timed run, as a training loop gives them: a
-    donated input XLA writes an output into (the executable's
-    input/output aliasing) is that output of the run before; any other
-    donated input is made anew; the rest are the same arrays each run.
-    Called with the run before's per-device results (None for the first)."""
-    import jax
-    donated = [i for i, d in enumerate(info.inputs) if d.donated]
-    if not donated:
-        first = fresh()
-        return lambda results: first
-    aliases = {o: p for o, p in exe.output_aliases().items()
-               if p in donated and o < len(outs)}
-    anew = [i for i in donated if i not in aliases.values()]
-    state: dict[str, list[Any]] = {}
-
-    def arguments(results):
-        if results is None or "given" not in state:
-            state["given"] = fresh()
-            return state["given"]
-        given = list(state["given"])
-        if anew:
-            made = fresh()
-            for i in anew:
-                given[i] = made[i]
-        for o, p in aliases.items():
-            given[p] = jax.make_array_from_single_device_arrays(
-                info.outputs[o].shape, outs[o].sharding, results[o])
-        state["given"] = given
-        return given
-    return arguments
-
-
-def _time(exe, arguments: Callable[[list[list[Any]] | None], list[Any]],
-          options: RunOptions) -> list[float]:
-    """Times `options.repeat` runs, each on `arguments(the run before's
-    results)`, made before its clock starts (`_steady`), with Python's
-    garbage collector held off while they run (as `timeit` does: a
-    collection of irshard's own objects is no part of the step); on a
-    terminal (stdout and stderr both), a run that takes more than half a
-    second shows a progress bar."""
-    import gc
-    timings = []
-    terminal = options.progress and sys.stderr.isatty() and files.STDOUT.isatty()
-    collecting = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        _timed_runs(exe, arguments, options, timings, terminal)
-    finally:
-        if collecting:
-            gc.enable()
-    return timings
-
-
-def _timed_runs(exe, arguments, options: RunOptions, timings: list[float],
-                terminal: bool) -> None:
-    show = False
-    begin = time.perf_counter()
-    results = None
-    for step in range(options.repeat):
-        given = arguments(results)
-        backend.block_until_ready(given)
-        start = time.perf_counter()
-        results = backend.execute(exe, given, timed=True)
-        backend.block_until_ready([a for arrays in results for a in arrays])
-        timings.append(time.perf_counter() - start)
-        show = show or (terminal and time.perf_counter() - begin > 0.5)
-        if show:
-            done = (step + 1) * 30 // options.repeat
-            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] "
-                             f"{step + 1}/{options.repeat}")
-            sys.stderr.flush()
-    if show:
-        sys.stderr.write("\r" + " " * 50 + "\r")
 
 
 def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
