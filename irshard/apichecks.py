@@ -130,3 +130,21 @@ def knob_space(knobs, args) -> list[tuple[str, tuple[Any, ...]]]:
         raise wrong("knobs", knobs, "a dict of each knob's values, e.g. "
                                     "{'remat': ['none', 'full']}")
     return [(k, tuple(v)) for k, v in knobs.items()]
+
+
+def check_search(axes: Any, budget_time: Any, devices: Any, max_candidates: Any,
+                 memory_limit: Any) -> tuple[str, ...]:
+    """`search`'s own arguments checked; the names of the mesh axes it
+    tries (`axes`: a comma-separated string or a sequence of names)."""
+    from irshard.strategy import candidates
+    if axes is not None and not isinstance(axes, str):
+        axes = ",".join(str(a) for a in axes)
+    names = candidates.parse_axes(axes)
+    if isinstance(budget_time, bool) or not isinstance(budget_time, (int, float)) \
+            or not budget_time > 0:
+        raise wrong("budget_time", budget_time, "a positive number of seconds")
+    for name, value in (("devices", devices), ("max_candidates", max_candidates),
+                        ("memory_limit", memory_limit)):
+        if value is not None and (not is_int(value) or value < 1):
+            raise wrong(name, value, "a positive whole number")
+    return tuple(names)

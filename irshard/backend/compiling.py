@@ -182,30 +182,27 @@ def compile_module(module, mesh_devices: Sequence[Any],
         xla_bridge.get_backend(mesh_devices[0].platform)
     compile_only = isinstance(client, jaxlib_core.CompileOnlyPyClient)
     device_list = xc.DeviceList(tuple(mesh_devices))
-    host_callbacks, keepalive = callbacks
 
     def options(overrides: dict[str, Any] | None):
         return _compile_options(module, len(mesh_devices),
                                 [d.id for d in mesh_devices], overrides,
                                 propagate_to_parameters, propagate_to_outputs)
 
-    cache = None
-    if not compile_only and not host_callbacks:
+    cache = found = None
+    if not compile_only and not callbacks[0]:
         with phase("compile cache"):
             cache = PersistentCache.of(module, mesh_devices, client,
                                        lambda: options(None))
-    if cache is not None:
-        with phase("compile cache"):
-            found = cache.read(device_list, capture_partitioned)
-        if found is not None:
-            executable, partitioned, log, dumps = found
-            return CompiledExecutable(executable, tuple(mesh_devices),
-                                      partitioned, (host_callbacks, keepalive),
-                                      log, cache.note("read from"), dumps)
+            if cache is not None:
+                found = cache.read(device_list, capture_partitioned)
+    if found is not None:
+        executable, partitioned, log, dumps = found
+        return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
+                                  callbacks, log, cache.note("read from"), dumps)
     # A described slice (no devices here) compiles, but cannot load.
     built = _compiled_with_dumps(
         client.compile if compile_only else client.compile_and_load, module,
-        mesh_devices, device_list, options, capture_partitioned, host_callbacks)
+        mesh_devices, device_list, options, capture_partitioned, callbacks[0])
     if isinstance(built, CompiledExecutable):
         return built                    # what does not fit, reported
     executable, partitioned, log, buffer_dumps, seconds = built
@@ -216,8 +213,7 @@ def compile_module(module, mesh_devices: Sequence[Any],
                                   buffer_dumps)
         notes = cache.note("written to") if written else cache.note(None)
     return CompiledExecutable(executable, tuple(mesh_devices), partitioned,
-                              (host_callbacks, keepalive), log, notes,
-                              buffer_dumps)
+                              callbacks, log, notes, buffer_dumps)
 
 
 def _compiled_with_dumps(compile_fn: Callable[..., Any], module,

@@ -275,40 +275,49 @@ def _own_types(found: list[tuple[str, str, list[ArrayShape]]],
             # Combined or split: matched below, once the same ops are taken.
             pending.append(i)
     for i in pending:
-        kind, channel, leaves = found[i]
-        first = int(channel) if channel.isdigit() else None
-        moved = left.get(first) if first is not None else None
-        if moved is not None and moved.kind == kind and len(moved.leaves) == 1 \
-                and len(leaves) > 1:
-            whole = moved.leaves[0]
-            if math.prod(whole.dims) == sum(math.prod(leaf.dims) for leaf in leaves):
-                left.pop(first)
-                result[i] = _widened(leaves, [ArrayShape(whole.dtype, leaf.dims)
-                                              for leaf in leaves])
-                continue
-        # The combined ones follow the first: scan the channels of this
-        # kind from it on, then those before it.
-        channels = by_kind.get(kind, [])
-        start = bisect.bisect_left(channels, first if first is not None else 0)
-        own: list[ArrayShape] = []
-        taken = []
-        for k in range(len(channels)):
-            c = channels[(start + k) % len(channels)]
-            if c not in left:
-                continue
-            part = left[c].leaves
-            ahead = leaves[len(own):len(own) + len(part)]
-            if left[c].kind == kind and len(ahead) == len(part) and \
-                    all(a.dims == b.dims for a, b in zip(ahead, part)):
-                own += part
-                taken.append(c)
-            if len(own) == len(leaves):
-                break
-        if len(own) == len(leaves):
-            for c in taken:
-                left.pop(c)
-            result[i] = _widened(leaves, own)
+        result[i] = _combined_types(*found[i], left, by_kind)
     return result
+
+
+def _combined_types(kind: str, channel: str, leaves: list[ArrayShape],
+                    left: dict[int, _Moved], by_kind: dict[str, list[int]]
+                    ) -> list[ArrayShape] | None:
+    """`_own_types` of a collective XLA split (one partitioned collective
+    whose parts add up to it) or combined (the partitioned ones of its
+    kind from its channel on, in order); those read are taken from
+    `left`."""
+    first = int(channel) if channel.isdigit() else None
+    moved = left.get(first) if first is not None else None
+    if moved is not None and moved.kind == kind and len(moved.leaves) == 1 \
+            and len(leaves) > 1:
+        whole = moved.leaves[0]
+        if math.prod(whole.dims) == sum(math.prod(leaf.dims) for leaf in leaves):
+            left.pop(first)
+            return _widened(leaves, [ArrayShape(whole.dtype, leaf.dims)
+                                     for leaf in leaves])
+    # The combined ones follow the first: scan the channels of this kind
+    # from it on, then those before it.
+    channels = by_kind.get(kind, [])
+    start = bisect.bisect_left(channels, first if first is not None else 0)
+    own: list[ArrayShape] = []
+    taken = []
+    for k in range(len(channels)):
+        c = channels[(start + k) % len(channels)]
+        if c not in left:
+            continue
+        part = left[c].leaves
+        ahead = leaves[len(own):len(own) + len(part)]
+        if left[c].kind == kind and len(ahead) == len(part) and \
+                all(a.dims == b.dims for a, b in zip(ahead, part)):
+            own += part
+            taken.append(c)
+        if len(own) == len(leaves):
+            break
+    if len(own) != len(leaves):
+        return None
+    for c in taken:
+        left.pop(c)
+    return _widened(leaves, own)
 
 
 def _widened(leaves: list[ArrayShape],

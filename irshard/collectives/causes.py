@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
@@ -159,6 +159,18 @@ def _mirrors(other, decl) -> bool:
     return common >= max(2, min(len(mine), len(theirs)) - 2)
 
 
+def _together(causes: Sequence[Cause]) -> tuple[Cause, ...]:
+    """The cause tried where each of `causes` alone is refuted: all their
+    decisions that a recompile can remove, at once (none for fewer than
+    two)."""
+    parts = tuple(x.decision for x in causes if x.decision.kind in VERIFIABLE)
+    if len(parts) < 2:
+        return ()
+    side = "needed" if any(x.side == "needed" for x in causes
+                           if x.decision in parts) else "operand"
+    return (Cause(Origin("together", "", parts=parts), side),)
+
+
 def verified(report, lowered, stage: str,
              compile_report: Callable[[Any], Any] | None = None):
     """`report` (explained) with each collective's causes tried in order
@@ -192,13 +204,7 @@ def verified(report, lowered, stage: str,
             continue
         causes = []
         held = False
-        # Where each alone is refuted, all of them at once.
-        parts = tuple(x.decision for x in c.why.causes
-                      if x.decision.kind in VERIFIABLE)
-        together = (Cause(Origin("together", "", parts=parts),
-                          "needed" if any(x.side == "needed" for x in c.why.causes
-                                          if x.decision in parts) else "operand"),) \
-            if len(parts) > 1 else ()
+        together = _together(c.why.causes)
         for cause in (*c.why.causes, *together):
             if cause in together and held:
                 break

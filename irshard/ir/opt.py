@@ -408,6 +408,20 @@ def verify(diagnostics: list[Diagnostic], expected: list[Expected],
     return problems
 
 
+def _chunks(data: str | bytes, source: str, split_input_file: bool) -> list["Chunk"]:
+    """The modules of `data`: MLIR bytecode holds one; text is split at
+    `// -----` lines where asked."""
+    if isinstance(data, bytes) and not data.startswith(b"ML\xefR"):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise IRError(f"{source}: neither MLIR text (UTF-8) nor MLIR "
+                          f"bytecode") from None
+    if isinstance(data, bytes):
+        return [Chunk(data, 1)]
+    return split_chunks(data, split_input_file)
+
+
 def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
         split_input_file: bool = False, verify_diagnostics: bool = False,
         print_ir_after_all: bool = False, debug_info: bool = False,
@@ -424,18 +438,8 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
     if pipeline_text:
         steps = pipeline.plan(pipeline.parse(pipeline_text), pipeline_text,
                               context, _check, print_ir_after_all)
-    if isinstance(data, bytes) and not data.startswith(b"ML\xefR"):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise IRError(f"{source}: neither MLIR text (UTF-8) nor MLIR "
-                          f"bytecode") from None
-    if isinstance(data, bytes):
-        chunks = [Chunk(data, 1)]           # bytecode holds one module
-    else:
-        chunks = split_chunks(data, split_input_file)
     outputs, problems = [], []
-    for chunk in chunks:
+    for chunk in _chunks(data, source, split_input_file):
         diagnostics: list[Diagnostic] = []
 
         def collect(info, into=diagnostics) -> bool:

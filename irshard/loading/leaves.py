@@ -395,25 +395,7 @@ def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[ParameterBinding
     Where no order fits (a wrapper that shares or drops leaves), no leaf
     is matched and the inputs keep the lowering's own names."""
     import itertools
-    # Each argument as (its place in JAX's order, its leaves' names or
-    # leaves, their signatures): the positional ones (bound first), then
-    # the keywords by name.
-    arguments: list[tuple[tuple[int, str], list[Any], list[Any]]] = []
-    for name, found, keyword in bound:
-        arguments.append(((1 if keyword else 0, name if keyword else ""),
-                          [tree.path_of(name, [x.path] if x.path else [])
-                           for x in found],
-                          [(tuple(x.shape), x.dtype, x.key) for x in found]))
-    for p in parameters:
-        if p.static or not p.count:
-            continue
-        group = list(leaves[p.start:p.start + p.count])
-        keyword = p.kind == "keyword-only"
-        arguments.append(((1 if keyword else 0, p.name if keyword else ""), group,
-                          [(x.type.shape, x.type.dtype.numpy, x.key) for x in group]))
-    arguments.sort(key=lambda a: a[0])       # stable: positional in order
-    groups = [a[1] for a in arguments]
-    signatures = [a[2] for a in arguments]
+    groups, signatures = _arguments(leaves, parameters, bound)
     wanted = [(tuple(x.shape), x.dtype, x.key) for x in lowered]
 
     def place(order: Sequence[int]) -> tuple[Leaf | str | None, ...] | None:
@@ -431,12 +413,8 @@ def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[ParameterBinding
         return tuple(found)
 
     natural = list(range(len(groups)))
-    if in_order:
-        orders: Any = [natural]
-    elif len(groups) <= 6:
-        orders = itertools.permutations(natural)
-    else:
-        orders = [natural]
+    orders: Any = itertools.permutations(natural) \
+        if not in_order and len(groups) <= 6 else [natural]
     chosen = None
     ambiguous: set[str] = set()
     for order in orders:
@@ -452,6 +430,29 @@ def matched_leaves(leaves: Sequence[Leaf], parameters: Sequence[ParameterBinding
     if chosen is None:
         return Matching((None,) * len(wanted))
     return Matching(chosen, tuple(sorted(ambiguous)))
+
+
+def _arguments(leaves: Sequence[Leaf], parameters: Sequence[ParameterBinding],
+               bound: Sequence[tuple[str, Sequence[Any], bool]]
+               ) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Each argument's leaves (or, for a partial's bound ones, their names)
+    and their signatures, in JAX's order: the positional ones (bound
+    first), then the keywords by name."""
+    arguments: list[tuple[tuple[int, str], list[Any], list[Any]]] = []
+    for name, found, keyword in bound:
+        arguments.append(((1 if keyword else 0, name if keyword else ""),
+                          [tree.path_of(name, [x.path] if x.path else [])
+                           for x in found],
+                          [(tuple(x.shape), x.dtype, x.key) for x in found]))
+    for p in parameters:
+        if p.static or not p.count:
+            continue
+        group = list(leaves[p.start:p.start + p.count])
+        keyword = p.kind == "keyword-only"
+        arguments.append(((1 if keyword else 0, p.name if keyword else ""), group,
+                          [(x.type.shape, x.type.dtype.numpy, x.key) for x in group]))
+    arguments.sort(key=lambda a: a[0])       # stable: positional in order
+    return [a[1] for a in arguments], [a[2] for a in arguments]
 
 
 def _name(leaf: Leaf | str | None) -> str | None:

@@ -96,6 +96,34 @@ def _collective_cells(c: Collective, timed: bool, scoped: bool) -> list[str]:
     return row + ([""] if scoped else []) + [source]
 
 
+def _column_widths(header: list[str], shown: Sequence[Collective], cells_of,
+                   own: list[int], scoped: bool) -> tuple[list[int], list[bool]]:
+    """Each column's width and whether it is numeric (right-aligned): the
+    shared cells read once per distinct row, the `own` columns (the name,
+    the scope) from each collective."""
+    rest: dict[int, list[str]] = {}        # each distinct row, by identity
+    own_width = [len(header[i]) for i in own]
+    name_numeric = True
+    for c in shown:
+        row = cells_of(c)
+        rest[id(row)] = row
+        name = c.name
+        own_width[0] = max(own_width[0], len(name))
+        if scoped:
+            own_width[1] = max(own_width[1], len(c.scope or "-"))
+        if name_numeric and not name.replace(",", "").isdigit():
+            name_numeric = False
+    distinct = list(rest.values())
+    widths = [max(len(cell) for cell in [header[i]] + [r[i] for r in distinct])
+              for i in range(len(header))]
+    numeric = [all(r[i].replace(",", "").isdigit() for r in distinct)
+               for i in range(len(header))]
+    for i, width in zip(own, own_width):
+        widths[i], numeric[i] = width, False
+    numeric[1] = name_numeric
+    return widths, numeric
+
+
 def _collectives_table(header: list[str], shown: Sequence[Collective],
                        timed: bool, scoped: bool = False,
                        indent: str = "  ") -> Iterator[str]:
@@ -118,26 +146,7 @@ def _collectives_table(header: list[str], shown: Sequence[Collective],
         return
     # The cells of each row's own: its name, and its scope (if shown).
     own = [1] + ([len(header) - 2] if scoped else [])
-    rest: dict[int, list[str]] = {}        # each distinct row, by identity
-    own_width = [len(header[i]) for i in own]
-    name_numeric = True
-    for c in shown:
-        row = cells_of(c)
-        rest[id(row)] = row
-        name = c.name
-        own_width[0] = max(own_width[0], len(name))
-        if scoped:
-            own_width[1] = max(own_width[1], len(c.scope or "-"))
-        if name_numeric and not name.replace(",", "").isdigit():
-            name_numeric = False
-    distinct = list(rest.values())
-    widths = [max(len(cell) for cell in [header[i]] + [r[i] for r in distinct])
-              for i in range(len(header))]
-    numeric = [all(r[i].replace(",", "").isdigit() for r in distinct)
-               for i in range(len(header))]
-    for i, width in zip(own, own_width):
-        widths[i], numeric[i] = width, False
-    numeric[1] = name_numeric
+    widths, numeric = _column_widths(header, shown, cells_of, own, scoped)
 
     def cell(text: str, i: int) -> str:
         return text.rjust(widths[i]) if numeric[i] else text.ljust(widths[i])

@@ -375,6 +375,14 @@ def _index(flat: int, shape) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape))
 
 
+def _ratio(diff: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """`diff / scale`, 0 where `diff` is, infinite where only `scale` is
+    0 (or the ratio is not a number)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / np.where(scale == 0, np.nan, scale))
+    return np.where(np.isnan(ratio), np.inf, ratio)
+
+
 def compare(index: int, decl: TensorDecl, actual: np.ndarray,
             expected: np.ndarray, rtol: float | None, atol: float | None,
             truth: np.ndarray | None = None,
@@ -413,31 +421,22 @@ def compare(index: int, decl: TensorDecl, actual: np.ndarray,
     diff = np.where(nonfinite_bad, np.inf, diff)
     bad = (diff > allowed) | nonfinite_bad
 
-    magnitude = np.abs(against)
-    rel = np.where(diff == 0, 0.0,
-                   diff / np.where(magnitude == 0, np.nan, magnitude))
-    rel = np.where(np.isnan(rel), np.inf, rel)
+    rel = _ratio(diff, np.abs(against))
     abs_at = _index(int(np.argmax(diff)), diff.shape)
     rel_at = _index(int(np.argmax(rel)), rel.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(diff == 0, 0.0,
-                         diff / np.where(allowed == 0, np.nan, allowed))
-    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    ratio = _ratio(diff, allowed)
     worst_at = _index(int(np.argmax(ratio)), ratio.shape)
     passed = not bool(np.any(bad))
     # An output with no element finite in both results compares nothing:
     # it is never a pass.
     not_compared = None
     if passed and not np.any(finite):
-        kinds = [label for label, found in
-                 (("NaN", np.any(np.isnan(a))), ("Inf", np.any(np.isinf(a))))
-                 if found]
-        not_compared = " or ".join(kinds)
+        not_compared = " or ".join(label for label, found in
+                                   (("NaN", np.any(np.isnan(a))),
+                                    ("Inf", np.any(np.isinf(a)))) if found)
         passed = False
-    value = expected_value = None
-    if not passed and not not_compared:
-        value = np.asarray(actual)[worst_at].item()
-        expected_value = np.asarray(against)[worst_at].item()
+    value, expected_value = (None, None) if passed or not_compared else \
+        (np.asarray(actual)[worst_at].item(), np.asarray(against)[worst_at].item())
     return OutputCheck(
         index, decl.name, passed, rtol, atol, float(diff[abs_at]), abs_at,
         float(rel[rel_at]), rel_at, value, expected_value, reference,

@@ -94,6 +94,44 @@ class _Finished:
         return distributed.meaningful(self.stderr)
 
 
+def _watch(proc, deadline: float, stopper) -> tuple[bool, bool]:
+    """Waits for `proc` to exit; (stopped, timed_out): whether `stopper`
+    said stop, or the deadline passed, first."""
+    last_check = 0.0
+    while proc.poll() is None:
+        now = time.monotonic()
+        if now > deadline:
+            return False, True
+        if stopper is not None and now - last_check > 0.25:
+            last_check = now
+            import ray
+            try:
+                if ray.get(stopper.stopped.remote(), timeout=2):
+                    return True, False
+            except Exception:
+                pass
+        time.sleep(_POLL)
+    return False, False
+
+
+def _stop(proc) -> None:
+    """Stops `proc`'s process group (politely, then not) and reaps it;
+    None: it did not exit by itself."""
+    import subprocess
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=distributed._KILL_WAIT)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+    return None
+
+
 def _run_process(index: int, argv: list[str], seconds: float, stopper,
                  cwd: str, temp: str | None = None) -> dict:
     """Inside a Ray task: runs `irshard ARGV` (in the launcher's directory
@@ -119,23 +157,7 @@ def _run_process(index: int, argv: list[str], seconds: float, stopper,
                 start_new_session=True,
                 preexec_fn=distributed._die_with_parent
                 if sys.platform == "linux" else None)
-            stopped = timed_out = False
-            last_check = 0.0
-            while proc.poll() is None:
-                now = time.monotonic()
-                if now > deadline:
-                    timed_out = True
-                    break
-                if stopper is not None and now - last_check > 0.25:
-                    last_check = now
-                    import ray
-                    try:
-                        if ray.get(stopper.stopped.remote(), timeout=2):
-                            stopped = True
-                            break
-                    except Exception:
-                        pass
-                time.sleep(_POLL)
+            stopped, timed_out = _watch(proc, deadline, stopper)
             try:
                 with open(stage_file) as f:
                     stage = f.read().strip() or "starting"
@@ -143,21 +165,7 @@ def _run_process(index: int, argv: list[str], seconds: float, stopper,
                 stage = "starting"
             # What a process said before it was stopped, not its dying words.
             seen = os.path.getsize(err_path) if proc.poll() is None else None
-            if proc.poll() is None:
-                for sig in (signal.SIGTERM, signal.SIGKILL):
-                    try:
-                        os.killpg(proc.pid, sig)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                    try:
-                        proc.wait(timeout=distributed._KILL_WAIT)
-                        break
-                    except subprocess.TimeoutExpired:
-                        continue
-                proc.wait()
-                code = None
-            else:
-                code = proc.returncode
+            code = proc.returncode if proc.poll() is not None else _stop(proc)
         with open(out_path, "rb") as f:
             stdout = f.read()
         with open(err_path, "rb") as f:

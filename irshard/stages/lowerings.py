@@ -163,7 +163,7 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
     leaves: list[Leaf] = []
     donated: list[bool] = []
     extra_donors: list[int] = []
-    unused: list[str] = []
+    unused: list[str] = []      # inputs jax.jit leaves out
     for found, user, mark in zip(lowered.inputs, matched, matching.leaves):
         name = user.path if user is not None \
             and user.path not in matching.ambiguous else \
@@ -183,32 +183,11 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
         if by_user and not found.donated:
             extra_donors.append(len(leaves) - 1)
         donated.append(found.donated or by_user)
-    if bound:
-        one = len(bound) == 1
-        notes += (f"{tree.listing(sorted(bound), 4)} "
-                  f"{'is' if one else 'are'} bound by functools.partial: "
-                  f"{'not an argument' if one else 'not arguments'} of "
-                  f"'{program.function}', and no rule applies to "
-                  f"{'it' if one else 'them'}",)
-    if not any(matched) and program.inputs:
-        notes += (f"the inputs are named as '{program.function}' flattens its "
-                  f"arguments (args/...): irshard could not match them to "
-                  f"the arguments' leaves",)
-    if unused:
-        notes += (f"inputs the jitted function does not use are left out of "
-                  f"the compiled program, as jax.jit leaves them: "
-                  f"{tree.listing(unused, 4)}",)
+    notes += _naming_notes(program, bound, any(matched), unused)
     given = {i: leaf.sharding for i, leaf in enumerate(leaves) if leaf.given}
     annotate(lowered.module, mesh, given, result_shardings(
         program, lowered.out_tree, [len(o.shape) for o in lowered.outputs]))
-    from irshard.backend import shardy
-    if extra_donors:
-        shardy.mark_buffer_donors(lowered.module, extra_donors)
-    # A donated input whose sharding a rule changed is no longer the size of
-    # the output it was aliased to: a donor XLA may pair with any output.
-    resharded = [i for i, leaf in enumerate(leaves) if leaf.given and donated[i]]
-    if resharded:
-        shardy.mark_buffer_donors(lowered.module, resharded, unpin=True)
+    _mark_donors(lowered.module, leaves, donated, extra_donors)
     names = _jitted_output_names(lowered, matched)
     if program.output_names is not None:
         names = list(program.output_names(names))
@@ -217,6 +196,44 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
     return JittedProgram(lowered.module, tuple(leaves), tuple(donated), outputs,
                          notes, lowered.devices, lowered.callbacks,
                          lowered.out_tree)
+
+
+def _mark_donors(module, leaves: Sequence[Leaf], donated: Sequence[bool],
+                 extra: Sequence[int]) -> None:
+    """Marks the inputs the user donated that JAX did not (`extra`), and
+    unpins the donated inputs whose sharding a rule changed: no longer the
+    size of the output they were aliased to, they are donors XLA may pair
+    with any output."""
+    from irshard.backend import shardy
+    if extra:
+        shardy.mark_buffer_donors(module, list(extra))
+    resharded = [i for i, leaf in enumerate(leaves) if leaf.given and donated[i]]
+    if resharded:
+        shardy.mark_buffer_donors(module, resharded, unpin=True)
+
+
+def _naming_notes(program: Program, bound: set[str], matched: bool,
+                  unused: Sequence[str]) -> tuple[str, ...]:
+    """What the report says about how a jitted object's inputs are named:
+    the arguments a partial binds, inputs not matched to the user's
+    leaves, inputs left out unused."""
+    notes: tuple[str, ...] = ()
+    if bound:
+        one = len(bound) == 1
+        notes += (f"{tree.listing(sorted(bound), 4)} "
+                  f"{'is' if one else 'are'} bound by functools.partial: "
+                  f"{'not an argument' if one else 'not arguments'} of "
+                  f"'{program.function}', and no rule applies to "
+                  f"{'it' if one else 'them'}",)
+    if not matched and program.inputs:
+        notes += (f"the inputs are named as '{program.function}' flattens its "
+                  f"arguments (args/...): irshard could not match them to "
+                  f"the arguments' leaves",)
+    if unused:
+        notes += (f"inputs the jitted function does not use are left out of "
+                  f"the compiled program, as jax.jit leaves them: "
+                  f"{tree.listing(unused, 4)}",)
+    return notes
 
 
 def _ambiguity(program: Program, names: Sequence[str], framework: str

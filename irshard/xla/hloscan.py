@@ -282,10 +282,7 @@ class ScannedModule:
         for offset, block in self._source.blocks():
             if first:
                 first = False
-                end = block.find(b"\n")
-                self.header = block[:end].decode("utf-8", "replace")
-                if not self.header.startswith("HloModule"):
-                    raise NeedsParser("no HloModule header")
+                self._read_header(block)
             if current is None and not self.computations:
                 prelude.append(block.decode("utf-8", "replace"))
             # A block starts at a line start: a top-level line there has no
@@ -296,20 +293,8 @@ class ScannedModule:
                 current = self._top_level(block[:stop].decode("utf-8", "replace"),
                                           offset, offset + stop, current)
                 done = stop
-            odd = _UNUSUAL_START.search(block)
-            if odd is not None:
-                odd = _NOT_INSTRUCTION.search(block, odd.start())
-            if odd is not None:
-                end = block.find(b"\n", odd.start() + 1)
-                raise NeedsParser(f"not an instruction: {block[odd.start() + 1:end][:80]!r}")
-            found = [[m.start() for m in literal.finditer(block)]
-                     for literal in _LITERALS]
-            meshes = bool(found[_MESH])
-            entry_at = 0 if current is not None and current.entry \
-                else block.find(b"\nENTRY")
-            if entry_at >= 0:
-                found.append([m.start() for m in _PARAMETER.finditer(block, entry_at)])
-            hits = heapq.merge(*found)
+            _check_lines(block)
+            hits, meshes = _hits(block, current is not None and current.entry)
             for hit in hits:
                 if hit < done:
                     continue                  # on a line already read
@@ -320,17 +305,8 @@ class ScannedModule:
                 stop = block.find(b"\n", hit + 1)
                 if stop < 0:
                     stop = len(block)
-                if block[hit - 5:hit] == b"calls":
-                    # A fusion's call: nothing to keep where what it calls
-                    # holds no collective (most lines of a dense module).
-                    fused = _FUSED.match(block, hit + 1)
-                    if fused is not None and block.find(b'"', start, hit) < 0 \
-                            and block.find(b" fusion(", start, hit) >= 0:
-                        callee = self.computations.get(
-                            fused.group(1).decode("utf-8", "replace"))
-                        if callee is not None and callee.end >= 0 \
-                                and not callee.has_sites:
-                            continue
+                if block[hit - 5:hit] == b"calls" and self._plain_call(block, start, hit):
+                    continue
                 done = stop
                 if block[start] != 32:             # not indented
                     line = block[start:stop].decode("utf-8", "replace")
@@ -354,6 +330,22 @@ class ScannedModule:
         if not self.entry:
             raise NeedsParser("no ENTRY computation")
         self._prelude = "".join(prelude).split("\n%", 1)[0].split("\nENTRY", 1)[0]
+
+    def _plain_call(self, block: bytes, start: int, hit: int) -> bool:
+        """Whether the `calls=` at `hit` is a fusion's call of a computation
+        read already with no collective in it: nothing on the line to keep
+        (most lines of a dense module)."""
+        fused = _FUSED.match(block, hit + 1)
+        if fused is None or block.find(b'"', start, hit) >= 0 \
+                or block.find(b" fusion(", start, hit) < 0:
+            return False
+        callee = self.computations.get(fused.group(1).decode("utf-8", "replace"))
+        return callee is not None and callee.end >= 0 and not callee.has_sites
+
+    def _read_header(self, block: bytes) -> None:
+        self.header = block[:block.find(b"\n")].decode("utf-8", "replace")
+        if not self.header.startswith("HloModule"):
+            raise NeedsParser("no HloModule header")
 
     def _top_level(self, line: str, start: int, stop: int,
                    current: _Computation | None) -> _Computation | None:
@@ -579,3 +571,26 @@ class ScannedModule:
         comp = self.computations.get(computation)
         if comp is not None:
             self._loaded_bytes -= comp.end - comp.start
+
+
+def _check_lines(block: bytes) -> None:
+    """Raises `NeedsParser` where a line of `block` is neither an
+    instruction nor a computation's start or end (a form this scan does
+    not read)."""
+    odd = _UNUSUAL_START.search(block)
+    if odd is not None:
+        odd = _NOT_INSTRUCTION.search(block, odd.start())
+    if odd is not None:
+        end = block.find(b"\n", odd.start() + 1)
+        raise NeedsParser(f"not an instruction: {block[odd.start() + 1:end][:80]!r}")
+
+
+def _hits(block: bytes, in_entry: bool):
+    """Where in `block` the literals that make a line worth reading are,
+    in order (the entry's parameters too, from where it starts), and
+    whether a mesh is named in it."""
+    found = [[m.start() for m in literal.finditer(block)] for literal in _LITERALS]
+    entry_at = 0 if in_entry else block.find(b"\nENTRY")
+    if entry_at >= 0:
+        found.append([m.start() for m in _PARAMETER.finditer(block, entry_at)])
+    return heapq.merge(*found), bool(found[_MESH])
