@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from irshard.collectives import analysis, dumps
 from irshard.core.specs import MeshAxis, MeshSpec
-from irshard.xla import blocks, hloscan
+from irshard.xla import blocks, hlolines, hloscan
 from irshard.xla.hlo import HloModuleView
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -576,9 +576,9 @@ def test_a_computation_read_whole_reads_as_its_lines_read_one_by_one():
                           if line.startswith("  ") and " = " in line]
     text = "\n".join("  " + line for line in lines) + "\n\n"
     whole = [(i.name, i.opcode, i.operands, i.text, i.root)
-             for i in hloscan._instructions(text, "c")]
+             for i in hlolines.instructions(text, "c")]
     alone = [(i.name, i.opcode, i.operands, i.text, i.root)
-             for i in (hloscan._instruction("  " + line, "c") for line in lines)]
+             for i in (hlolines.instruction("  " + line, "c") for line in lines)]
     assert whole == alone and len(whole) > 60
 
 

@@ -1,5 +1,6 @@
 """What XLA writes, read: HLO modules through XLA's own objects (`hlo`), the
-streaming scan of printed HLO (`hloscan`, reading `blocks`, and `forms`:
+streaming scan of printed HLO (`hloscan`, reading `blocks` and
+`hlolines`, and `forms`:
 computations that cost the same), tile assignments in mesh axes
 (`tiling`) and replica groups (`replica_groups`).
 

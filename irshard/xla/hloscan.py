@@ -24,11 +24,12 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, TypeVar
 
-from irshard.core.syntax import matching_bracket
 from irshard.xla import forms
 from irshard.xla.blocks import ModuleText
 from irshard.xla.hlo import (COLLECTIVE_OPCODES, Instruction, StackFrameTable,
                              operands_end, printed_calls, root_of)
+from irshard.xla.hlolines import (OPERAND, NeedsParser, head, instruction,
+                                  instructions, tuple_element)
 
 T = TypeVar("T")
 
@@ -54,13 +55,6 @@ _COMPUTATION = re.compile(r"(ENTRY )?%?([\w.\-]+) \(.*\) -> .+ \{\s*$")
 
 # The entry's parameters: looked for in the entry only.
 _PARAMETER = re.compile(re.escape(b" parameter("))
-_NAME = re.compile(r" *(ROOT )?%?([^\s=]+) = ")
-_OPCODE = re.compile(r"[a-z][a-z0-9\-]*")
-# An operand: an instruction, or one element of a tuple-shaped instruction
-# (`%param.1#0`: how jaxlib 0.11 on prints a get-tuple-element folded into
-# its user).
-_OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)?)")
-
 # `-start`/`-done` opcodes of their own (not generic async sugar).
 _OWN_ASYNC = {"all-gather-start", "all-gather-done", "all-reduce-start",
               "all-reduce-done", "collective-permute-start",
@@ -80,10 +74,6 @@ _FORM_BYTES = 1 << 20     # of distinct forms kept
 # The text of computations held read whole at once (their instructions take
 # a few times as much).
 _LOADED_BYTES = 2 << 20
-
-
-class NeedsParser(Exception):
-    """The module uses a printed form the scan does not read."""
 
 
 def read(scan: Callable[[], Any], parse: Callable[[], Any],
@@ -132,90 +122,6 @@ class _Computation:
     calls: list = field(default_factory=list)
     parameters: list = field(default_factory=list)
     has_sites: bool = False          # collectives here or in what it calls
-
-
-_HEAD = re.compile(r" *(ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+)"
-                   r" +([a-z][a-z0-9\-]*)")
-
-
-def _head(line: str) -> tuple[bool, str, str, int]:
-    """(is_root, name, opcode, position after the opcode) of an
-    instruction line."""
-    m = _HEAD.match(line)
-    if m:
-        return bool(m.group(1)), m.group(2), m.group(3), m.end()
-    m = _NAME.match(line)
-    if not m:
-        raise NeedsParser(f"not an instruction: {line[:80]!r}")
-    pos = m.end()
-    if line.startswith("(", pos):        # a deeply nested tuple shape
-        pos = matching_bracket(line, pos) + 1
-    else:
-        space = line.find(" ", pos)
-        pos = space if space >= 0 else len(line)
-    while line.startswith(" ", pos):
-        pos += 1
-    op = _OPCODE.match(line, pos)
-    if not op:
-        raise NeedsParser(f"no opcode in {line[:80]!r}")
-    return bool(m.group(1)), m.group(2), op.group(0), op.end()
-
-
-# An instruction line's head and flat operand list, in one match.
-_LINE = re.compile(_HEAD.pattern + r"(?:\(([^()\"]*)\))?")
-
-
-def _instruction(line: str, computation: str) -> Instruction:
-    m = _LINE.match(line)
-    if m is not None and (m.group(4) is not None or not line.startswith("(", m.end())):
-        operands = m.group(4)
-        return Instruction(name=m.group(2), opcode=m.group(3), computation=computation,
-                           operands=_OPERAND.findall(operands) if operands else [],
-                           users=[], text=line.strip(), root=m.group(1) is not None)
-    root, name, opcode, pos = _head(line)
-    close = operands_end(line, pos)
-    operands = _OPERAND.findall(line, pos, close + 1) if close >= pos else []
-    return Instruction(name=name, opcode=opcode, computation=computation,
-                       operands=operands, users=[], text=line.strip(),
-                       root=root)
-
-
-# An instruction line in its most common form (an array shape, a flat
-# operand list): the line (its indent aside), ROOT, name, opcode, operands.
-_PLAIN_LINE = re.compile(r" *((ROOT )?%?([^\s=]+) = [^\s(]\S* ([a-z][a-z0-9\-]*)"
-                         r"\(([^()\"]*)\).*)")
-
-
-def _instructions(text: str, computation: str) -> Iterator[Instruction]:
-    """The instructions printed on the lines of `text`, in order."""
-    match = _PLAIN_LINE.match
-    for line in text.split("\n"):
-        m = match(line)
-        if m is None or line[-1] in " \t\r":
-            if line.strip():
-                yield _instruction(line, computation)
-            continue
-        whole, root, name, opcode, operands = m.groups()
-        yield Instruction(name=name, opcode=opcode, computation=computation,
-                          operands=_OPERAND.findall(operands) if operands else [],
-                          users=[], text=whole, root=root is not None)
-
-
-def _tuple_element(table: dict[str, Instruction], name: str) -> Instruction | None:
-    """The get-tuple-element that an operand `%t#i` stands for."""
-    base, _, index = name.rpartition("#")
-    tuple_inst = table.get(base)
-    if tuple_inst is None:
-        return None
-    shape = tuple_inst.shape
-    if not isinstance(shape, tuple) or int(index) >= len(shape):
-        return None
-    inst = Instruction(name=name, opcode="get-tuple-element",
-                       computation=tuple_inst.computation, operands=[base],
-                       users=[], text=f"%{name} = get-tuple-element(%{base}), "
-                                      f"index={index}")
-    inst._parsed = (shape[int(index)], {"index": index})
-    return inst
 
 
 class ScannedModule:
@@ -389,14 +295,14 @@ class ScannedModule:
     def _keep(self, line: str, comp: _Computation, start: int, stop: int) -> None:
         if "mesh[" in line and self.printed_mesh is None:
             self.printed_mesh = line
-        _, name, opcode, pos = _head(line)
+        _, name, opcode, pos = head(line)
         if opcode.endswith(("-start", "-done", "-update")) and opcode not in \
                 _OWN_ASYNC and opcode not in _COLLECTIVES \
                 or opcode in ("async-start", "async-update", "async-done"):
             raise NeedsParser(f"asynchronous {opcode}")
         if opcode.endswith("-done"):
             close = operands_end(line, pos)
-            operands = _OPERAND.findall(line, pos, close + 1)
+            operands = OPERAND.findall(line, pos, close + 1)
             number = self._pending.pop(operands[0].encode(), None) \
                 if operands else None
             if number is not None:
@@ -404,7 +310,7 @@ class ScannedModule:
             return
         if opcode == "parameter":
             if comp.entry:
-                comp.parameters.append(_instruction(line, comp.name))
+                comp.parameters.append(instruction(line, comp.name))
             return
         collective = opcode in _COLLECTIVES or (
             opcode == "send" and "_xla_megascale" in line)
@@ -414,11 +320,11 @@ class ScannedModule:
             return
         callees = printed_calls(line)
         if callees is None:
-            callees = _instruction(line, comp.name).called_computations()
+            callees = instruction(line, comp.name).called_computations()
         if not callees:
             return
         if opcode in ("while", "conditional", "call"):
-            inst = _instruction(line, comp.name)
+            inst = instruction(line, comp.name)
             self._named[name] = inst
             self._call(comp, inst)
             comp.has_sites = comp.has_sites or any(
@@ -455,10 +361,10 @@ class ScannedModule:
             if code < 0:
                 yield comp.calls[-1 - code]
                 continue
-            inst = _instruction(self._line(spans[2 * code], spans[2 * code + 1]),
+            inst = instruction(self._line(spans[2 * code], spans[2 * code + 1]),
                                 computation)
             if dones and code in dones:
-                inst.done = _instruction(self._line(*dones[code]), computation)
+                inst.done = instruction(self._line(*dones[code]), computation)
             yield inst
 
     def form(self, computation: str) -> str:
@@ -529,7 +435,7 @@ class ScannedModule:
         table, order = {}, []
         if comp is not None and comp.end >= comp.start:
             text = self._source.decoded(comp.start, comp.end)
-            for inst in _instructions(text, computation):
+            for inst in instructions(text, computation):
                 table[inst.name] = inst
                 order.append(inst)
         # Memory stays bounded: the least recently used go first, never the
@@ -554,7 +460,7 @@ class ScannedModule:
         for inst in self._order[computation]:
             for operand in inst.operands:
                 if "#" in operand and operand not in table:
-                    element = _tuple_element(table, operand)
+                    element = tuple_element(table, operand)
                     if element is not None:
                         table[operand] = element
                         table[element.operands[0]].users.append(operand)
