@@ -8,9 +8,10 @@ import pytest
 from irshard.collectives import analysis
 from irshard.core.specs import parse_mesh
 from irshard.xla import loops
-from irshard.xla.hlo import (ArrayShape, HloModuleView, Instruction, StackFrameTable,
-                         opcode_name, parse_instruction_text, parse_metadata,
-                         parse_shape, shape_bytes)
+from irshard.xla.hlo import (HloModuleView, Instruction, opcode_name,
+                             parse_instruction_text, parse_metadata)
+from irshard.xla.shapes import ArrayShape, parse_shape, shape_bytes
+from irshard.xla.stackframes import StackFrameTable
 from tests.conftest import run_irshard
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -24,8 +24,8 @@ from irshard.core.specs import MeshSpec, lookup_dtype, shown
 from irshard.reporting.report import PackedCollectives
 from irshard.xla import hlo, tpufusions
 from irshard.xla import replica_groups as rg
-from irshard.xla.hlo import (COLLECTIVE_OPCODES, ArrayShape, HloModuleView, Instruction,
-                             collective_kind, shape_leaves)
+from irshard.xla.hlo import COLLECTIVE_OPCODES, HloModuleView, Instruction, collective_kind
+from irshard.xla.shapes import ArrayShape, shape_leaves
 from irshard.xla.loops import trip_count
 
 

@@ -27,7 +27,8 @@ from irshard.core.specs import MeshAxis, MeshSpec
 from irshard.reporting.diff import HINT, SCHEMA, Side, is_report, main_module
 from irshard.reporting.report import CollectiveReport, TensorInfo, tensor_info
 from irshard.xla import hloscan
-from irshard.xla.hlo import ArrayShape, HloModuleView, parse_instruction_text
+from irshard.xla.hlo import HloModuleView, parse_instruction_text
+from irshard.xla.shapes import ArrayShape
 from irshard.xla.tiling import Tiling
 
 # module_0003.jit_step.<rest>.txt, as XLA names its dump files.

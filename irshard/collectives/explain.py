@@ -35,7 +35,7 @@ from irshard.collectives.values import (INDEXED, _axes, _only, _primitive, _shar
 from irshard.core.frames import UserCode
 from irshard.core.specs import ShardingSpec
 from irshard.reporting.why import Cause, Origin, Value, Why
-from irshard.xla import hlo as hlo_text
+from irshard.xla.shapes import shape_leaves
 
 # ---------------------------------------------------------------------------
 # Explanations
@@ -276,7 +276,7 @@ def _match(report_collectives, partitioned, optimized_view) -> dict[str, list[An
     result = {}
     for c in report_collectives:
         inst = optimized_view.instructions.get(c.name)
-        shapes = [tuple(leaf.dims) for leaf in hlo_text.shape_leaves(inst.shape)] \
+        shapes = [tuple(leaf.dims) for leaf in shape_leaves(inst.shape)] \
             if inst is not None else [tuple(c.shape)]
         if c.is_async and inst is not None and inst.opcode.endswith("-start") \
                 and len(shapes) > c.operands:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from irshard.xla.convolution import convolution_flops
-from irshard.xla.hlo import ArrayShape, HloModuleView, Instruction, shape_bytes, shape_leaves
+from irshard.xla.hlo import HloModuleView, Instruction
+from irshard.xla.shapes import ArrayShape, shape_bytes, shape_leaves
 
 # What moves no data and computes nothing.
 FREE = frozenset({

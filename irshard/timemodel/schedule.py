@@ -56,7 +56,8 @@ from irshard.timemodel.rates import Rates
 from irshard.timemodel.step import Event, Step
 from irshard.xla import loops
 from irshard.xla import tpufusions
-from irshard.xla.hlo import HloModuleView, Instruction, collective_kind, shape_leaves
+from irshard.xla.hlo import HloModuleView, Instruction, collective_kind
+from irshard.xla.shapes import shape_leaves
 
 # Iterations of a loop drawn one by one on the timeline; the rest of its
 # trips are one summary event each.

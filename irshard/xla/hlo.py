@@ -13,105 +13,15 @@ where XLA prints an attribute several ways (replica groups), each is handled.
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from irshard import backend
-from irshard.core.frames import Frame
 from irshard.core.schema import COLLECTIVE_KINDS
-from irshard.core.specs import lookup_dtype
 from irshard.core.syntax import (attribute_pairs, matching_bracket, split_top_level,
                                  unquote)
-
-# Sizes of HLO element types the tensor grammar has no name for.
-_EXTRA_ITEMSIZES = {"token": 0, "opaque": 0}
-
-
-def element_size(dtype: str) -> int:
-    """Bytes per element of an HLO element type (`f32`, `s32`, `f8e4m3fn`)."""
-    known = lookup_dtype(dtype)
-    if known is not None:
-        return known.itemsize
-    if dtype in _EXTRA_ITEMSIZES:
-        return _EXTRA_ITEMSIZES[dtype]
-    m = re.match(r"[a-z]+(\d+)", dtype)
-    return max(1, int(m.group(1)) // 8) if m else 0
-
-
-@dataclass(frozen=True)
-class ArrayShape:
-    """An array shape as HLO prints it: `f32[8,4]{1,0}`."""
-
-    dtype: str
-    dims: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.dims) * element_size(self.dtype)
-
-    def __str__(self) -> str:
-        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
-
-
-Shape = Any  # ArrayShape, or a tuple of Shape
-
-
-def shape_leaves(shape: Shape) -> list[ArrayShape]:
-    if isinstance(shape, ArrayShape):
-        return [shape]
-    return [leaf for element in shape for leaf in shape_leaves(element)]
-
-
-def shape_bytes(shape: Shape) -> int:
-    found = _NBYTES.get(shape)
-    if found is None:
-        found = sum(leaf.nbytes for leaf in shape_leaves(shape))
-        if len(_NBYTES) < 4096:
-            _NBYTES[shape] = found
-    return found
-
-
-# Bytes of shapes seen (a module repeats a few shapes many times).
-_NBYTES: dict[Any, int] = {}
-
-
-class _Scanner:
-    """A cursor over printed HLO text."""
-
-    def __init__(self, text: str, pos: int = 0):
-        self.text = text
-        self.pos = pos
-
-    def peek(self) -> str:
-        return self.text[self.pos] if self.pos < len(self.text) else ""
-
-    def skip_spaces(self) -> None:
-        while self.peek() == " ":
-            self.pos += 1
-
-    def balanced(self) -> str:
-        """The text of a bracketed group starting here, brackets included."""
-        start = self.pos
-        end = matching_bracket(self.text, start)
-        self.pos = end + 1
-        return self.text[start:self.pos]
-
-
-def parse_shape(text: str) -> Shape:
-    """`f32[8,4]{1,0}`, `(f32[4], s32[])`, `f32[<=8]`, `token[]`."""
-    text = _INDEX_COMMENT.sub("", text).strip()
-    if text.startswith("("):
-        inner = text[1:matching_bracket(text, 0)]
-        return tuple(parse_shape(part) for part in split_top_level(inner))
-    m = re.match(r"([a-z][a-z0-9]*)\[([^\]]*)\]", text)
-    if not m:
-        raise ValueError(f"not an HLO shape: {text!r}")
-    dims = tuple(int(d.strip().lstrip("<=")) for d in m.group(2).split(",")
-                 if d.strip())
-    return ArrayShape(m.group(1), dims)
-
+from irshard.xla.shapes import INDEX_COMMENT, Scanner, Shape, parse_shape
+from irshard.xla.stackframes import StackFrameTable
 
 _METADATA_ITEM = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|\S+)')
 
@@ -313,7 +223,6 @@ def collective_kind(inst: Instruction) -> str | None:
 
 
 # Long tuples are printed with `/*index=5*/` markers between elements.
-_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
 
 
 _HEAD = re.compile(r"(?:ROOT )?%?([^\s=]+) = ([^\s(]\S*) ([a-z][a-z0-9\-]*)")
@@ -383,11 +292,11 @@ def shape_of_text(text: str) -> Shape:
 
 
 def _parse_instruction_slowly(text: str) -> tuple[str, Shape, str, dict[str, str]]:
-    line = _INDEX_COMMENT.sub("", text.strip())
+    line = INDEX_COMMENT.sub("", text.strip())
     if line.startswith("ROOT "):
         line = line[5:]
     name, _, rest = line.partition(" = ")
-    s = _Scanner(rest)
+    s = Scanner(rest)
     if s.peek() == "(":
         shape_text = s.balanced()
     else:
@@ -421,81 +330,6 @@ def opcode_name(enum_name: str) -> str:
     """`kAllGatherStart` -> `all-gather-start` (HLO's printed opcode)."""
     body = enum_name[1:] if enum_name.startswith("k") else enum_name
     return re.sub(r"(?<!^)(?=[A-Z])", "-", body).lower()
-
-
-class StackFrameTable:
-    """The `FileNames/FunctionNames/FileLocations/StackFrames` tables a module
-    prints before its computations, resolving a `stack_frame_id` to its
-    chain of frames, innermost first."""
-
-    def __init__(self, files: dict[int, str], functions: dict[int, str],
-                 locations: dict[int, dict[str, int]],
-                 frames: dict[int, dict[str, int]]):
-        self.files = files
-        self.functions = functions
-        self.locations = locations
-        self.frames = frames
-        # Some XLA releases print each parent id one higher than it is, so the
-        # first (root) frame shows itself as its parent; a frame cannot really
-        # be its own parent, so that pattern identifies the convention.
-        self._chains: dict[int, tuple[Frame, ...]] = {}
-        first = frames.get(1)
-        self._parent_offset = 1 if first and first.get("parent_frame_id") == 1 else 0
-
-    @classmethod
-    def parse(cls, module_text: str) -> "StackFrameTable":
-        tables: dict[str, dict[int, str]] = {}
-        current = None
-        for line in module_text.splitlines():
-            stripped = line.strip()
-            if stripped.startswith(("%", "ENTRY")) or stripped.endswith("{"):
-                break  # the first computation: the tables are behind us
-            if stripped in ("FileNames", "FunctionNames", "FileLocations",
-                            "StackFrames"):
-                current = tables.setdefault(stripped, {})
-                continue
-            if not stripped:
-                continue
-            m = re.match(r"(\d+)\s+(.*)$", stripped)
-            if current is not None and m:
-                current[int(m.group(1))] = m.group(2)
-            elif current is not None:
-                current = None
-
-        def strings(name):
-            return {k: unquote(v) for k, v in tables.get(name, {}).items()}
-
-        def records(name):
-            return {k: {a: int(b) for a, b in re.findall(r"(\w+)=(-?\d+)", v)}
-                    for k, v in tables.get(name, {}).items()}
-
-        return cls(strings("FileNames"), strings("FunctionNames"),
-                   records("FileLocations"), records("StackFrames"))
-
-    def chain(self, frame_id: int) -> list[Frame]:
-        return list(self.chain_of(frame_id))
-
-    def chain_of(self, frame_id: int) -> tuple[Frame, ...]:
-        """`chain`, as one tuple per frame id (the same object each time)."""
-        cached = self._chains.get(frame_id)
-        if cached is None:
-            cached = self._chains[frame_id] = tuple(self._chain(frame_id))
-        return cached
-
-    def _chain(self, frame_id: int) -> list[Frame]:
-        result: list[Frame] = []
-        seen: set[int] = set()
-        while frame_id and frame_id in self.frames and frame_id not in seen:
-            seen.add(frame_id)
-            frame = self.frames[frame_id]
-            loc = self.locations.get(frame.get("file_location_id", 0))
-            if loc:
-                result.append(Frame(
-                    self.files.get(loc.get("file_name_id", 0), "?"),
-                    self.functions.get(loc.get("function_name_id", 0), "?"),
-                    loc.get("line", 0), loc.get("column", 0)))
-            frame_id = frame.get("parent_frame_id", 0) - self._parent_offset
-        return result
 
 
 def root_of(body: list[Instruction]) -> Instruction | None:

@@ -26,10 +26,11 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from irshard.xla import forms
 from irshard.xla.blocks import ModuleText
-from irshard.xla.hlo import (COLLECTIVE_OPCODES, Instruction, StackFrameTable,
-                             operands_end, printed_calls, root_of)
+from irshard.xla.hlo import (COLLECTIVE_OPCODES, Instruction, operands_end,
+                             printed_calls, root_of)
 from irshard.xla.hlolines import (OPERAND, NeedsParser, head, instruction,
                                   instructions, tuple_element)
+from irshard.xla.stackframes import StackFrameTable
 
 T = TypeVar("T")
 
