@@ -7,7 +7,9 @@ HLO objects all live here, so a JAX upgrade is one package to fix: `devices`
 lowering, pytree leaves, registered passes), `jitted` (what the user
 jitted, lowered or compiled themselves), `compiling` (XLA compile, HLO
 objects) and `running` (execution, the distributed runtime). Callers use
-the names this package gathers from the four. Tested with
+the names this package gathers from them. MLIR's Shardy bindings are
+`shardy` (meshes, shardings, functions), with `locations` (an op's
+source frames) and `edits` (a module edited for a counterfactual). Tested with
 jax/jaxlib 0.10.2, 0.11.2 and 0.12.0.1 (the range is pinned in
 pyproject.toml); the calls used here exist in all three.
 

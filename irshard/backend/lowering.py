@@ -375,8 +375,8 @@ class PassFailure(Exception):
     def __init__(self, error):
         super().__init__(getattr(error, "message", str(error)))
         self.error = error
-        from irshard.backend import shardy
-        found = shardy.file_locations(error.error_diagnostics[0].location) \
+        from irshard.backend import locations
+        found = locations.file_locations(error.error_diagnostics[0].location) \
             if getattr(error, "error_diagnostics", None) else []
         self.file = found[0][0] if found else ""
 

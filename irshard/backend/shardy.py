@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy
 
 from irshard.core.errors import IRError
-from irshard.core.frames import Frame
+from irshard.backend.locations import file_locations, location_name, typed_location
 from irshard.core.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
 from irshard.core.syntax import split_top_level
 
@@ -304,64 +304,6 @@ def collective_axes(operation: ir.Operation, mesh: MeshSpec) -> list[str]:
     return [a for a in mesh.names if a in moved]
 
 
-# ---------------------------------------------------------------------------
-# Locations, read through the bindings' location classes
-
-
-_LOCATION_KINDS = (ir.FileLineColLoc, ir.NameLoc, ir.CallSiteLoc, ir.FusedLoc,
-                   ir.UnknownLoc)
-
-
-def typed_location(location: ir.Location) -> ir.Location:
-    """The location as its own class (`FileLineColLoc`, `NameLoc`, ...);
-    diagnostics hand out plain `Location`s."""
-    if isinstance(location, _LOCATION_KINDS):
-        return location
-    for kind in _LOCATION_KINDS:
-        try:
-            return kind(location)
-        except (ValueError, TypeError):
-            continue
-    return location
-
-
-def location_name(location: ir.Location) -> str | None:
-    """The name of a `loc("name")` or `loc("name"(...))` location."""
-    location = typed_location(location)
-    return location.name_str if isinstance(location, ir.NameLoc) else None
-
-
-def file_locations(location: ir.Location,
-                   function: str = "") -> list[tuple[str, int, int, str]]:
-    """(file, line, column, function) of every file location in `location`,
-    innermost first (a call site's callee before its caller); the function
-    is the name JAX wraps a frame's file location in, or ''."""
-    location = typed_location(location)
-    if isinstance(location, ir.FileLineColLoc):
-        return [(location.filename, location.start_line, location.start_col,
-                 function)]
-    if isinstance(location, ir.NameLoc):
-        child = typed_location(location.child_loc)
-        name = location.name_str if isinstance(child, ir.FileLineColLoc) else ""
-        return file_locations(child, name)
-    if isinstance(location, ir.CallSiteLoc):
-        return file_locations(location.callee) + file_locations(location.caller)
-    if isinstance(location, ir.FusedLoc):
-        return [f for part in location.locations for f in file_locations(part)]
-    return []
-
-
-def frames(location: ir.Location) -> list[Frame]:
-    """The Python frames an MLIR location holds, innermost first: what
-    `UserCode.choose` picks the user's line from."""
-    return [Frame(f, fn, line) for f, line, fn in location_frames(location)]
-
-
-def location_frames(location: ir.Location) -> list[tuple[str, int, str]]:
-    """(file, line, function) of every file location, innermost first."""
-    return [(f, line, fn) for f, line, _, fn in file_locations(location)]
-
-
 def argument_names(fn: func.FuncOp) -> list[str | None]:
     """Each argument's name from its location (JAX writes `loc("d")`)."""
     if fn.is_external:
@@ -505,63 +447,3 @@ def result_names(fn: func.FuncOp) -> list[str]:
         else:
             names.append("result" if len(results) == 1 else f"result[{i}]")
     return names
-
-
-# Ops that constrain a value's sharding where the program says so
-# (`with_sharding_constraint`, an explicit-mode `reshard`).
-CONSTRAINTS = ("sdy.sharding_constraint", "sdy.reshard")
-
-
-def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool],
-                     upstream: bool = False) -> list[tuple[str, ir.Location]]:
-    """Removes the constraints `chosen` picks, each result replaced by its
-    operand (a counterfactual: the program without them); with `upstream`,
-    also those with the same sharding above them through one-operand ops
-    (under explicit axes every op's type is a constraint, and the one that
-    made the sharding is the first of the chain: the `reshard`). Returns
-    the name and location of each op removed, the chain's first last."""
-    with module.context:
-        found = [op for fn in functions(module) for op in walk(fn.operation)
-                 if op.name in CONSTRAINTS and chosen(op)]
-        for operation in list(found) if upstream else ():
-            sharding = str(operation.attributes["sharding"])
-            value = operation.operands[0]
-            for _ in range(64):
-                owner = value.owner
-                if isinstance(owner, ir.Block):
-                    break
-                owner = getattr(owner, "operation", owner)
-                if owner.name in CONSTRAINTS:
-                    if str(owner.attributes["sharding"]) != sharding:
-                        break
-                    if not any(owner == other for other in found):
-                        found.append(owner)
-                elif len(owner.operands) != 1:
-                    break
-                value = owner.operands[0]
-        kept = [(operation.name, operation.location) for operation in found]
-        for operation in found:
-            operation.results[0].replace_all_uses_with(operation.operands[0])
-            operation.erase()
-    return kept
-
-
-def open_boundary(module: ir.Module, kind: str, index: int) -> bool:
-    """Lets propagation choose the entry function's argument (`kind`
-    "input": every dimension open) or result ("output": its sharding
-    removed) `index`. Returns whether it had a sharding to open."""
-    with module.context:
-        main = entry_function(module)
-        key, count = ("arg_attrs", len(main.type.inputs)) if kind == "input" \
-            else ("res_attrs", len(main.type.results))
-        dicts = attr_dicts(main, key, count)
-        if index >= len(dicts) or SHARDING not in dicts[index]:
-            return False
-        if kind == "input":
-            mesh, spec = sharding_spec(dicts[index][SHARDING])
-            dicts[index][SHARDING] = sharding_attr(
-                mesh, ShardingSpec.of_axes([((), True)] * spec.rank))
-        else:
-            del dicts[index][SHARDING]
-        set_attr_dicts(main, key, dicts)
-    return True

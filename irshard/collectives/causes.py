@@ -97,7 +97,7 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
     """Removes or relaxes `decision` in `module` (see the module
     docstring); the decision as removed, or None where there is nothing
     of it."""
-    from irshard.backend import shardy
+    from irshard.backend import edits
     from irshard.collectives.origins import PropagationSites
     if decision.kind == "constraint":
         if decision.source is None:
@@ -110,15 +110,16 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
             return found is not None and (found.file, found.line) == line
 
         explicit = info.mesh is not None and bool(info.mesh.explicit)
-        dropped = shardy.drop_constraints(module, there, upstream=explicit)
+        dropped = edits.drop_constraints(module, there, upstream=explicit)
         if not dropped:
             return None
         if explicit:
             # Under explicit axes the shardings are in the types: the
             # outputs' follow the constraint, and are left to XLA.
             for index in range(len(info.outputs)):
-                shardy.open_boundary(module, "output", index)
-            first = users.choose(shardy.frames(dropped[-1][1]))
+                edits.open_boundary(module, "output", index)
+            from irshard.backend import locations
+            first = users.choose(locations.frames(dropped[-1][1]))
             if first is not None and first != decision.source:
                 decision = dataclasses.replace(decision, source=first)
         return decision
@@ -135,7 +136,7 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
         chosen |= {t.name for t in decls if (own.rule is not None and t.rule == own.rule)
                    or _mirrors(t, own)}
     for name in sorted(chosen):
-        if not shardy.open_boundary(module, kind, names.index(name)) \
+        if not edits.open_boundary(module, kind, names.index(name)) \
                 and name == decision.name:
             return None
     return decision

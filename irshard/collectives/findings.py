@@ -93,17 +93,17 @@ def locator(module, user_dir: str | None, frames_table=None
     """(op name, stack frame id) -> the user's line: from the compiled
     module's stack frame table (`frames_table`, which the ids index), else
     from the first op of the traced module JAX gave that name."""
-    from irshard.backend import shardy
+    from irshard.backend import locations, shardy
     users = UserCode(user_dir)
     by_name: dict[str, SourceLocation | None] = {}
     if module is not None:
         with module.context:
             for fn in shardy.functions(module):
                 for operation in shardy.walk(fn.operation):
-                    name = shardy.location_name(operation.location)
+                    name = locations.location_name(operation.location)
                     if name and name not in by_name:
                         by_name[name] = users.choose(
-                            shardy.frames(operation.location))
+                            locations.frames(operation.location))
 
     def locate(name: str, frame_id: int | None) -> SourceLocation | None:
         if frame_id is not None and frames_table is not None:

@@ -62,8 +62,9 @@ class PropagationSites:
     def source(self, operation) -> SourceLocation | None:
         """The user's line of an op; in a function JAX outlined from its
         own code (`_roll_static`), the line of the call."""
+        from irshard.backend import locations
         for _ in range(32):
-            found = self.users.choose(self.shardy.frames(operation.location))
+            found = self.users.choose(locations.frames(operation.location))
             if found is not None:
                 return found
             fn = operation.parent

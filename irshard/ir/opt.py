@@ -240,9 +240,9 @@ class Diagnostic:
 
 
 def _diagnostic(info: Any) -> Diagnostic:
-    from irshard.backend import shardy
+    from irshard.backend import locations
     kind = str(info.severity).rsplit(".", 1)[-1].lower()
-    found = shardy.file_locations(info.location)
+    found = locations.file_locations(info.location)
     line, column, other = None, 0, None
     if found:
         file, line, column, _ = found[0]

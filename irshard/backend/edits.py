@@ -1,0 +1,73 @@
+"""A module edited for a counterfactual recompile (`--verify`): its
+sharding constraints dropped, an entry argument's or result's sharding
+opened for propagation to choose."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from jaxlib.mlir import ir
+
+from irshard.backend.shardy import (SHARDING, attr_dicts, entry_function, functions,
+                                    set_attr_dicts, sharding_attr, sharding_spec, walk)
+from irshard.core.specs import ShardingSpec
+
+
+# Ops that constrain a value's sharding where the program says so
+# (`with_sharding_constraint`, an explicit-mode `reshard`).
+CONSTRAINTS = ("sdy.sharding_constraint", "sdy.reshard")
+
+
+def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool],
+                     upstream: bool = False) -> list[tuple[str, ir.Location]]:
+    """Removes the constraints `chosen` picks, each result replaced by its
+    operand (a counterfactual: the program without them); with `upstream`,
+    also those with the same sharding above them through one-operand ops
+    (under explicit axes every op's type is a constraint, and the one that
+    made the sharding is the first of the chain: the `reshard`). Returns
+    the name and location of each op removed, the chain's first last."""
+    with module.context:
+        found = [op for fn in functions(module) for op in walk(fn.operation)
+                 if op.name in CONSTRAINTS and chosen(op)]
+        for operation in list(found) if upstream else ():
+            sharding = str(operation.attributes["sharding"])
+            value = operation.operands[0]
+            for _ in range(64):
+                owner = value.owner
+                if isinstance(owner, ir.Block):
+                    break
+                owner = getattr(owner, "operation", owner)
+                if owner.name in CONSTRAINTS:
+                    if str(owner.attributes["sharding"]) != sharding:
+                        break
+                    if not any(owner == other for other in found):
+                        found.append(owner)
+                elif len(owner.operands) != 1:
+                    break
+                value = owner.operands[0]
+        kept = [(operation.name, operation.location) for operation in found]
+        for operation in found:
+            operation.results[0].replace_all_uses_with(operation.operands[0])
+            operation.erase()
+    return kept
+
+
+def open_boundary(module: ir.Module, kind: str, index: int) -> bool:
+    """Lets propagation choose the entry function's argument (`kind`
+    "input": every dimension open) or result ("output": its sharding
+    removed) `index`. Returns whether it had a sharding to open."""
+    with module.context:
+        main = entry_function(module)
+        key, count = ("arg_attrs", len(main.type.inputs)) if kind == "input" \
+            else ("res_attrs", len(main.type.results))
+        dicts = attr_dicts(main, key, count)
+        if index >= len(dicts) or SHARDING not in dicts[index]:
+            return False
+        if kind == "input":
+            mesh, spec = sharding_spec(dicts[index][SHARDING])
+            dicts[index][SHARDING] = sharding_attr(
+                mesh, ShardingSpec.of_axes([((), True)] * spec.rank))
+        else:
+            del dicts[index][SHARDING]
+        set_attr_dicts(main, key, dicts)
+    return True
