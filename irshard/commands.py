@@ -121,7 +121,7 @@ def cmd_compile(args) -> int:
 
 
 def _run_options(args):
-    from irshard.core.specs import split_assignment
+    from irshard.core.textinput import split_assignment
     from irshard.running.execution import RunOptions
     from irshard.running.execution import parse_range
     inputs = tuple(split_assignment(item, "--input", "PATH.npy")

@@ -14,7 +14,8 @@ from irshard.backend import shardy
 from irshard.collectives import analysis
 from irshard.core.errors import IRError, PassError
 from irshard.core.frames import UserCode
-from irshard.core.specs import MeshSpec, ShardingSpec, dtype_from_mlir
+from irshard.core.dtypes import dtype_from_mlir
+from irshard.core.specs import MeshSpec, ShardingSpec
 from irshard.passes import ModulePass
 from irshard.reporting.report import Collective, CollectiveReport, tensor_info
 from irshard.reporting.text import render_text

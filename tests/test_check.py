@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from irshard import cli
-from irshard.core.specs import lookup_dtype
+from irshard.core.dtypes import lookup_dtype
 from irshard.running import check
 from irshard.stages.declared import TensorDecl
 from tests.test_run import PROGRAMS, run_program

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from irshard.running import execution
 from irshard.loading import fromfile as program
 from irshard.core.errors import IrshardError, UsageError
-from irshard.core import specs
+from irshard.core import textinput
 from irshard.core.specs import (MeshSpec, MeshAxis, check_sharding, parse_mesh,
                            parse_sharding, parse_type)
 
@@ -73,7 +73,7 @@ def test_sharding(text, shape):
 @SETTINGS
 @given(texts, st.sampled_from(["--arg", "--shard", "--input", "--range"]))
 def test_name_value(text, option):
-    pair = one_line_error(specs.split_assignment, text, option, "VALUE")
+    pair = one_line_error(textinput.split_assignment, text, option, "VALUE")
     if pair is not None:
         name, value = pair
         assert name and "=" not in name

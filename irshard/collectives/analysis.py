@@ -20,7 +20,9 @@ from typing import NamedTuple
 
 from irshard.core.errors import IRError
 from irshard.core.frames import Frame, SourceLocation, UserCode
-from irshard.core.specs import MeshSpec, lookup_dtype, shown
+from irshard.core.dtypes import lookup_dtype
+from irshard.core.specs import MeshSpec
+from irshard.core.textinput import shown
 from irshard.reporting.report import PackedCollectives
 from irshard.xla import hlo, tpufusions
 from irshard.xla import replica_groups as rg

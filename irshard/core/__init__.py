@@ -1,5 +1,6 @@
 """The base every other part stands on: errors and the one error line, the
-spec grammar (meshes, shardings, types), leaf paths and the rules that match
+spec grammar (meshes, shardings, types; element types in `dtypes`, the
+user's text checked in `textinput`), leaf paths and the rules that match
 them, source frames, printed-IR helpers, files written whole, interrupts and
 the JSON schemas of files read back.
 

@@ -23,119 +23,14 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from irshard.core.errors import SpecError, UsageError
+from irshard.core.errors import SpecError
+from irshard.core.dtypes import DTYPE_NAMES, DType, lookup_dtype
+from irshard.core.textinput import MAX_DIGITS, check_one_line, parse_size, shown
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_INT = re.compile(r"[0-9]+\Z")
-# Sizes have at most this many digits (below 10**18, well inside int64).
-MAX_DIGITS = 18
 # The largest tensor irshard accepts, in bytes: XLA's shape arithmetic is
 # 64-bit and overflows (aborting the process) a little above this.
 MAX_TENSOR_BYTES = 2 ** 60
-
-
-def check_one_line(text: str, what: str) -> None:
-    """Specs, names and paths are one line of printable text; anything else
-    is shown escaped, so an error message stays one line."""
-    if not all(c.isprintable() for c in text):
-        raise SpecError(f"{what} {text!r} contains a control character (a "
-                        f"newline, tab, ...); give it on one line")
-
-
-def repeated(items) -> list:
-    """The items given more than once, each once, in the order first seen."""
-    seen, twice = set(), []
-    for item in items:
-        if item in seen and item not in twice:
-            twice.append(item)
-        seen.add(item)
-    return twice
-
-
-def shown(text: str, limit: int = 60) -> str:
-    """`text` quoted for a message, cut short when it is long."""
-    if len(text) <= limit:
-        return f"'{text}'"
-    return f"'{text[:limit - 20]}...' ({len(text)} characters)"
-
-
-def parse_size(text: str) -> int | None:
-    """A non-negative integer of ASCII digits, or None."""
-    if not _INT.match(text) or len(text.lstrip("0")) > MAX_DIGITS:
-        return None
-    return int(text)
-
-
-@dataclass(frozen=True)
-class DType:
-    """An element type: its name in the grammar, in NumPy, and its size."""
-
-    name: str
-    numpy: str
-    itemsize: int
-
-    @property
-    def is_float(self) -> bool:
-        return self.name[0] in "fbc"
-
-    @property
-    def is_integer(self) -> bool:
-        return self.name[0] in "iu"
-
-    @property
-    def is_64bit(self) -> bool:
-        """Needs JAX's 64-bit mode (i64, u64, f64, c128)."""
-        return self.name in ("i64", "u64", "f64", "c128")
-
-
-_DTYPE_LIST = [
-    DType("pred", "bool", 1),
-    DType("i8", "int8", 1),
-    DType("i16", "int16", 2),
-    DType("i32", "int32", 4),
-    DType("i64", "int64", 8),
-    DType("u8", "uint8", 1),
-    DType("u16", "uint16", 2),
-    DType("u32", "uint32", 4),
-    DType("u64", "uint64", 8),
-    DType("f16", "float16", 2),
-    DType("bf16", "bfloat16", 2),
-    DType("f32", "float32", 4),
-    DType("f64", "float64", 8),
-    DType("c64", "complex64", 8),
-    DType("c128", "complex128", 16),
-]
-DTYPES: dict[str, DType] = {d.name: d for d in _DTYPE_LIST}
-
-# Other spellings of the same types: NumPy's names (what `jax.typeof` prints),
-# `bool`, and HLO's signed-integer names (`s32`).
-_DTYPE_ALIASES: dict[str, str] = {"bool": "pred"}
-for _d in _DTYPE_LIST:
-    _DTYPE_ALIASES[_d.numpy] = _d.name
-    if _d.name.startswith("i"):
-        _DTYPE_ALIASES["s" + _d.name[1:]] = _d.name
-
-# MLIR's spelling of element types (`i1`, `ui32`, `complex<f32>`).
-_MLIR_DTYPES = {"i1": "pred", "complex<f32>": "c64", "complex<f64>": "c128"}
-for _d in _DTYPE_LIST:
-    if _d.name.startswith("u"):
-        _MLIR_DTYPES["ui" + _d.name[1:]] = _d.name
-    elif _d.name != "pred" and not _d.name.startswith("c"):
-        _MLIR_DTYPES[_d.name] = _d.name
-
-DTYPE_NAMES = " ".join(DTYPES)
-
-
-def lookup_dtype(name: str) -> DType | None:
-    """The dtype called `name` in the grammar, NumPy, or HLO; else None."""
-    canonical = _DTYPE_ALIASES.get(name, name)
-    return DTYPES.get(canonical)
-
-
-def dtype_from_mlir(name: str) -> DType | None:
-    """The dtype of an MLIR element type such as `f32`, `i1` or `ui8`."""
-    canonical = _MLIR_DTYPES.get(name)
-    return DTYPES.get(canonical) if canonical else None
 
 
 # ---------------------------------------------------------------------------
@@ -554,12 +449,3 @@ def check_size(shape: tuple[int, ...], dtype: DType, context: str) -> None:
 
 def format_shape(dtype: str, shape: tuple[int, ...] | list[int]) -> str:
     return f"{dtype}[{','.join(str(n) for n in shape)}]"
-
-
-def split_assignment(text: str, option: str, value_name: str) -> tuple[str, str]:
-    """`NAME=VALUE` -> (NAME, VALUE)."""
-    check_one_line(text, option)
-    name, eq, value = text.partition("=")
-    if not eq or not name.strip():
-        raise UsageError(f"{option} '{text}': expected NAME={value_name}")
-    return name.strip(), value.strip()

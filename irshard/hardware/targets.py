@@ -26,7 +26,8 @@ import shlex
 from dataclasses import dataclass
 
 from irshard.core.errors import SpecError, UsageError
-from irshard.core.specs import MeshSpec, repeated
+from irshard.core.specs import MeshSpec
+from irshard.core.textinput import repeated
 from irshard.timemodel.profiles import Profile, profile
 
 TPU_CHIPS = ("v4", "v5e", "v5p", "v6e")

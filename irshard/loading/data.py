@@ -20,7 +20,8 @@ import numpy as np
 
 from irshard.core import files
 from irshard.core.errors import InputError
-from irshard.core.specs import DType, TensorType
+from irshard.core.dtypes import DType
+from irshard.core.specs import TensorType
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence
 
 from irshard import backend
 from irshard.core.errors import InputError, RejectedKnobs, UsageError, UserCodeError
-from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding, parse_size
+from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding
+from irshard.core.textinput import parse_size
 from irshard.loading import loader
 from irshard.loading.leaves import (ParameterBinding, Program, apply_shardings,
                                     parse_overrides, parse_rules, split_assignment)

@@ -15,9 +15,10 @@ from typing import Any, Callable, Mapping, Sequence
 from irshard import backend
 from irshard.core import tree
 from irshard.core.errors import SpecError, UsageError
+from irshard.core.dtypes import lookup_dtype
 from irshard.core.specs import (MeshSpec, ShardingSpec, TensorType, check_sharding,
-                                check_size, lookup_dtype, parse_sharding, parse_type,
-                                split_assignment)
+                                check_size, parse_sharding, parse_type)
+from irshard.core.textinput import split_assignment
 
 
 @dataclass(frozen=True)

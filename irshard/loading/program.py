@@ -30,7 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 from irshard import backend
 from irshard.core import tree
 from irshard.core.errors import InputError, SpecError, UsageError, UserCodeError
-from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding, repeated
+from irshard.core.specs import MeshSpec, ShardingSpec, parse_sharding
+from irshard.core.textinput import repeated
 from irshard.loading import loader
 from irshard.loading.leaves import (Leaf, ParameterBinding, Program, annotated_leaf,
                                     apply_shardings, spec_of, leaves_of)

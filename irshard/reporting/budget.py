@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from irshard.core.errors import BudgetExceeded, SpecError, UsageError
 from irshard.core.schema import COLLECTIVE_KINDS
-from irshard.core.specs import repeated
+from irshard.core.textinput import repeated
 from irshard.reporting import peak
 from irshard.reporting.parts import BudgetOutcome
 from irshard.reporting.text import human_bytes, human_time

@@ -26,7 +26,8 @@ import numpy as np
 from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import InputError, UsageError
-from irshard.core.specs import TensorType, format_shape, split_assignment
+from irshard.core.specs import TensorType, format_shape
+from irshard.core.textinput import split_assignment
 from irshard.loading import data
 from irshard.reporting import htmlreport, layout
 from irshard.reporting.report import TensorInfo

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from irshard.core.specs import DType, MeshSpec, ShardingSpec
+from irshard.core.dtypes import DType
+from irshard.core.specs import MeshSpec, ShardingSpec
 from irshard.hardware import targets
 
 

@@ -17,7 +17,8 @@ from typing import Sequence
 from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import InputError, SpecError, UsageError
-from irshard.core.specs import MeshSpec, ShardingSpec, check_size, dtype_from_mlir
+from irshard.core.dtypes import dtype_from_mlir
+from irshard.core.specs import MeshSpec, ShardingSpec, check_size
 from irshard.stages import declared, staged
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")

@@ -19,7 +19,8 @@ from irshard import backend
 from irshard.core import tree
 from irshard.core.errors import (BackendError, IrshardError, SpecError, UsageError,
                                  UserCodeError)
-from irshard.core.specs import MeshSpec, ShardingSpec, TensorType, lookup_dtype
+from irshard.core.dtypes import lookup_dtype
+from irshard.core.specs import MeshSpec, ShardingSpec, TensorType
 from irshard.loading.leaves import Leaf, Program, matched_leaves
 from irshard.loading.loader import (describe_user_exception, program_failure,
                                     raised_by_user_code)

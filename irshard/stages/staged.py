@@ -27,7 +27,8 @@ from irshard.collectives import analysis
 from irshard.core import collector, files, tree
 from irshard.core.errors import BackendError
 from irshard.core.phases import phase
-from irshard.core.specs import DType, MeshSpec, lookup_dtype
+from irshard.core.dtypes import DType, lookup_dtype
+from irshard.core.specs import MeshSpec
 from irshard.hardware import targets
 from irshard.loading.leaves import Program
 from irshard.reporting.report import CollectiveReport

@@ -504,7 +504,7 @@ def leaves_of(program) -> list[rulesets.LeafShape]:
 
 
 def element_bytes(name: str) -> int:
-    from irshard.core.specs import lookup_dtype
+    from irshard.core.dtypes import lookup_dtype
     dtype = lookup_dtype(name)
     return dtype.itemsize if dtype is not None else 4
 

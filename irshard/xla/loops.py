@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from irshard.core.errors import IRError
-from irshard.core.specs import shown
+from irshard.core.textinput import shown
 from irshard.xla.hlo import HloModuleView, Instruction
 
 

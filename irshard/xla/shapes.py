@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from irshard.core.specs import lookup_dtype
+from irshard.core.dtypes import lookup_dtype
 from irshard.core.syntax import matching_bracket, split_top_level
 
 # A tuple element's index, as XLA prints it in long tuples.
