@@ -370,7 +370,8 @@ def test_packed_collectives_are_collectives():
     """What a report keeps of each of many collectives (its name and
     op_name, the rest shared) is the same value as a `Collective`."""
     import pickle
-    from irshard.reporting.report import Collective, PackedCollective
+    from irshard.reporting.packed import PackedCollective
+    from irshard.reporting.report import Collective
     view = hloscan.ScannedModule.from_file(os.path.join(DATA, "dense_loop.hlo"))
     found = analysis.collectives(view, None, None)
     assert all(type(c) is PackedCollective for c in found)
@@ -398,7 +399,7 @@ def test_a_report_keeps_many_collectives_packed(monkeypatch):
     the fields they share."""
     import pickle
     from collections import Counter
-    from irshard.reporting.report import PackedCollective, PackedCollectives
+    from irshard.reporting.packed import PackedCollective, PackedCollectives
     monkeypatch.setattr(PackedCollectives, "_CHUNK", 3)   # names over strings
     text = _generate([("plain", f % 3, _GROUPS[f % 3], 1, True) for f in range(14)]
                      + [("loop", 2, _GROUPS[2], 1, True)], True)
@@ -458,7 +459,7 @@ def test_the_collectives_table_streamed_is_the_table():
 
 def _renamed(c, name):
     """`c` under another name (sharing its record)."""
-    from irshard.reporting.report import PackedCollective
+    from irshard.reporting.packed import PackedCollective
     return PackedCollective.pack(name, c.op_name, c._shared)
 
 

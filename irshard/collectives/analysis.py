@@ -23,7 +23,7 @@ from irshard.core.frames import Frame, SourceLocation, UserCode
 from irshard.core.dtypes import lookup_dtype
 from irshard.core.specs import MeshSpec
 from irshard.core.textinput import shown
-from irshard.reporting.report import PackedCollectives
+from irshard.reporting.packed import PackedCollectives
 from irshard.xla import hlo, tpufusions
 from irshard.xla import replica_groups as rg
 from irshard.xla.hlo import COLLECTIVE_OPCODES, HloModuleView, Instruction, collective_kind

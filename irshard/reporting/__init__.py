@@ -1,5 +1,5 @@
 """The report as a value and how it is written: the collectives, tensors and
-totals (`report`), its other parts as typed, frozen values (`parts`, the
+totals (`report`; collectives alike share their fields in `packed`), its other parts as typed, frozen values (`parts`, the
 memory peak `peak`), its JSON (`writer`) and text (`text`), the HTML page
 (`htmlreport`, `report.html`, from values only), two reports compared
 (`diff`), budgets held to it (`budget`), device layouts (`layout`), the
