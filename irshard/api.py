@@ -18,166 +18,20 @@ where the command line prints its error line.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from irshard.apichecks import (JitArguments, booleans, check_platform, check_run,
-                               check_search, is_int, knob_space, number_list,
-                               wrong)
+                               check_search, checked, is_int, knob_space,
+                               number_list, wrong, x64_kept)
 from irshard.apiprogram import configure  # noqa: F401 (irshard.configure)
 from irshard.apiprogram import (PROGRAM_ARGUMENTS, in_shardings_of, lowering,
                                 mesh_of, pipeline)
+from irshard.apireport import Report, shown
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
-from irshard.reporting.report import CollectiveReport
 
 
-@dataclasses.dataclass(frozen=True)
-class Report(CollectiveReport):
-    """A collective report as `compile` and `run` give it: the report's
-    data, the program it came from, and what a person does with it in
-    Python."""
-
-    # The pipeline's stages the report came from (see `stage`).
-    stages: Any = dataclasses.field(default=None, compare=False, repr=False)
-    # `irshard.run`: how the program ran, and its outputs' values.
-    run: Any = dataclasses.field(default=None, compare=False, repr=False)
-    results: Any = dataclasses.field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def of(cls, report: CollectiveReport, **changes: Any) -> "Report":
-        values = {f.name: getattr(report, f.name)
-                  for f in dataclasses.fields(report)}
-        return cls(**(values | changes))
-
-    def json_value(self, collectives: Any) -> dict[str, Any]:
-        d = super().json_value(collectives)
-        if self.run is not None:
-            d["run"] = self.run.to_json()
-        return d
-
-    def stage(self, name: str) -> str:
-        """The IR of pipeline stage `name` (stablehlo, propagated,
-        partitioned, optimized), as `--emit` prints it. The partitioned
-        stage, unless the report read it (`stage="partitioned"`, `explain`),
-        costs one more compile: a default report does not ask XLA for it."""
-        from irshard import STAGES
-        if name not in STAGES:
-            raise UsageError(f"unknown stage '{name}'; stages are "
-                             f"{', '.join(STAGES)}")
-        if self.stages is None:
-            raise UsageError("this report was read from HLO; it has no "
-                             "pipeline stages")
-        return self.stages.text(name)
-
-    def explain(self) -> list:
-        """The collectives summed by cause, costliest first (`CauseTotal`s)."""
-        from irshard.reporting import grouping
-        if self.collectives and all(c.why is None for c in self.collectives):
-            raise UsageError("explain(): compile with explain=True (or verify=True)")
-        return grouping.by_cause(self.collectives)
-
-    def check_budget(self, *budgets: str) -> list:
-        """Holds the report to `budgets` (`'all-gather@fsdp<=2'`, ...):
-        raises `irshard.BudgetExceeded` listing every breach; returns the
-        outcomes when all hold."""
-        from irshard.reporting import budget
-        return budget.check(self, budgets)
-
-    def to_text(self, group_by: str | None = None) -> str:
-        """The text report, as `irshard compile` prints it; `group_by`
-        (`line`, `scope` or `caller`) sums the collectives by it too."""
-        from irshard.reporting import grouping, text
-        return text.render_text(self, group_by=grouping.checked(group_by))
-
-    def to_json_text(self) -> str:
-        """The JSON report (`--format json`) as text: what `irshard diff`
-        and `irshard.compare` read back."""
-        from irshard.reporting import writer
-        return writer.render_json(self)
-
-    def to_html(self) -> str:
-        """The HTML report (`--format html`): one self-contained page."""
-        from irshard.reporting import htmlreport
-        from irshard.stages import output
-        parts = output.page_parts(self, getattr(self.stages, "compiled", None),
-                                  self.run, self.stages)
-        return htmlreport.render_report(self, parts, self.run)
-
-    # How a report shows itself: a few lines in a console; in a notebook,
-    # its summary and the full page (irshard.reporting.notebook).
-    def __repr__(self) -> str:
-        from irshard.reporting import notebook
-        return notebook.report_text(self)
-
-    def _repr_html_(self) -> str:
-        from irshard.reporting import notebook
-        return notebook.report_html(self, self.to_html())
-
-    def _repr_markdown_(self) -> str:
-        from irshard.reporting import notebook
-        return notebook.report_markdown(self)
-
-
-# Called with every report `compile` and `run` give (the pytest plugin
-# holds a test's reports to its budgets).
-_observers: list[Callable[[Report], None]] = []
-
-
-def _checked(api: Callable[..., Any]) -> Callable[..., Any]:
-    """`api`, whose arguments are checked against its signature first: an
-    unknown keyword or a missing argument is a `UsageError` naming what it
-    takes, as the command line's usage errors are. Python's collector
-    leaves the caller's objects alone during the call (`collector`)."""
-    import functools
-    import inspect
-    signature = inspect.signature(api)
-
-    @functools.wraps(api)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        from irshard.core import collector
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError as e:
-            raise UsageError(f"{api.__name__}(): {e}; it takes "
-                             f"{', '.join(signature.parameters)}") from None
-        with collector.young_only():
-            return api(*args, **kwargs)
-    return call
-
-
-def _x64_kept(api: Callable[..., Any]) -> Callable[..., Any]:
-    """`api` (arguments checked) leaves JAX's 64-bit mode as the caller had
-    it: a program's 64-bit inputs turn it on for irshard's own trace,
-    compile and run only."""
-    import functools
-
-    @functools.wraps(api)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        from irshard import backend
-        with backend.x64_kept():
-            return api(*args, **kwargs)
-    return _checked(call)
-
-
-@contextlib.contextmanager
-def observing(observe: Callable[[Report], None]) -> Iterator[None]:
-    """Calls `observe` with every report `compile` and `run` give while open."""
-    _observers.append(observe)
-    try:
-        yield
-    finally:
-        _observers.remove(observe)
-
-
-def _given(report: Report) -> Report:
-    for observe in list(_observers):
-        observe(report)
-    return report
-
-
-@_checked
+@checked
 def collectives_of(path: str, *, stage: str = "optimized", mesh: Any = None):
     """The report of each module of an HLO file, a serialized module or an
     XLA dump directory, as `irshard collectives PATH` (those that run on
@@ -190,7 +44,7 @@ def collectives_of(path: str, *, stage: str = "optimized", mesh: Any = None):
                                   mesh_of(mesh, None)[0] if mesh is not None else None)
 
 
-@_checked
+@checked
 def opt(module: str | bytes, pipeline: str, *, split_input_file: bool = False,
         debug_info: bool = False) -> str:
     """Runs a pass pipeline (irshard's passes and Shardy's, in MLIR's
@@ -206,7 +60,7 @@ def opt(module: str | bytes, pipeline: str, *, split_input_file: bool = False,
                       split_input_file=split_input_file, debug_info=debug_info)
 
 
-@_checked
+@checked
 def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     """Compares two reports by source line and kind, as `irshard diff`:
     each a report (`compile`'s), its JSON form, or a path to a JSON report,
@@ -221,7 +75,7 @@ def compare(a: Any, b: Any, labels: Sequence[str] | None = None):
     return diffing.compare(dumps.diff_side(a, name_a), dumps.diff_side(b, name_b))
 
 
-@_x64_kept
+@x64_kept
 def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
             rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
             static_argnums: int | Sequence[int] = (),
@@ -269,22 +123,22 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     `keras_fit`, `fn` is a compiled Keras model and `args` one batch
     (`x, y`): the report is of the train step its `fit` runs, inputs named
     by Keras' variable paths."""
-    given = locals()          # the program's arguments, by name
+    arguments = locals()      # the program's arguments, by name
     from irshard import library
     from irshard.stages import staged
     booleans(explain=explain, verify=verify)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    lowered = lowering(fn, args, mesh, {name: given[name]
+    lowered = lowering(fn, args, mesh, {name: arguments[name]
                                         for name in PROGRAM_ARGUMENTS})
     done = library.compile_program(lowered, library.ReportOptions(
         stage=stage, explain=explain or verify, verify=verify))
-    return _given(Report.of(done.report,
+    return shown(Report.of(done.report,
                             stages=staged.Pipeline(lowered, done.compiled)))
 
 
-@_checked
+@checked
 def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
            profile: str | None = None, platform: str = "cpu",
            explain: bool = False, verify: bool = False):
@@ -330,7 +184,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
     done = library.compile_program(lowered_stage, library.ReportOptions(
         explain=explain or verify, verify=verify))
-    return _given(Report.of(done.report,
+    return shown(Report.of(done.report,
                             stages=staged.Pipeline(lowered_stage, done.compiled)))
 
 
@@ -355,11 +209,11 @@ def _report_compiled(compiled: Any, mesh: Any, target, profile, platform):
                          f"the executable runs on {len(step.devices)}")
     place = targets.place(target, platform, profile)
     optimized = staged.from_compiled(step, spec, place, "compiled")
-    return _given(Report.of(optimized.report(),
+    return shown(Report.of(optimized.report(),
                             stages=staged.Pipeline(None, optimized)))
 
 
-@_x64_kept
+@x64_kept
 def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
            target: str | None = None, axes: str | Sequence[str] | None = None,
            budget_time: float = 600.0, static_argnums: int | Sequence[int] = (),
@@ -419,7 +273,7 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
         knob_space=space, per=per, hosting=frontend.Hosting(place))
 
 
-@_x64_kept
+@x64_kept
 def run(fn: Callable[..., Any], *args: Any, mesh: Any = None,
         rules: Sequence[tuple[str, Any]] = (), shardings: Any = None,
         static_argnums: int | Sequence[int] = (),
@@ -465,7 +319,7 @@ def run(fn: Callable[..., Any], *args: Any, mesh: Any = None,
                        stages=staged.Pipeline(lowered, done.compiled),
                        run=done.result,
                        results=_results(lowered, done.result, bool(grad)))
-    _given(report)
+    shown(report)
     failure = done.failure()
     if failure is not None:
         failure.report = report
@@ -483,7 +337,7 @@ def _results(lowered, result, grad: bool) -> Any:
     return {decl.name: value for decl, value in zip(lowered.info.outputs, values)}
 
 
-@_x64_kept
+@x64_kept
 def show(fn: Callable[..., Any], *args: Any, mesh: Any = None, **program: Any):
     """Where every input and output of `fn(*args)` lives on `mesh`, from
     the shardings alone, as `irshard show`: the same program arguments as
@@ -494,7 +348,7 @@ def show(fn: Callable[..., Any], *args: Any, mesh: Any = None, **program: Any):
     return library.show_program(lowering(fn, args, mesh, program))
 
 
-@_x64_kept
+@x64_kept
 def suggest(fn: Callable[..., Any], *args: Any, mesh: Any = None, top: int = 3,
             max_candidates: int = 16, **program: Any):
     """Changes that would remove `fn(*args)`'s costliest collectives on
@@ -510,7 +364,7 @@ def suggest(fn: Callable[..., Any], *args: Any, mesh: Any = None, top: int = 3,
                                    max_candidates=max_candidates)
 
 
-@_checked
+@checked
 def devices(platform: str = "cpu"):
     """The devices of `platform` this process has, as `irshard devices`
     lists them (after `configure` on a CPU). The result has `listing` and
@@ -521,7 +375,7 @@ def devices(platform: str = "cpu"):
     return library.devices_of(count, None, platform)
 
 
-@_checked
+@checked
 def calibrate(mesh: str, *, sizes: Sequence[int] | None = None, repeats: int = 5,
               platform: str = "cpu"):
     """Measures each collective kind over `mesh`'s axes on the devices

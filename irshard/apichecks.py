@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from irshard.core.errors import UsageError
 
@@ -148,3 +148,39 @@ def check_search(axes: Any, budget_time: Any, devices: Any, max_candidates: Any,
         if value is not None and (not is_int(value) or value < 1):
             raise wrong(name, value, "a positive whole number")
     return tuple(names)
+
+
+def checked(api: Callable[..., Any]) -> Callable[..., Any]:
+    """`api`, whose arguments are checked against its signature first: an
+    unknown keyword or a missing argument is a `UsageError` naming what it
+    takes, as the command line's usage errors are. Python's collector
+    leaves the caller's objects alone during the call (`collector`)."""
+    import functools
+    import inspect
+    signature = inspect.signature(api)
+
+    @functools.wraps(api)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from irshard.core import collector
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise UsageError(f"{api.__name__}(): {e}; it takes "
+                             f"{', '.join(signature.parameters)}") from None
+        with collector.young_only():
+            return api(*args, **kwargs)
+    return call
+
+
+def x64_kept(api: Callable[..., Any]) -> Callable[..., Any]:
+    """`api` (arguments checked) leaves JAX's 64-bit mode as the caller had
+    it: a program's 64-bit inputs turn it on for irshard's own trace,
+    compile and run only."""
+    import functools
+
+    @functools.wraps(api)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from irshard import backend
+        with backend.x64_kept():
+            return api(*args, **kwargs)
+    return checked(call)

@@ -139,9 +139,9 @@ def _budgets(item) -> list[str]:
 @contextlib.contextmanager
 def _given() -> Iterator[list]:
     """The reports `irshard.compile` and `irshard.run` give while open."""
-    from irshard import api
+    from irshard import apireport
     given: list = []
-    with api.observing(given.append):
+    with apireport.observing(given.append):
         yield given
 
 
