@@ -2,7 +2,7 @@
 timed as a training loop runs it by `timing`), in
 several processes or hosts (`distributed`) and as Ray tasks (`raylaunch`),
 and the sharded run checked against the same function on one device
-(`check`, `run --check`).
+(`check`, `run --check`, against what `reference` runs).
 
 May import every package below it, up to `irshard.stages`.
 """
