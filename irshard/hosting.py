@@ -38,7 +38,7 @@ class Hosting:
             backend.configure(1, "cpu")
             return
         ask_devices(distributed.local_devices(total, self.cluster, self.platform),
-                    self.platform, exact=self.cluster is not None)
+                    self.platform, exact=self.cluster is not None, for_mesh=True)
 
     def visible(self):
         """A context in which the program sees the target's devices: a TPU
@@ -89,18 +89,24 @@ class Hosting:
         return backend.devices(self.platform, mesh.num_devices)
 
 
-def ask_devices(count: int, platform: str, exact: bool = False) -> None:
+def ask_devices(count: int, platform: str, exact: bool = False,
+                for_mesh: bool = False) -> None:
     """Asks for `count` devices of `platform` in this process before JAX
     starts (`backend.configure`); once it has started, only checks it has
-    as many, and says how to ask where it has fewer."""
+    as many (`for_mesh`: a mesh needs them), and says how to ask where it
+    has fewer."""
     from irshard import backend
     if not backend.started() or (platform == "cpu"
                                  and count > backend.MAX_CPU_DEVICES):
         backend.configure(count, platform, exact=exact)   # or says the limit
         return
-    have = backend.device_count(platform)
+    # Only simulated CPU devices are made by asking; a real platform has
+    # what it has (and says so where it has too few, or none).
+    have = backend.device_count(platform) if platform == "cpu" else count
     if have < count:
         raise UsageError(
-            f"JAX has already started with {have} {platform} devices; call "
+            (f"the mesh needs {count} devices but {platform} has {have}: "
+             if for_mesh else "")
+            + f"JAX has already started with {have} {platform} devices; call "
             f"irshard.configure(devices={count}) before anything uses JAX, "
             f"or set XLA_FLAGS=--xla_force_host_platform_device_count={count}")

@@ -12,7 +12,7 @@ from irshard.core.specs import parse_mesh, parse_type
 from irshard.loading import data
 from irshard.loading.fromfile import load_program
 from irshard.reporting import layout
-from irshard.running import execution
+from irshard.running import execution, timing
 from irshard.stages import staged
 from tests.conftest import EXAMPLES, run_irshard
 
@@ -328,13 +328,13 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
     """A long timed run shows a progress bar on a terminal, none when piped."""
     import itertools
     clock = itertools.count()               # every reading one second later
-    monkeypatch.setattr(execution.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
     path = os.path.join(PROGRAMS, "matmul.py")
     run_program(path, "x=2", repeat=3, progress=True)
     assert capsys.readouterr().err == ""
     from irshard.core import files
     monkeypatch.setattr(files.STDOUT, "isatty", lambda: True)
-    monkeypatch.setattr(execution.sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(timing.sys.stderr, "isatty", lambda: True)
     result = run_program(path, "x=2", repeat=3, progress=True)
     assert result.timings == (1, 1, 1)
     assert "3/3" in capsys.readouterr().err
