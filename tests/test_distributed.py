@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from irshard.running import distributed
+from irshard.running import distributed, processes
 from irshard.core.errors import UsageError
 from tests.conftest import EXAMPLES, run_irshard
 
@@ -133,14 +133,14 @@ def test_the_same_user_error_everywhere_is_reported_once(write):
 
 PORT_RETRY = """
 import socket, sys
-from irshard.running import distributed
+from irshard.running import distributed, processes
 taken = socket.socket()
 taken.bind(("127.0.0.1", 0))
 taken.listen()
 ports = [taken.getsockname()[1]]
 real = distributed.free_port
 distributed.free_port = lambda: ports.pop(0) if ports else real()
-result = distributed.launch(["devices", "--mesh", "x=2"], 2, timeout=60)
+result = processes.launch(["devices", "--mesh", "x=2"], 2, timeout=60)
 assert "jax" not in sys.modules          # the launcher itself stays light
 assert ports == [], "the taken port was not tried"
 sys.stdout.buffer.write(result.stdout)
@@ -249,8 +249,8 @@ def test_runtime_noise_is_not_the_command_s_stderr():
     leave a blank one, which is not something the command said."""
     greeting = ("[Gloo] Rank 0 is connected to 1 peer ranks. Expected number "
                 "of connected peer ranks is : 1")
-    assert distributed.meaningful([greeting + greeting, "", greeting]) == []
-    assert distributed.meaningful(["", "warning: x", "", "  detail", ""]) == \
+    assert processes.meaningful([greeting + greeting, "", greeting]) == []
+    assert processes.meaningful(["", "warning: x", "", "  detail", ""]) == \
         ["warning: x", "", "  detail"]
 
 

@@ -1,6 +1,7 @@
 """Running a compiled program on a mesh: on this host (`execution`,
 timed as a training loop runs it by `timing`), in
-several processes or hosts (`distributed`) and as Ray tasks (`raylaunch`),
+several processes or hosts (`distributed`; `--processes N` started
+here by `processes`) and as Ray tasks (`raylaunch`),
 and the sharded run checked against the same function on one device
 (`check`, `run --check`, against what `reference` runs).
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from irshard import backend
 from irshard.core.errors import UsageError
 from irshard.running import distributed, raylaunch
+from irshard.running.processes import run_launcher
 
 # A launcher's own options, which its processes do not get.
 _LAUNCHER_OPTIONS = ("--processes", "--timeout", "--launcher", "--ray-address")
@@ -45,7 +46,7 @@ def launch(argv: Sequence[str], processes: int, timeout: float | None,
     if launcher == "ray":
         return raylaunch.run_launcher(argv, processes, timeout, total_devices,
                                       platform, ray_address, output)
-    return distributed.run_launcher(argv, processes, timeout, total_devices,
+    return run_launcher(argv, processes, timeout, total_devices,
                                     platform)
 
 

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from irshard.core import interrupts
 from irshard.core.errors import UsageError, error_line
-from irshard.running import distributed
+from irshard.running import distributed, processes
 from irshard.running.raysignals import (Late, _alarm, _held, adopt_orphans,
                                         end_descendants, keep_dispositions,
                                         keep_handlers)
@@ -91,7 +91,7 @@ class _Finished:
         return self.returncode
 
     def stderr_lines(self) -> list[str]:
-        return distributed.meaningful(self.stderr)
+        return processes.meaningful(self.stderr)
 
 
 def _watch(proc, deadline: float, stopper) -> tuple[bool, bool]:
@@ -124,7 +124,7 @@ def _stop(proc) -> None:
         except (ProcessLookupError, PermissionError):
             pass
         try:
-            proc.wait(timeout=distributed._KILL_WAIT)
+            proc.wait(timeout=processes._KILL_WAIT)
             break
         except subprocess.TimeoutExpired:
             continue
@@ -155,7 +155,7 @@ def _run_process(index: int, argv: list[str], seconds: float, stopper,
                 cwd=cwd if os.path.isdir(cwd) else None,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 start_new_session=True,
-                preexec_fn=distributed._die_with_parent
+                preexec_fn=processes._die_with_parent
                 if sys.platform == "linux" else None)
             stopped, timed_out = _watch(proc, deadline, stopper)
             try:
@@ -269,7 +269,7 @@ def _init(ray, address: str | None, num_processes: int, seconds: float,
         # the main thread): an alarm keeps --timeout. Ray installs handlers
         # of its own for SIGTERM and SIGINT, which would end this process
         # without stopping the run: the launcher's stay.
-        with distributed.quiet_stderr(), _alarm(max(seconds, 1.0)), \
+        with processes.quiet_stderr(), _alarm(max(seconds, 1.0)), \
                 keep_handlers(signal.SIGTERM, signal.SIGINT):
             ray.init(**options)
     except BaseException as e:
@@ -289,7 +289,7 @@ def _init(ray, address: str | None, num_processes: int, seconds: float,
 
 def launch(argv: Sequence[str], num_processes: int, timeout: float,
            total_devices: int, platform: str, address: str | None
-           ) -> distributed.LaunchResult:
+           ) -> processes.LaunchResult:
     """Runs `irshard ARGV` as `num_processes` Ray tasks forming one mesh,
     within `timeout` seconds (starting Ray included)."""
     deadline = time.monotonic() + timeout - _STOP_BUDGET
@@ -311,7 +311,7 @@ def _shutdown(ray, session: str | None) -> None:
     then the directory removed. A signal meanwhile is held until all that
     is done (stopping halfway would leave Ray's agents running)."""
     with _held(signal.SIGTERM, signal.SIGINT):
-        with distributed.quiet_stderr(), \
+        with processes.quiet_stderr(), \
                 keep_dispositions(signal.SIGTERM, signal.SIGINT):
             try:
                 ray.shutdown()
@@ -360,7 +360,7 @@ def _run(ray, argv, num_processes, deadline, timeout, total_devices, platform,
             ray.remote(num_cpus=0)(_place).options(scheduling_strategy=here)
             .remote(), timeout=left())
     except ray.exceptions.GetTimeoutError:
-        return distributed.LaunchResult(3, b"", [error_line(
+        return processes.LaunchResult(3, b"", [error_line(
             f"Ray did not run the launcher's first task within {timeout:g} s "
             f"(`ray status` shows the cluster's state)")])
     stopper = ray.remote(num_cpus=0)(_Stopper).remote()
@@ -402,7 +402,7 @@ def _ended(i: int, returncode: int | None, stderr: list[str] = (),
 class _Tasks:
     """The processes' Ray tasks, waited for: each one's result, when it
     ended, the first that failed, and those Ray never placed. Once one
-    has failed (and the others had `distributed._GRACE` to follow), one
+    has failed (and the others had `processes._GRACE` to follow), one
     could not be placed, or the deadline passed, the others are stopped."""
 
     def __init__(self, ray, refs, stopper):
@@ -425,7 +425,7 @@ class _Tasks:
             for ref in ready:
                 self.collect(ref, now)
             failing = self.first_failure is not None and \
-                now - self.exited[self.first_failure] > distributed._GRACE
+                now - self.exited[self.first_failure] > processes._GRACE
             if pending and not stop_sent and (failing or self.unplaced
                                               or now > deadline):
                 self.stopper.stop.remote()
@@ -483,7 +483,7 @@ class _Tasks:
         timed_out = bool(running) and first_failure is None and (
             self.deadline_hit or any(results[f.index]["timed_out"] for f in running))
         failure = finished[first_failure] if first_failure is not None else None
-        return distributed._verdict(finished, running, timed_out, timeout, failure)
+        return processes._verdict(finished, running, timed_out, timeout, failure)
 
 
 def _unplaced(indices, num_processes, resources, timeout, at_once, started):
@@ -505,7 +505,7 @@ def _unplaced(indices, num_processes, resources, timeout, at_once, started):
     if started:
         what += (f"; stopped process{'es' if len(started) > 1 else ''} "
                  f"{', '.join(map(str, sorted(started)))}")
-    return distributed.LaunchResult(3, b"", [error_line(what)])
+    return processes.LaunchResult(3, b"", [error_line(what)])
 
 
 def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
@@ -514,11 +514,11 @@ def run_launcher(argv: Sequence[str], num_processes: int, timeout: float,
     """`--launcher ray`: launches, relays process 0's output (written here
     to `output`: process 0 may run on another node), returns the exit
     code."""
-    distributed.check_launch(num_processes, timeout, total_devices, platform)
+    processes.check_launch(num_processes, timeout, total_devices, platform)
     argv = distributed.strip_option(argv, "-o", True)
     argv = distributed.strip_option(argv, "--output", True)
 
     def run():
         return launch(argv, num_processes, timeout, total_devices, platform,
                       address)
-    return distributed.relay(run, output)
+    return processes.relay(run, output)
