@@ -12,7 +12,7 @@ from jaxlib.mlir import ir
 from irshard.backend import shardy
 from irshard.core.syntax import split_top_level
 from irshard.passes import ModulePass
-from irshard.reporting.text import table
+from irshard.reporting.cells import table
 
 
 def _origins(attr: ir.Attribute | None) -> str:

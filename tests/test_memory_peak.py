@@ -11,7 +11,7 @@ from irshard.collectives import memory
 from irshard.core import schema
 from irshard.core.errors import SpecError
 from irshard.reporting import budget, peak as peak_text
-from irshard.reporting.text import human_bytes
+from irshard.reporting.cells import human_bytes
 from irshard.xla import buffers
 from tests.conftest import EXAMPLES, ROOT, run_irshard
 

@@ -13,7 +13,7 @@ import pytest
 
 import irshard
 from irshard.reporting import notebook
-from irshard.reporting.text import human_time
+from irshard.reporting.cells import human_time
 from irshard.core.errors import UsageError
 from tests.conftest import EXAMPLES, require
 

@@ -574,7 +574,7 @@ def test_one_time_story_per_report():
 
 
 def irshard_time(seconds):
-    from irshard.reporting.text import human_time
+    from irshard.reporting.cells import human_time
     return human_time(seconds)
 
 

@@ -10,7 +10,7 @@ import pytest
 import irshard
 from irshard.core.errors import SpecError
 from irshard.hardware import targets
-from irshard.reporting.text import human_time
+from irshard.reporting.cells import human_time
 from irshard.timemodel import links, profiles
 from tests.conftest import EXAMPLES, require, run_irshard
 

@@ -35,7 +35,7 @@ from irshard.collectives import analysis
 from irshard.core.errors import UsageError
 from irshard.core.specs import MeshSpec
 from irshard.measuring.computerates import measure_compute
-from irshard.reporting.text import human_bytes, human_time, table
+from irshard.reporting.cells import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 from irshard.timemodel.profiles import Link
 

@@ -13,7 +13,7 @@ from typing import Any
 from irshard import backend
 from irshard.core.errors import BackendError
 from irshard.core.specs import MeshSpec
-from irshard.reporting.text import human_bytes
+from irshard.reporting.cells import human_bytes
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from irshard.core.schema import COLLECTIVE_KINDS
 from irshard.core.textinput import repeated
 from irshard.reporting import peak
 from irshard.reporting.parts import BudgetOutcome
-from irshard.reporting.text import human_bytes, human_time
+from irshard.reporting.cells import human_bytes, human_time
 
 KINDS = COLLECTIVE_KINDS
 QUANTITIES = KINDS + ("collectives", "bytes", "wire_bytes", "time", "step",

@@ -19,7 +19,7 @@ from irshard.core.rendering import Rendered
 from irshard.reporting import htmlreport
 from irshard.reporting import notebook
 from irshard.reporting.report import Collective, CollectiveReport
-from irshard.reporting.text import change_text, human_bytes, human_time, table
+from irshard.reporting.cells import change_text, human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 
 SCHEMA = 1

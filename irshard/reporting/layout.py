@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from irshard.core.specs import format_shape
 from irshard.reporting.report import SCHEMA, mesh_json
-from irshard.reporting.text import table
+from irshard.reporting.cells import table
 from irshard.reporting.writer import dumps_json
 
 Range = tuple[int, int]

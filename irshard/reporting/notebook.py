@@ -20,7 +20,8 @@ import os
 from typing import Any, Sequence
 
 from irshard.core.specs import format_shape
-from irshard.reporting.text import change_text, headline, human_bytes, human_time
+from irshard.reporting.cells import change_text, human_bytes, human_time
+from irshard.reporting.text import headline
 
 # The collectives (or a diff's changes) the summary lists, heaviest first.
 ROWS = 5

@@ -31,7 +31,8 @@ from irshard.core.textinput import split_assignment
 from irshard.loading import data
 from irshard.reporting import htmlreport, layout
 from irshard.reporting.report import TensorInfo
-from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines, table
+from irshard.reporting.cells import table
+from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines
 from irshard.reporting.writer import dumps_json
 from irshard.running import check, timing
 from irshard.stages import output, placing

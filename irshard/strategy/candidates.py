@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from irshard.core.errors import UsageError
-from irshard.reporting.text import human_bytes
+from irshard.reporting.cells import human_bytes
 from irshard.strategy import rules as rulesets
 from irshard.strategy.change import Change
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 from irshard.loading.fromfile import INVALID_KNOBS
 from irshard.reporting.report import CollectiveReport
-from irshard.reporting.text import human_time
+from irshard.reporting.cells import human_time
 from irshard.strategy.change import Change
 from irshard.strategy.compilers import Cache, Compiler
 from irshard.strategy.verdict import Figures

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from irshard.core.knobs import knob_text
 from irshard.core.rendering import Rendered
-from irshard.reporting.text import human_bytes, human_time, table
+from irshard.reporting.cells import human_bytes, human_time, table
 from irshard.reporting.writer import dumps_json
 from irshard.strategy import verdict
 from irshard.strategy.change import Change

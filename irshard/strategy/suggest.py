@@ -41,7 +41,7 @@ from irshard.core.specs import MeshSpec, ShardingSpec, check_sharding, parse_sha
 from irshard.loading.leaves import parse_rules
 from irshard.reporting.parts import Finding
 from irshard.reporting.report import Collective, CollectiveReport
-from irshard.reporting.text import human_bytes, human_time, table
+from irshard.reporting.cells import human_bytes, human_time, table
 from irshard.reporting.why import Value
 from irshard.reporting.writer import dumps_json
 from irshard.strategy import fitting, verdict

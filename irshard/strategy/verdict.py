@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from irshard.reporting.diff import groups
 from irshard.reporting.report import CollectiveReport
-from irshard.reporting.text import human_bytes, human_time
+from irshard.reporting.cells import human_bytes, human_time
 
 # The band where no profile states one.
 DEFAULT_BAND = 0.1
