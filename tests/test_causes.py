@@ -248,9 +248,9 @@ def test_where_recording_origins_in_applying_constraints_crashes_propagation_sti
     import os
     import signal
 
-    from irshard.backend import lowering
+    from irshard.backend import passrunner
 
-    run = lowering.run_pipeline
+    run = passrunner.run_pipeline
 
     def crashing(operation, pipeline):
         if "sdy-apply-sharding-constraints{debug-propagation-edge-sharding=false " \
@@ -258,7 +258,7 @@ def test_where_recording_origins_in_applying_constraints_crashes_propagation_sti
             os.kill(os.getpid(), signal.SIGSEGV)
         run(operation, pipeline)
 
-    monkeypatch.setattr(lowering, "run_pipeline", crashing)
+    monkeypatch.setattr(passrunner, "run_pipeline", crashing)
     p = puzzle("partial_sum")
     report = irshard.compile(p.step, *p.args(), mesh="x=4",
                              rules=[("x", "_,x"), ("w", "x,_")], explain=True)

@@ -290,15 +290,15 @@ def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
     made all the same, without origins, and says so."""
     import signal
 
-    from irshard.backend import lowering
-    run = lowering.run_pipeline
+    from irshard.backend import passrunner
+    run = passrunner.run_pipeline
 
     def crashing(operation, pipeline):
         if "debug-sharding-origins" in pipeline:
             os.kill(os.getpid(), signal.SIGSEGV)
         run(operation, pipeline)
 
-    monkeypatch.setattr(lowering, "run_pipeline", crashing)
+    monkeypatch.setattr(passrunner, "run_pipeline", crashing)
 
     def loss(w, x):
         return jnp.sum(x @ w)
@@ -313,7 +313,7 @@ def test_a_crash_recording_origins_leaves_a_report_without_them(monkeypatch):
                                 "sharding came from; shardings are shown "
                                 "without their origins")
     # Without the crash, the same program's origins are there.
-    monkeypatch.setattr(lowering, "run_pipeline", run)
+    monkeypatch.setattr(passrunner, "run_pipeline", run)
     report = irshard.compile(loss, *args, mesh="dp=4", shardings=("_,_", "dp,_"),
                              explain=True)
     assert report.collectives[0].why.to_json()["origins"] == \
@@ -327,12 +327,12 @@ def test_a_child_that_fails_without_a_signal_hands_over_to_this_process(monkeypa
     from jaxlib.mlir import ir
 
     from irshard import backend
-    from irshard.backend import lowering
+    from irshard.backend import passrunner
 
     def failing(operation, pipeline):
         raise RuntimeError("a diagnostic")
 
-    monkeypatch.setattr(lowering, "run_pipeline", failing)
+    monkeypatch.setattr(passrunner, "run_pipeline", failing)
     with backend.ir_context():
         module = ir.Module.parse("func.func private @unused() { return }\n"
                                  "func.func @main() { return }")

@@ -38,11 +38,11 @@ os.register_at_fork(after_in_parent=hook)
 
 # The forked pass takes its time, and says when it has started.
 SLOW_CHILD = """
-from irshard.backend import lowering
+from irshard.backend import passrunner
 def slow(operation, pipeline):
     open(os.environ["STARTED"], "w").close()
     time.sleep(60)
-lowering.run_pipeline = slow
+passrunner.run_pipeline = slow
 """
 
 

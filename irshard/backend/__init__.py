@@ -4,7 +4,7 @@ Device set-up, the MLIR context with Shardy's passes, lowering, compile
 options and dump flags, the backend's compile/execute entry points and XLA's
 HLO objects all live here, so a JAX upgrade is one package to fix: `devices`
 (platforms, devices, TPU slices, meshes), `lowering` (MLIR, `jax.jit`
-lowering, pytree leaves, registered passes), `jitted` (what the user
+lowering, pytree leaves), `passrunner` (registered passes), `jitted` (what the user
 jitted, lowered or compiled themselves), `compiling` (XLA compile, HLO
 objects) and `running` (execution, the distributed runtime). Callers use
 the names this package gathers from them. MLIR's Shardy bindings are
@@ -42,12 +42,17 @@ from irshard.backend.devices import (  # noqa: F401
     tpu_devices,
     tpu_slice,
     visible_devices)
+from irshard.backend.passrunner import (  # noqa: F401
+    PassFailure,
+    parse_pipeline,
+    run_pipeline,
+    run_registered_passes,
+    run_registered_passes_isolated)
 from irshard.backend.lowering import (  # noqa: F401
     BadLowering,
     BadOutput,
     ContextSwallowed,
     LoweredFunction,
-    PassFailure,
     array_outputs,
     describe_leaf,
     enable_x64,
@@ -61,12 +66,8 @@ from irshard.backend.lowering import (  # noqa: F401
     key_data_outputs,
     lower,
     new_ref,
-    parse_pipeline,
     partition_entries,
     ref_value,
-    run_pipeline,
-    run_registered_passes,
-    run_registered_passes_isolated,
     wrap_key,
     x64_kept)
 from irshard.backend.jitted import (  # noqa: F401
