@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard.backend import shardy
+from irshard.backend import locations, shardy
 from irshard.collectives import analysis
 from irshard.core.errors import IRError, PassError
 from irshard.core.frames import UserCode
@@ -41,7 +41,7 @@ def _loops_around(operation: ir.Operation) -> tuple[int | None, ...]:
 
 
 def _source(operation, resolver):
-    return resolver.choose(shardy.frames(operation.location))
+    return resolver.choose(locations.frames(operation.location))
 
 
 def _attribute(operation: ir.Operation, resolver) -> tuple:

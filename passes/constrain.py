@@ -9,7 +9,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from irshard.backend import shardy
+from irshard.backend import locations, shardy
 from irshard.core.errors import IRError, PassError, SpecError
 from irshard.core.matching import Match, parse_match
 from irshard.core.specs import check_sharding, parse_sharding
@@ -23,7 +23,7 @@ def _matches(match: Match, operation: ir.Operation) -> bool:
 
 
 def _matches_location(operation: ir.Operation, file: str, line: int) -> bool:
-    for path, op_line, _ in shardy.location_frames(operation.location):
+    for path, op_line, _ in locations.location_frames(operation.location):
         if op_line == line and (path == file or path.endswith(os.sep + file)
                                 or os.path.basename(path) == file):
             return True
@@ -106,7 +106,7 @@ class ConstrainPass(ModulePass):
                        if (shape := shardy.tensor_shape(r.type)) is not None
                        and len(shape) == spec.rank]
             for result in fitting:
-                where = shardy.location_frames(operation.location)
+                where = locations.location_frames(operation.location)
                 subject = f"the result of {operation.name}" + (
                     f" at {os.path.basename(where[0][0])}:{where[0][1]}" if where else "")
                 try:

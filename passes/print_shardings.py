@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from irshard.backend import shardy
+from irshard.backend import locations, shardy
 from irshard.core.syntax import split_top_level
 from irshard.passes import ModulePass
 from irshard.reporting.cells import table
@@ -25,7 +25,7 @@ def _origins(attr: ir.Attribute | None) -> str:
 
 
 def _where(location) -> str:
-    frames = shardy.location_frames(location)
+    frames = locations.location_frames(location)
     return f"{os.path.basename(frames[0][0])}:{frames[0][1]}" if frames else ""
 
 

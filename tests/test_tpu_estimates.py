@@ -12,7 +12,7 @@ import pytest
 
 from irshard.core.specs import parse_mesh
 from irshard.timemodel import schedule
-from irshard.xla import hloscan, replica_groups, tpufusions
+from irshard.xla import hlolines, replica_groups, tpufusions
 from irshard.xla.hlo import HloModuleView, Instruction, root_of
 
 WINDOW = ('backend_config={"flag_configs":[],"window_config":{"kernel_window_bounds":[],'
@@ -213,7 +213,7 @@ class _ParsedView:
                 body = self.computations.setdefault(head.group(2), [])
                 self.entry = head.group(2) if head.group(1) else self.entry
             elif line.startswith("  ") and body is not None:
-                inst = hloscan._instruction(line, "")
+                inst = hlolines.instruction(line, "")
                 inst.opcode = self._ASYNC.get(inst.opcode, inst.opcode)
                 body.append(inst)
         self.named = {i.name: i for b in self.computations.values() for i in b}

@@ -462,7 +462,7 @@ def _found(view: HloModuleView, site: _Site) -> tuple[str, str, list[ArrayShape]
 def _collective(view: HloModuleView, site: _Site, own: list[ArrayShape] | None,
                 resolver: UserCode, mesh: MeshSpec | None, devices: int,
                 cost) -> tuple[tuple, str | None]:
-    """(the values of `report.SHARED_FIELDS`, op_name) of one collective."""
+    """(the values of `packed.SHARED_FIELDS`, op_name) of one collective."""
     inst = site.inst
     kind, runs = _performed(site)
     leaves = shape_leaves(_result_shape(view, runs))
