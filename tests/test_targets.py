@@ -589,7 +589,7 @@ def test_libtpu_errors_are_shown_with_a_failure_only(tmp_path, monkeypatch):
     """What libtpu logged as an error in this process, that the failure does
     not already say, follows the failure's line, indented."""
     import importlib
-    devices = importlib.import_module("irshard.backend.devices")
+    devices = importlib.import_module("irshard.backend.tpuslice")
     folder = tmp_path / "irshard-tpu-logs-x"
     folder.mkdir()
     (folder / f"tpu_driver.vm.u.log.ERROR.20261127-1.{os.getpid()}").write_text(

@@ -2,16 +2,17 @@
 
 Device set-up, the MLIR context with Shardy's passes, lowering, compile
 options and dump flags, the backend's compile/execute entry points and XLA's
-HLO objects all live here, so a JAX upgrade is one package to fix: `devices`
-(platforms, devices, TPU slices, meshes), `lowering` (MLIR, `jax.jit`
-lowering, pytree leaves), `passrunner` (registered passes), `jitted` (what the user
-jitted, lowered or compiled themselves), `compiling` (XLA compile, HLO
-objects) and `running` (execution, the distributed runtime). Callers use
-the names this package gathers from them. MLIR's Shardy bindings are
-`shardy` (meshes, shardings, functions), with `locations` (an op's
-source frames) and `edits` (a module edited for a counterfactual). Tested with
-jax/jaxlib 0.10.2, 0.11.2 and 0.12.0.1 (the range is pinned in
-pyproject.toml); the calls used here exist in all three.
+HLO objects all live here, so a JAX upgrade is one package to fix:
+`devices` (platforms, devices, meshes), `tpuslice` (a TPU slice libtpu
+describes), `lowering` (MLIR, `jax.jit` lowering, pytree leaves),
+`passrunner` (registered passes), `jitted` (what the user jitted, lowered
+or compiled themselves), `compiling` (XLA compile, HLO objects) and
+`running` (execution, the distributed runtime). Callers use the names this
+package gathers from them. MLIR's Shardy bindings are `shardy` (meshes,
+shardings, functions), with `locations` (an op's source frames) and
+`edits` (a module edited for a counterfactual). Tested with jax/jaxlib
+0.10.2, 0.11.2 and 0.12.0.1 (the range is pinned in pyproject.toml); the
+calls used here exist in all three.
 
 May import `irshard.core` only. Importing the package does not import JAX;
 calling into it does. Call `configure` before that, so the host platform gets the devices the
@@ -38,10 +39,8 @@ from irshard.backend.devices import (  # noqa: F401
     process_index,
     quiet_native_stderr,
     ran_without_devices,
-    started,
-    tpu_devices,
-    tpu_slice,
-    visible_devices)
+    started)
+from irshard.backend.tpuslice import tpu_devices, tpu_slice, visible_devices  # noqa: F401
 from irshard.backend.passrunner import (  # noqa: F401
     PassFailure,
     parse_pipeline,

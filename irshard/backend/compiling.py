@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from irshard.backend.devices import (_Progress, cost_analysis, first_line, message,
-                                     tpu_log_errors,
                                      quiet_native_stderr)
+from irshard.backend.tpuslice import tpu_log_errors
 from irshard.backend.compilecache import (PersistentCache, assigned_memory,
                                           memory_figures)
 from irshard.core import interrupts, syntax
