@@ -1,36 +1,19 @@
 """The command line's options, as data: each a name and what argparse
 takes for it, grouped as the commands share them (`COMMANDS` in `cli` says
-which command takes which), with the types that parse their values.
+which command takes which), with the types that parse their values
+(`optiontypes`).
 Declaring them here once keeps every command's help the same wherever an
 option appears, and lets the documentation be generated from them."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Any
 
 from irshard import REPORT_STAGES, STAGES
 from irshard.core.frames import GROUPINGS, SOURCE_GROUPINGS
+from irshard.optiontypes import Option, byte_size, byte_sizes, count, jobs, seconds
 
 PLATFORMS = ("cpu", "gpu", "tpu")
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option as data: its names and what argparse takes for it."""
-
-    names: tuple[str, ...]
-    kwargs: dict[str, Any]
-
-    @classmethod
-    def of(cls, *names: str, **kwargs: Any) -> "Option":
-        return cls(names, kwargs)
-
-    def helped(self, text: str) -> "Option":
-        """The same option with the help `text` (as one command says it)."""
-        return Option(self.names, {**self.kwargs, "help": text})
-
 
 
 def _format(formats: tuple[str, ...] = ("text", "json"), help: str | None = None) -> Option:
@@ -43,66 +26,6 @@ def _output(help: str | None = None) -> Option:
     """`-o PATH`: every command that writes a report or a module."""
     return Option.of("-o", "--output", metavar="PATH",
                      **({"help": help} if help else {}))
-
-
-# ---------------------------------------------------------------------------
-# Argument types
-
-
-def seconds(text: str) -> float:
-    """A positive, finite number of seconds (argparse type)."""
-    import math
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(
-            f"'{text}' is not a positive number of seconds")
-    return value
-
-
-def byte_sizes(text: str) -> list[int]:
-    """`4KiB,64KiB,1MiB` -> bytes (argparse type)."""
-    from irshard.reporting.budget import UNITS
-    import re
-    sizes = []
-    for item in text.split(","):
-        m = re.fullmatch(r"\s*([0-9]{1,12})\s*(B|KiB|MiB|GiB)?\s*", item)
-        if not m or int(m.group(1)) == 0:
-            raise argparse.ArgumentTypeError(
-                f"'{item}' is not a size; give sizes such as 4KiB,64KiB,1MiB")
-        sizes.append(int(m.group(1)) * int(UNITS[m.group(2) or "B"]))
-    return sizes
-
-
-def byte_size(text: str) -> int:
-    """`16GiB`, `512MiB`, `4096` -> bytes (argparse type)."""
-    import re
-
-    from irshard.reporting.budget import UNITS
-    m = re.fullmatch(r"\s*([0-9]{1,15})\s*(B|KiB|MiB|GiB|TiB)?\s*", text)
-    if not m or int(m.group(1)) == 0:
-        raise argparse.ArgumentTypeError(
-            f"'{text}' is not a size; give one such as 16GiB or 512MiB")
-    unit = m.group(2) or "B"
-    return int(m.group(1)) * (1 << 40 if unit == "TiB" else int(UNITS[unit]))
-
-
-def count(text: str) -> int:
-    """A positive whole number (argparse type)."""
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
-
-
-def jobs(text: str) -> int | str:
-    """`--jobs`: a positive count, or auto (argparse type)."""
-    if text == "auto":
-        return text
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"'{text}' is not a positive number or auto")
 
 
 # ---------------------------------------------------------------------------

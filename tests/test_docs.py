@@ -136,7 +136,7 @@ def test_the_api_reference_names_what_exists():
                  "suggest", "collectives_of", "opt", "devices", "calibrate"):
         assert f"irshard.api.{name}\n" in api
     assert "irshard.apiprogram.configure\n" in api
-    assert "irshard.api.Report\n" in api and "irshard.frontend.load\n" in api
+    assert "irshard.apireport.Report\n" in api and "irshard.frontend.load\n" in api
 
 
 def test_every_page_is_in_a_toctree():

@@ -44,7 +44,7 @@ FLOORS = {
     # The ways in: files, the Python API, pytest helpers and plugin, the
     # command line.
     "front": ["irshard", "frontend", "hosting", "library", "apichecks", "apiprogram", "apireport", "api", "testing",
-              "pytest_plugin", "commands", "options", "cli",
+              "pytest_plugin", "commands", "options", "optiontypes", "cli",
               "__main__"],
 }
 
