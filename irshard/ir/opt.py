@@ -15,13 +15,15 @@ from __future__ import annotations
 import re
 import sys
 import textwrap
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from dataclasses import dataclass
+from typing import TextIO
 
 from irshard import backend
 from irshard.backend import shardy
 from irshard.core.errors import IRError, IrshardError, PassError
 from irshard.ir import pipeline
+from irshard.ir.diagnostics import (Diagnostic, diagnostic, diagnostic_lines,
+                                     expected_diagnostics, failure, infos, verify)
 from irshard.passes import PASSES, pass_class
 
 SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
@@ -94,8 +96,8 @@ def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
         try:
             module = ir.Module.parse(data)
         except ir.MLIRError as e:
-            raise _failure(IRError, shardy.diagnostic_text(e, source, first_line),
-                           _infos(e), source, first_line) from None
+            raise failure(IRError, shardy.diagnostic_text(e, source, first_line),
+                           infos(e), source, first_line) from None
     if isinstance(data, bytes) and any(
             op.operation.name.startswith("vhlo.") for op in module.body.operations):
         from jaxlib.mlir.dialects import stablehlo
@@ -127,8 +129,8 @@ def run_steps(module, steps: list[pipeline.PassStep], print_after_all: bool,
                 # MLIR calls the parsed text '-'; say which file and line.
                 where = e.describe(source if e.file in ("-", "") else None,
                                    first_line)
-                raise _failure(PassError, f"pass '{step.label}' failed: {where}",
-                               _infos(e.error), source, first_line) from None
+                raise failure(PassError, f"pass '{step.label}' failed: {where}",
+                               infos(e.error), source, first_line) from None
         if print_after_all:
             stderr.write(f"// -----// IR Dump After {step.label} //----- //\n")
             stderr.write(print_module(module, debug_info) + "\n")
@@ -180,7 +182,7 @@ def _run_isolated(module, step: pipeline.PassStep, names: list[str],
     place; a child that dies (Shardy's check for @main, a crash in a debug
     option) is an error line."""
     operation, why = backend.run_registered_passes_isolated(
-        module, f"builtin.module({step.mlir_text})", diagnostics, _diagnostic)
+        module, f"builtin.module({step.mlir_text})", diagnostics, diagnostic)
     if operation is None and not names:
         options = ", ".join(dict.fromkeys(
             re.findall(r"debug-[\w-]+(?:=\w+)?", step.mlir_text)))
@@ -224,190 +226,6 @@ def print_module(module, debug_info: bool = False) -> str:
 # Diagnostics
 
 
-@dataclass
-class Diagnostic:
-    """One diagnostic MLIR (or an irshard pass) produced: its severity
-    (`error`, `warning`, `remark`, `note`), where (the parsed text's line
-    and column; None where it has no location in the text, `other` where
-    it points into another file), its message, and its notes."""
-
-    kind: str
-    line: int | None
-    column: int
-    message: str
-    other: str | None = None
-    notes: list["Diagnostic"] = field(default_factory=list)
-
-
-def _diagnostic(info: Any) -> Diagnostic:
-    from irshard.backend import locations
-    kind = str(info.severity).rsplit(".", 1)[-1].lower()
-    found = locations.file_locations(info.location)
-    line, column, other = None, 0, None
-    if found:
-        file, line, column, _ = found[0]
-        if file not in ("-", ""):
-            other = f"{file}:{line}:{column}"
-            line = None
-    return Diagnostic(kind, line, column, info.message, other,
-                      [_diagnostic(n) for n in getattr(info, "notes", [])])
-
-
-def _infos(error: Any) -> list[Diagnostic]:
-    return [_diagnostic(d) for d in getattr(error, "error_diagnostics", [])]
-
-
-def _failure(kind: type, message: str, diagnostics: list[Diagnostic],
-             source: str, first_line: int) -> IrshardError:
-    """An error whose line is `message` (MLIR's first diagnostic), followed
-    by MLIR's other diagnostics and notes, indented; it keeps them all
-    (`diagnostics`) for `--verify-diagnostics`."""
-    rest = diagnostic_lines(diagnostics, source, first_line)[1:]
-    error = kind(message + "".join(f"\n  {line}" for line in rest))
-    error.diagnostics = diagnostics
-    return error
-
-
-def diagnostic_lines(diagnostics: list[Diagnostic], source: str,
-                     first_line: int = 1) -> list[str]:
-    """`file:line:col: severity: message` for each diagnostic and its
-    notes, as mlir-opt prints them."""
-    lines = []
-    for d in diagnostics:
-        for one in [d] + d.notes:
-            where = (f"{source}:{one.line + first_line - 1}:{one.column}"
-                     if one.line is not None else one.other or source)
-            lines.append(f"{where}: {one.kind}: {one.message}")
-    return lines
-
-
-_EXPECTED = re.compile(r"expected-(error|note|remark|warning)(-re)? *"
-                       r"(@([+-][0-9]+|above|below|unknown))? *\{\{(.*)\}\}$")
-
-
-@dataclass
-class Expected:
-    """An `expected-<kind>` comment: the diagnostic it asks for."""
-
-    kind: str
-    line: int | None            # in the chunk, 1-based; None: @unknown
-    text: str
-    at: int                     # the comment's own line
-    pattern: re.Pattern | None = None
-    matched: bool = False
-
-    def matches(self, message: str) -> bool:
-        if self.pattern is not None:
-            return self.pattern.search(message) is not None
-        return self.text in message
-
-
-def _regex(text: str) -> re.Pattern:
-    """`-re`: literal text with `{{regex}}` parts."""
-    parts, pos = [], 0
-    for m in re.finditer(r"\{\{(.*?)\}\}", text):
-        parts.append(re.escape(text[pos:m.start()]))
-        parts.append(f"(?:{m.group(1)})")
-        pos = m.end()
-    parts.append(re.escape(text[pos:]))
-    return re.compile("".join(parts))
-
-
-def expected_diagnostics(text: str) -> tuple[list[Expected], list[tuple[int, str]]]:
-    """The `expected-*` comments of a chunk, and (line, problem) for each
-    that cannot be read (a bad `-re` regex)."""
-    found: list[Expected] = []
-    problems = []
-    lines = text.split("\n")
-    last_plain = 0
-    below: list[Expected] = []
-    for number, line in enumerate(lines, 1):
-        m = _EXPECTED.search(line.rstrip())
-        if m is None:
-            for e in below:
-                e.line = number
-            below.clear()
-            last_plain = number
-            continue
-        e = Expected(m.group(1), number, m.group(5), number)
-        if m.group(2):
-            try:
-                e.pattern = _regex(e.text)
-            except re.error as err:
-                problems.append((number, f"invalid regex in expected-"
-                                         f"{e.kind}-re: {err}"))
-                continue
-        offset = m.group(4)
-        if offset is None:
-            pass
-        elif offset[0] in "+-":
-            e.line = number + int(offset)
-        elif offset == "unknown":
-            e.line = None
-        elif offset == "above":
-            e.line = last_plain
-        else:
-            e.line = len(lines)          # a dangling @below
-            below.append(e)
-        found.append(e)
-    return found, problems
-
-
-# An operation as MLIR prints it: its results, then `dialect.op` (or its
-# quoted generic form).
-_OPERATION = re.compile(r'(?:%[\w#:.$-]+(?:\s*,\s*%[\w#:.$-]+)*\s*=\s*)?'
-                        r'"?[A-Za-z_][\w$]*\.[\w$.]+"?(?:\s|\(|<|\{|$)')
-
-
-def _prints_operation(diagnostic: Diagnostic, note: Diagnostic) -> bool:
-    """Whether `note` is the one MLIR attaches to print the operation at
-    fault: mlir-opt turns it off while it verifies diagnostics (MLIR's own
-    `see current operation:`, and Shardy's warnings that print the op
-    alone), where MLIR's Python context cannot."""
-    if note.message.startswith("see current operation:"):
-        return True
-    return note.kind == "note" and note.line == diagnostic.line \
-        and note.other == diagnostic.other and _OPERATION.match(note.message) is not None
-
-
-def verify(diagnostics: list[Diagnostic], expected: list[Expected],
-           source: str, first_line: int) -> list[str]:
-    """What differs between the diagnostics a chunk produced and those it
-    expects, as mlir-opt's verifier words it; empty when all match."""
-    problems = []
-
-    def where(line: int | None, column: int = 0) -> str:
-        if line is None:
-            return source
-        return f"{source}:{line + first_line - 1}" + (f":{column}" if column else "")
-
-    for d in diagnostics:
-        for one in [d] + [n for n in d.notes if not _prints_operation(d, n)]:
-            near = None
-            done = False
-            for e in expected:
-                if one.other is not None or e.line != one.line \
-                        or not e.matches(one.message):
-                    continue
-                if e.kind == one.kind:
-                    e.matched = done = True
-                    break
-                near = e
-            if done:
-                continue
-            if near is not None:
-                problems.append(f"{where(near.at)}: error: '{one.kind}' diagnostic "
-                                f"emitted when expecting a '{near.kind}'")
-            else:
-                at = where(one.line, one.column) if one.other is None else one.other
-                problems.append(f"{at}: error: unexpected {one.kind}: {one.message}")
-    for e in expected:
-        if not e.matched:
-            problems.append(f"{where(e.at)}: error: expected {e.kind} "
-                            f"\"{e.text}\" was not produced")
-    return problems
-
-
 def _chunks(data: str | bytes, source: str, split_input_file: bool) -> list["Chunk"]:
     """The modules of `data`: MLIR bytecode holds one; text is split at
     `// -----` lines where asked."""
@@ -443,7 +261,7 @@ def opt(data: str | bytes, source: str, pipeline_text: str | None, *,
         diagnostics: list[Diagnostic] = []
 
         def collect(info, into=diagnostics) -> bool:
-            into.append(_diagnostic(info))
+            into.append(diagnostic(info))
             return True
 
         handler = context.attach_diagnostic_handler(collect)
