@@ -6,13 +6,13 @@ HLO objects all live here, so a JAX upgrade is one package to fix:
 `devices` (platforms, devices, meshes), `tpuslice` (a TPU slice libtpu
 describes), `lowering` (MLIR, `jax.jit` lowering, pytree leaves),
 `passrunner` (registered passes), `jitted` (what the user jitted, lowered
-or compiled themselves), `compiling` (XLA compile, HLO objects) and
-`running` (execution, the distributed runtime). Callers use the names this
-package gathers from them. MLIR's Shardy bindings are `shardy` (meshes,
-shardings, functions), with `locations` (an op's source frames) and
-`edits` (a module edited for a counterfactual). Tested with jax/jaxlib
-0.10.2, 0.11.2 and 0.12.0.1 (the range is pinned in pyproject.toml); the
-calls used here exist in all three.
+or compiled themselves), `compiling` (XLA compile), `hlomodules` (XLA's
+HLO objects) and `running` (execution, the distributed runtime). Callers
+use the names this package gathers from them. MLIR's Shardy bindings are
+`shardy` (meshes, shardings, functions), with `locations` (an op's source
+frames) and `edits` (a module edited for a counterfactual). Tested with
+jax/jaxlib 0.10.2, 0.11.2 and 0.12.0.1 (the range is pinned in
+pyproject.toml); the calls used here exist in all three.
 
 May import `irshard.core` only. Importing the package does not import JAX;
 calling into it does. Call `configure` before that, so the host platform gets the devices the
@@ -80,12 +80,13 @@ from irshard.backend.jitted import (  # noqa: F401
 from irshard.backend.compiling import (  # noqa: F401
     CompiledExecutable,
     compile_module,
+    hlo_sharding_from_text)
+from irshard.backend.hlomodules import (  # noqa: F401
     hlo_module_from_proto,
     hlo_module_from_text,
     hlo_opcode,
     hlo_opcode_names,
     hlo_schedule,
-    hlo_sharding_from_text,
     scheduled_sequence)
 from irshard.backend.running import (  # noqa: F401
     allgather_ints,
