@@ -21,7 +21,8 @@ from irshard.core.errors import (BackendError, IrshardError, SpecError, UsageErr
                                  UserCodeError)
 from irshard.core.dtypes import lookup_dtype
 from irshard.core.specs import MeshSpec, ShardingSpec, TensorType
-from irshard.loading.leaves import Leaf, Program, matched_leaves
+from irshard.loading.jittedleaves import matched_leaves
+from irshard.loading.leaves import Leaf, Program
 from irshard.loading.loader import (describe_user_exception, program_failure,
                                     raised_by_user_code)
 
