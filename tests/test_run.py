@@ -12,7 +12,7 @@ from irshard.core.specs import parse_mesh, parse_type
 from irshard.loading import data
 from irshard.loading.fromfile import load_program
 from irshard.reporting import layout
-from irshard.running import execution, timing
+from irshard.running import execution, inputs, timing
 from irshard.stages import staged
 from tests.conftest import EXAMPLES, run_irshard
 
@@ -166,13 +166,13 @@ def test_each_device_reads_only_its_slice(tmp_path, write, monkeypatch):
     path = write("ident.py", "def f(a: 'f32[8]'):\n    return a\n")
     np.save(tmp_path / "a.npy", np.arange(8, dtype=np.float32))
     asked = []
-    original = execution._input_source
+    original = inputs.input_source
 
     def spy(index, decl, options, *given):
         source, origin = original(index, decl, options, *given)
         return (lambda idx: asked.append(idx) or source(idx)), origin
 
-    monkeypatch.setattr(execution, "_input_source", spy)
+    monkeypatch.setattr(inputs, "input_source", spy)
     result = run_program(path, "x=4", shards=["a=x"],
                          inputs=(("a", str(tmp_path / "a.npy")),))
     assert sorted(i[0].start for i in asked) == [0, 2, 4, 6]

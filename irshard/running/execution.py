@@ -26,15 +26,14 @@ import numpy as np
 from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import InputError, UsageError
-from irshard.core.specs import TensorType, format_shape
+from irshard.core.specs import format_shape
 from irshard.core.textinput import split_assignment
-from irshard.loading import data
 from irshard.reporting import htmlreport, layout
 from irshard.reporting.report import TensorInfo
 from irshard.reporting.cells import table
 from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines
 from irshard.reporting.writer import dumps_json
-from irshard.running import check, timing
+from irshard.running import check, inputs, timing
 from irshard.stages import output, placing
 from irshard.stages.declared import TensorDecl
 from irshard.stages.staged import Optimized, StableHLO
@@ -119,7 +118,7 @@ class TensorRun:
     """An input or output as it ran: where it lived, and its digest."""
 
     placed: placing.Placed
-    digest: "Digest"
+    digest: "inputs.Digest"
     origin: str | None = None       # inputs: "random", a range or the .npy path
 
     @property
@@ -315,123 +314,17 @@ def _ms(seconds: float) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _given_values(decls: Sequence[TensorDecl],
-                  options: RunOptions) -> dict[str, np.ndarray]:
-    """The concrete values given for inputs, as whole host arrays of the
-    inputs' types. In a multi-process run every process computed its own
-    (each calls the `--args` function); they must be the same values, or
-    the run would mix several programs' inputs: an input whose values
-    differ between processes is an error."""
-    paths = dict(options.inputs)
-    values: dict[str, np.ndarray] = {}
-    for decl in decls:
-        if decl.name not in options.given or decl.name in paths:
-            continue
-        value = options.given[decl.name]
-        # A global array (one spanning processes) is gathered whole.
-        value = backend.gather(value) if hasattr(value, "addressable_shards") \
-            else np.asarray(value)
-        if value.shape != tuple(decl.shape):
-            raise InputError(f"input '{decl.name}': the value given has shape "
-                             f"{list(value.shape)}, the program's input "
-                             f"{list(decl.shape)}")
-        if value.dtype != decl.dtype.numpy:
-            value = value.astype(decl.dtype.numpy)
-        values[decl.name] = value
-    if values:
-        names = list(values)
-        sums = backend.allgather_ints([data.block_checksum(
-            values[n], tuple(slice(0, k) for k in values[n].shape),
-            values[n].shape) for n in names])
-        for i, name in enumerate(names):
-            differ = [p for p, row in enumerate(sums) if row[i] != sums[0][i]]
-            if differ:
-                raise UsageError(
-                    f"input '{name}' has other values in process {differ[0]} "
-                    f"than in process 0: each process computes the given "
-                    f"values itself, so they must not depend on the process "
-                    f"(seed their random numbers), or give --random to draw "
-                    f"every input from --seed")
-    return values
-
-
-def _input_source(index: int, decl: TensorDecl, options: RunOptions,
-                  given: Mapping[str, np.ndarray]):
-    """A function from a block index to the input's values there."""
-    if decl.name in given:
-        value = given[decl.name]
-        return (lambda idx: np.array(value[idx])), "given"
-    paths = dict(options.inputs)
-    if decl.name in paths:
-        array = data.load_npy(paths[decl.name], decl.name,
-                              TensorType(decl.dtype, decl.shape))
-        return (lambda idx: np.array(array[idx])), paths[decl.name]
-    rule = tree.first_match(options.range_rules(), decl.name)
-    value_range = rule.value if rule else None
-    origin = "random"
-    if value_range is not None:
-        data.check_range(value_range, decl.dtype,
-                         f"--range {decl.name}={value_range[0]:g},"
-                         f"{value_range[1]:g}")
-        origin = f"random [{value_range[0]:g}, {value_range[1]:g})"
-    return (lambda idx: data.random_block(options.seed, index, decl.dtype,
-                                          decl.shape, idx, value_range)), origin
-
-
-@dataclass(frozen=True)
-class Digest:
-    """What is computed from every element of an array: its checksum and
-    how many elements are not finite."""
-
-    checksum: str
-    nan: int
-    inf: int
-
-
-def digest(array) -> Digest:
-    """The array's digest, combined over shards and processes."""
-    local, nan, inf = 0, 0, 0
-    for shard in array.addressable_shards:
-        if shard.replica_id == 0:
-            block = np.asarray(shard.data)
-            local = data.combine([local, data.block_checksum(
-                block, shard.index, array.shape)])
-            if block.dtype.kind in "fc" or block.dtype.name == "bfloat16":
-                nan += int(np.count_nonzero(np.isnan(block)))
-                inf += int(np.count_nonzero(np.isinf(block)))
-    parts = backend.allgather_ints([local, nan, inf])
-    return Digest(data.format_checksum(data.combine(p[0] for p in parts)),
-                  sum(p[1] for p in parts), sum(p[2] for p in parts))
-
-
-def _check_inputs_named(names: Sequence[str], options: RunOptions) -> None:
-    """Each --input names an input, each --range matches one drawn at
-    random (not one given a concrete value)."""
-    for name, _ in options.inputs:
-        if name not in names:
-            raise InputError(f"--input {name}: there is no input '{name}'; "
-                             f"the inputs are {tree.listing(names)}")
-    for rule in tree.unmatched(options.range_rules(), names):
-        raise InputError(f"--range {rule.text}: '{rule.pattern}' matches no "
-                         f"input; the inputs are {tree.listing(names)}")
-    drawn = [n for n in names if n not in options.given]
-    for rule in tree.unmatched(options.range_rules(), drawn):
-        raise InputError(f"--range {rule.text}: '{rule.pattern}' matches only "
-                         f"inputs given concrete values, which run as they "
-                         f"are; --random draws every input, --range included")
-
-
 def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResult:
     """Executes the optimized program on its mesh (and checks it)."""
     import jax
     info = compiled.info
     exe = compiled.compiled
     ins, outs = placing.placed(compiled)
-    _check_inputs_named([d.name for d in info.inputs], options)
-    given = _given_values(info.inputs, options)
+    inputs.check_named([d.name for d in info.inputs], options)
+    given = inputs.given_values(info.inputs, options)
     arguments, sources, origins = [], [], []
     for i, t in enumerate(ins):
-        source, origin = _input_source(i, t.decl, options, given)
+        source, origin = inputs.input_source(i, t.decl, options, given)
         sources.append(source)
         origins.append(origin)
         arguments.append(jax.make_array_from_callback(t.decl.shape, t.sharding,
@@ -453,9 +346,9 @@ def run(lowered: StableHLO, compiled: Optimized, options: RunOptions) -> RunResu
     if options.trace:
         timing.profile(exe, fresh, options.trace)
 
-    input_runs = [TensorRun(t, digest(array), origin)
+    input_runs = [TensorRun(t, inputs.digest(array), origin)
                   for t, array, origin in zip(ins, arguments, origins)]
-    output_runs = [TensorRun(t, digest(array)) for t, array in zip(outs, outputs)]
+    output_runs = [TensorRun(t, inputs.digest(array)) for t, array in zip(outs, outputs)]
 
     values = None
     if options.check or options.save or options.keep_values:
