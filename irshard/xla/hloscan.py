@@ -18,7 +18,6 @@ caller then uses XLA's own parser.
 
 from __future__ import annotations
 
-import heapq
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -30,32 +29,13 @@ from irshard.xla.hlo import (COLLECTIVE_OPCODES, Instruction, operands_end,
                              printed_calls, root_of)
 from irshard.xla.hlolines import (OPERAND, NeedsParser, head, instruction,
                                   instructions, tuple_element)
+from irshard.xla.scanhits import check_lines, hits
 from irshard.xla.stackframes import StackFrameTable
 
 T = TypeVar("T")
 
-# Lines the report reads, found by the literals they hold (a search for one
-# literal, or a few sharing their first or last bytes, runs at memory
-# speed; one pattern of many alternatives does not): collectives and their
-# async halves, anything that calls a computation (`calls=%f`,
-# `branch_computations={%a, %b}`), sends between slices, the entry's
-# parameters, the first printed mesh, and top-level lines (computation
-# headers and ends).
-_LITERALS = [re.compile(pattern) for pattern in (
-    rb"=\{?%", rb"-(?:start|done)\(",
-    rb" (?:all-|reduce-scatter\(|collective-|ragged-)", rb"_xla_megascale",
-    rb"mesh\[", rb"\n[%E}]")]
-_MESH = 4
-# An indented line that is not an instruction: a module XLA's parser is to
-# judge (and name what is wrong with).
-_NOT_INSTRUCTION = re.compile(rb"\n +(?! |(?:ROOT )?%?[\w.\-]+ = )")
-# Where to look for one: lines that start with neither `%` nor more space
-# (a root, a name printed without `%`, or something else).
-_UNUSUAL_START = re.compile(rb"\n +[^ %]")
 _COMPUTATION = re.compile(r"(ENTRY )?%?([\w.\-]+) \(.*\) -> .+ \{\s*$")
 
-# The entry's parameters: looked for in the entry only.
-_PARAMETER = re.compile(re.escape(b" parameter("))
 # `-start`/`-done` opcodes of their own (not generic async sugar).
 _OWN_ASYNC = {"all-gather-start", "all-gather-done", "all-reduce-start",
               "all-reduce-done", "collective-permute-start",
@@ -200,9 +180,9 @@ class ScannedModule:
                 current = self._top_level(block[:stop].decode("utf-8", "replace"),
                                           offset, offset + stop, current)
                 done = stop
-            _check_lines(block)
-            hits, meshes = _hits(block, current is not None and current.entry)
-            for hit in hits:
+            check_lines(block)
+            found, meshes = hits(block, current is not None and current.entry)
+            for hit in found:
                 if hit < done:
                     continue                  # on a line already read
                 if block[hit] == 10:          # a top-level line
@@ -478,26 +458,3 @@ class ScannedModule:
         comp = self.computations.get(computation)
         if comp is not None:
             self._loaded_bytes -= comp.end - comp.start
-
-
-def _check_lines(block: bytes) -> None:
-    """Raises `NeedsParser` where a line of `block` is neither an
-    instruction nor a computation's start or end (a form this scan does
-    not read)."""
-    odd = _UNUSUAL_START.search(block)
-    if odd is not None:
-        odd = _NOT_INSTRUCTION.search(block, odd.start())
-    if odd is not None:
-        end = block.find(b"\n", odd.start() + 1)
-        raise NeedsParser(f"not an instruction: {block[odd.start() + 1:end][:80]!r}")
-
-
-def _hits(block: bytes, in_entry: bool):
-    """Where in `block` the literals that make a line worth reading are,
-    in order (the entry's parameters too, from where it starts), and
-    whether a mesh is named in it."""
-    found = [[m.start() for m in literal.finditer(block)] for literal in _LITERALS]
-    entry_at = 0 if in_entry else block.find(b"\nENTRY")
-    if entry_at >= 0:
-        found.append([m.start() for m in _PARAMETER.finditer(block, entry_at)])
-    return heapq.merge(*found), bool(found[_MESH])
