@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from irshard.timemodel import costs, schedule
+from irshard.timemodel import controlflow, costs, schedule
 from irshard.xla.hlo import HloModuleView
 
 HLO = """HloModule m, is_scheduled=true, num_partitions=2
@@ -87,12 +87,12 @@ def test_a_loop_counts_every_trip_and_draws_the_first(trips):
     assert found.compute_s == pytest.approx(1 + 3 * trips + 1 + 1)
     drawn = [e for e in found.events if e.iteration and e.repeats == 1
              and e.iteration[0] < trips]
-    shown = trips if trips <= schedule.DRAWN_TRIPS + 1 else schedule.DRAWN_TRIPS
+    shown = trips if trips <= controlflow.DRAWN_TRIPS + 1 else controlflow.DRAWN_TRIPS
     assert len({e.iteration for e in drawn}) == shown
     summary = [e for e in found.events if e.repeats > 1]
-    if trips > schedule.DRAWN_TRIPS + 1:
+    if trips > controlflow.DRAWN_TRIPS + 1:
         [e] = summary
-        assert e.repeats == trips - schedule.DRAWN_TRIPS
+        assert e.repeats == trips - controlflow.DRAWN_TRIPS
         assert e.duration_s == pytest.approx(3.0 * e.repeats)
     else:
         assert summary == []
@@ -111,7 +111,7 @@ def test_a_loop_the_timeline_has_no_room_for_is_summarized(monkeypatch, room):
     instructions) are not drawn but summarized, with the same step."""
     whole = simulate(ASYNC, 4, 0.5)
     before = sum(1 for e in whole.events if not e.iteration)    # exp, the gather
-    monkeypatch.setattr(schedule, "MAX_EVENTS", before + room)
+    monkeypatch.setattr(controlflow, "MAX_EVENTS", before + room)
     found = simulate(ASYNC, 4, 0.5)
     for field in ("step_s", "compute_s", "exposed_comm_s", "overlapped_comm_s",
                   "flops", "bytes_accessed"):

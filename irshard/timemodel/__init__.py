@@ -36,7 +36,8 @@ four parts, one module each, and the report keeps each part's source.
    another (part 2); a synchronous collective stops compute until it ends
    (exposed); an async pair's collective runs beside the compute between
    its start and done, which waits only for what is left; a loop runs its
-   body its trip count of times. Then
+   body its trip count of times and a conditional costs its costliest
+   branch (`controlflow`). Then
 
        step = launch + compute + exposed communication
 
