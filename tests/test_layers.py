@@ -136,9 +136,11 @@ def test_every_package_says_what_it_holds_and_may_import():
             assert "import" in doc, f"{path}: no docstring saying what it may import"
 
 
-def test_no_library_module_is_over_600_lines():
+def test_no_library_module_is_over_450_lines():
+    """A module that grows past 450 lines is split by what its parts do
+    (the cap was 600)."""
     long = {m: n for m, p in MODULES.items()
-            if (n := sum(1 for _ in open(p))) > 600}
+            if (n := sum(1 for _ in open(p))) > 450}
     assert long == {}
 
 

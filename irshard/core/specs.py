@@ -11,9 +11,8 @@ Axis names are identifiers, sizes are integers (mesh sizes positive, tensor
 dimensions non-negative). Parsing checks the syntax; `check_sharding` checks a
 sharding against a tensor shape and a mesh (rank, known axes, each axis used
 once, divisibility). Every violation raises `SpecError` with a message that
-names the offending text and says what would be accepted.
-
-This module is pure Python: the command line imports it before JAX.
+names the offending text and says what would be accepted. Pure Python: the
+command line imports it before JAX.
 """
 
 from __future__ import annotations

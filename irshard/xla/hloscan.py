@@ -7,12 +7,12 @@ loop pattern of a `while`. `ScannedModule` finds those with a streaming
 scan of the text (bytes regexes over blocks of lines, so Python only sees
 the lines that matter), remembers where each computation lies, and reads a
 computation whole only when a question needs it. It answers the questions
-`HloModuleView` answers for `irshard.collectives.analysis`, on the same printed forms,
-in less time than XLA's parser takes to read the text and in memory far
-below the text's size.
+`HloModuleView` answers for `irshard.collectives.analysis`, on the same
+printed forms, faster than XLA's parser reads the text and in memory far
+below its size.
 
 Printed forms the scan does not read (generic asynchronous instructions,
-whose wrapped instruction XLA names as it parses) raise `NeedsParser`: the
+whose wrapped instruction XLA names as it parses) raise `NeedsParser`; the
 caller then uses XLA's own parser.
 """
 
@@ -29,11 +29,10 @@ from irshard.xla.hlo import (COLLECTIVE_OPCODES, Instruction, operands_end,
                              printed_calls, root_of)
 from irshard.xla.hlolines import (OPERAND, NeedsParser, head, instruction,
                                   instructions, tuple_element)
-from irshard.xla.scanhits import check_lines, hits
+from irshard.xla.scanhits import COLLECTIVE_LINE, FUSED, check_lines, hits
 from irshard.xla.stackframes import StackFrameTable
 
 T = TypeVar("T")
-
 _COMPUTATION = re.compile(r"(ENTRY )?%?([\w.\-]+) \(.*\) -> .+ \{\s*$")
 
 # `-start`/`-done` opcodes of their own (not generic async sugar).
@@ -42,15 +41,6 @@ _OWN_ASYNC = {"all-gather-start", "all-gather-done", "all-reduce-start",
               "collective-permute-done", "copy-start", "copy-done",
               "send-done", "recv-done"}
 _COLLECTIVES = set(COLLECTIVE_OPCODES)
-# A collective's line, read in the scan's bytes without decoding: where it
-# is, its name (to pair a `-start` with its `-done`) and its opcode.
-_COLLECTIVE_LINE = re.compile(
-    rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +("
-    + b"|".join(re.escape(op).encode() for op in
-                sorted(COLLECTIVE_OPCODES, key=len, reverse=True))
-    + rb")\(")
-# What a fusion calls, after `calls=` (the last of its call attributes).
-_FUSED = re.compile(rb"%?([\w.\-]+)(?=[,\n]|$)")
 _FORM_BYTES = 1 << 20     # of distinct forms kept
 # The text of computations held read whole at once (their instructions take
 # a few times as much).
@@ -165,7 +155,7 @@ class ScannedModule:
         prelude: list[str] = []
         current: _Computation | None = None
         first = True
-        match, spans = _COLLECTIVE_LINE.match, self._spans
+        match, spans = COLLECTIVE_LINE.match, self._spans
         for offset, block in self._source.blocks():
             if first:
                 first = False
@@ -222,7 +212,7 @@ class ScannedModule:
         """Whether the `calls=` at `hit` is a fusion's call of a computation
         read already with no collective in it: nothing on the line to keep
         (most lines of a dense module)."""
-        fused = _FUSED.match(block, hit + 1)
+        fused = FUSED.match(block, hit + 1)
         if fused is None or block.find(b'"', start, hit) >= 0 \
                 or block.find(b" fusion(", start, hit) < 0:
             return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import re
 
+from irshard.xla.hlo import COLLECTIVE_OPCODES
 from irshard.xla.hlolines import NeedsParser
 
 # Lines the report reads, found by the literals they hold (a search for one
@@ -29,6 +30,15 @@ _NOT_INSTRUCTION = re.compile(rb"\n +(?! |(?:ROOT )?%?[\w.\-]+ = )")
 _UNUSUAL_START = re.compile(rb"\n +[^ %]")
 # The entry's parameters: looked for in the entry only.
 _PARAMETER = re.compile(re.escape(b" parameter("))
+# A collective's line, read in the scan's bytes without decoding: where it
+# is, its name (to pair a `-start` with its `-done`) and its opcode.
+COLLECTIVE_LINE = re.compile(
+    rb" *(?:ROOT )?%?([^\s=]+) = (?:\((?:[^()]|\([^()]*\))*\)|\S+) +("
+    + b"|".join(re.escape(op).encode() for op in
+                sorted(COLLECTIVE_OPCODES, key=len, reverse=True))
+    + rb")\(")
+# What a fusion calls, after `calls=` (the last of its call attributes).
+FUSED = re.compile(rb"%?([\w.\-]+)(?=[,\n]|$)")
 
 
 def check_lines(block: bytes) -> None:
