@@ -360,7 +360,7 @@ text = compiled.as_text()
 def report():
     found = output.report(lowered, compiled, "optimized", False)
     for fmt in ("text", "json"):
-        for _ in output.render(found, fmt, compiled):
+        for _ in output.ReportOutput(found, compiled).render(fmt):
             pass
     return found
 

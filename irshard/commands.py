@@ -108,13 +108,10 @@ def cmd_compile(args) -> int:
         return 0
     from irshard.core.phases import phase
     with phase("rendering"):
-        if args.format == "trace" and not options.emits:
-            write_output(args.output, output.trace(done.compiled, done.report))
-        else:
-            write_output(args.output, done.ir_text() if options.emits
-                         else output.render(done.report, args.format,
-                                            done.compiled, _folds(args),
-                                            args.group_by))
+        write_output(args.output, done.ir_text() if options.emits
+                     else output.ReportOutput(done.report, done.compiled,
+                                              _folds(args), args.group_by)
+                     .render(args.format))
     if done.breach is not None:
         raise done.breach
     return 0
@@ -186,13 +183,9 @@ def cmd_run(args) -> int:
         run = dataclasses.replace(run, given=lowered.given)
     from irshard import library
     from irshard.running import execution
-    from irshard.stages import output
     done = library.run_program(lowered, run, options, note=_note, stage=_stage)
-    if args.format == "trace":
-        text = output.trace(done.compiled, done.report)
-    else:
-        text = execution.render(done.report, done.result, args.format,
-                                done.compiled, _folds(args), args.group_by)
+    text = execution.RunOutput(done.report, done.result, done.compiled,
+                               _folds(args), args.group_by).render(args.format)
     if done.texts:
         text = done.ir_text() + text
     if _is_reporting_process():
@@ -279,9 +272,10 @@ def cmd_collectives(args) -> int:
     check_output_path(args.output)
     mesh = parse_mesh(args.mesh) if args.mesh else None
     from irshard import library
-    write_output(args.output,
-                 library.collectives_of(args.path, args.stage, mesh)
-                 .render(args.format, args.group_by))
+    import dataclasses
+    found = library.collectives_of(args.path, args.stage, mesh)
+    write_output(args.output, dataclasses.replace(found, group_by=args.group_by)
+                 .render(args.format))
     return 0
 
 

@@ -25,25 +25,12 @@ from typing import Any, Callable, Iterator, Sequence
 from irshard import REPORT_STAGES, STAGES
 from irshard.core import collector
 from irshard.core.errors import IrshardError, UsageError
+from irshard.core.rendering import Rendered
 from irshard.core.specs import MeshSpec
 
 
 def _quiet(_: str) -> None:
     pass
-
-
-class _Rendered:
-    """A command's result, written as its `render(fmt)` writes it (text or
-    its pieces)."""
-
-    def render(self, fmt: str = "text"):
-        raise NotImplementedError
-
-    def render_json(self) -> str:
-        return "".join(self.render("json"))
-
-    def render_text(self) -> str:
-        return "".join(self.render("text"))
 
 
 @dataclass(frozen=True)
@@ -160,7 +147,7 @@ def run_program(lowered, run, options: ReportOptions = ReportOptions(), *,
 
 
 @dataclass(frozen=True)
-class ProgramLayout(_Rendered):
+class ProgramLayout(Rendered):
     """`irshard show`: where every input and output of the compiled program
     lives (`stages.placing.Placed`: its report row, its JSON sharding and
     which device holds which block)."""
@@ -169,9 +156,13 @@ class ProgramLayout(_Rendered):
     inputs: tuple[Any, ...]
     outputs: tuple[Any, ...]
 
-    def render(self, fmt: str = "text") -> str:
+    def render_text(self) -> str:
         from irshard.reporting import layout
-        return layout.render_show(self.info, self.inputs, self.outputs, fmt)
+        return layout.show_text(self.info, self.inputs, self.outputs)
+
+    def render_json(self) -> str:
+        from irshard.reporting import layout
+        return layout.show_json(self.info, self.inputs, self.outputs)
 
 
 def show_program(lowered) -> ProgramLayout:
@@ -184,26 +175,37 @@ def show_program(lowered) -> ProgramLayout:
 
 
 @dataclass(frozen=True)
-class ModuleReports(_Rendered):
+class ModuleReports(Rendered):
     """`irshard collectives`: the report of each module of an HLO file, a
     serialized module or an XLA dump directory, and the modules left out
-    for running on another number of devices than the mesh asked for."""
+    for running on another number of devices than the mesh asked for; the
+    text sums the collectives by `group_by` too."""
 
+    FORMATS = ("text", "json", "html")
     path: str
     stage: str
     mesh: MeshSpec | None
     reports: tuple[Any, ...]
     skipped: tuple[tuple[str, int], ...] = ()
+    group_by: str | None = None
 
-    def render(self, fmt: str = "text", group_by: str | None = None
-               ) -> str | Iterator[str]:
-        """As `fmt` (text summed by `group_by` too, json, html), in pieces
-        where it can be."""
+    def pieces_text(self) -> Iterator[str]:
         from irshard.stages import output
-        return output.render_modules(self, fmt, group_by)
+        return output.modules_text(self)
 
-    def render_text(self, group_by: str | None = None) -> str:
-        return "".join(self.render("text", group_by))
+    def render_text(self) -> str:
+        return "".join(self.pieces_text())
+
+    def pieces_json(self) -> Iterator[str]:
+        from irshard.stages import output
+        return output.modules_json(self)
+
+    def render_json(self) -> str:
+        return "".join(self.pieces_json())
+
+    def render_html(self) -> str:
+        from irshard.stages import output
+        return output.modules_html(self)
 
 
 def collectives_of(path: str, stage: str = "optimized",
@@ -393,15 +395,19 @@ def _explainer(compiler, command: Sequence[str]):
 
 
 @dataclass(frozen=True)
-class DeviceListing(_Rendered):
+class DeviceListing(Rendered):
     """`irshard devices`: the platform, each process's devices, the list
     (as JAX lists them)."""
 
     listing: dict[str, Any]
 
-    def render(self, fmt: str = "text") -> str:
+    def render_text(self) -> str:
         from irshard.reporting import layout
-        return layout.render_devices(self.listing, fmt)
+        return layout.devices_text(self.listing)
+
+    def render_json(self) -> str:
+        from irshard.reporting.writer import dumps_json
+        return dumps_json(self.listing) + "\n"
 
 
 def devices_of(count: int, cluster=None, platform: str = "cpu",
@@ -415,16 +421,20 @@ def devices_of(count: int, cluster=None, platform: str = "cpu",
 
 
 @dataclass(frozen=True)
-class Calibration(_Rendered):
+class Calibration(Rendered):
     """`irshard calibrate`: each collective kind measured on the devices
     present, the link model fitted with its error on held-out sizes, and
     the compute rates (`measuring.calibrate.calibrate`'s result)."""
 
     result: dict[str, Any]
 
-    def render(self, fmt: str = "text") -> str:
+    def render_text(self) -> str:
         from irshard.measuring import calibrate
-        return calibrate.render(self.result, fmt)
+        return calibrate.render_text(self.result)
+
+    def render_json(self) -> str:
+        from irshard.reporting.writer import dumps_json
+        return dumps_json(self.result) + "\n"
 
     def profile_json(self) -> str:
         """The fitted profile, as `--profile PATH` reads it back."""

@@ -232,9 +232,15 @@ def test_no_command_names_every_command(capsys):
 
 
 @pytest.mark.parametrize("command, result", [
-    ("search", "irshard.strategy.search:SearchResult"),
+    ("compile", "irshard.stages.output:ReportOutput"),
+    ("run", "irshard.running.execution:RunOutput"),
+    ("show", "irshard.library:ProgramLayout"),
+    ("devices", "irshard.library:DeviceListing"),
+    ("collectives", "irshard.library:ModuleReports"),
+    ("calibrate", "irshard.library:Calibration"),
+    ("search", "irshard.strategy.searchresult:SearchResult"),
     ("diff", "irshard.reporting.diff:Diff"),
-    ("suggest", "irshard.strategy.suggest:Suggestions")])
+    ("suggest", "irshard.strategy.suggestions:Suggestions")])
 def test_format_choices_are_what_the_result_writes(command, result):
     """A command's --format choices are the formats its result renders,
     and each renders (an unknown one is a usage error)."""

@@ -423,10 +423,3 @@ def profile_json(result: dict[str, Any]) -> str:
     return dumps_json({"links": result["links"], "error": result["error"],
                        "devices": result["devices"],
                        "compute": result["compute"]}) + "\n"
-
-
-def render(result: dict[str, Any], fmt: str) -> str:
-    """The calibration as `fmt` (text or json)."""
-    if fmt == "json":
-        return dumps_json(result) + "\n"
-    return render_text(result)

@@ -106,10 +106,8 @@ def _columns(rows: list[list[str]], indent: str, right: bool = False) -> list[st
     return lines
 
 
-def render_devices(listing: dict[str, Any], fmt: str) -> str:
+def devices_text(listing: dict[str, Any]) -> str:
     """`irshard devices`: the platform, each process's devices, the list."""
-    if fmt == "json":
-        return dumps_json(listing) + "\n"
     count, processes = len(listing["devices"]), listing["process_count"]
     lines = [f"platform: {listing['platform']}, {count} "
              f"device{'s' if count != 1 else ''}, {processes} "
@@ -137,16 +135,18 @@ def layout_lines(tensors: Sequence[Any]) -> list[str]:
     return lines
 
 
-def render_show(info, inputs: Sequence[Any], outputs: Sequence[Any],
-                fmt: str) -> str:
-    """`irshard show`: where every input and output lives (each a
-    `Placed`)."""
-    if fmt == "json":
-        body = {"schema": SCHEMA, "source": info.source, "function": info.function,
-                "mesh": mesh_json(info.mesh, info.platform),
-                "inputs": [t.to_json() for t in inputs],
-                "outputs": [t.to_json() for t in outputs]}
-        return dumps_json(body) + "\n"
+def show_json(info, inputs: Sequence[Any], outputs: Sequence[Any]) -> str:
+    """`irshard show --format json`: where every input and output lives
+    (each a `Placed`)."""
+    body = {"schema": SCHEMA, "source": info.source, "function": info.function,
+            "mesh": mesh_json(info.mesh, info.platform),
+            "inputs": [t.to_json() for t in inputs],
+            "outputs": [t.to_json() for t in outputs]}
+    return dumps_json(body) + "\n"
+
+
+def show_text(info, inputs: Sequence[Any], outputs: Sequence[Any]) -> str:
+    """`irshard show`: where every input and output lives, drawn."""
     lines = [f"{info.source}:{info.function}  mesh {info.mesh} "
              f"({info.mesh.num_devices} {info.platform} devices)", "", "inputs"]
     lines += layout_lines(inputs)

@@ -26,6 +26,7 @@ import numpy as np
 from irshard import backend
 from irshard.core import files, tree
 from irshard.core.errors import InputError, UsageError
+from irshard.core.rendering import Rendered
 from irshard.core.specs import format_shape
 from irshard.core.textinput import split_assignment
 from irshard.reporting import htmlreport, layout
@@ -379,18 +380,34 @@ def _save(path: str, decls: Sequence[TensorDecl], values) -> None:
         np.savez(f, **{d.name: v for d, v in zip(decls, values)})
 
 
-def render(report, result: RunResult, fmt: str, compiled=None,
-           fold: bool = False, group_by: str | None = None) -> str:
-    """The compile report with the run's section: JSON (the report's object
-    plus `run`), text (the collectives, then the run's tables) or the HTML
-    page (`compiled`: the executable, for its mesh)."""
-    if fmt == "html":
-        return htmlreport.render_report(
-            report, output.page_parts(report, compiled, result), result)
-    if fmt == "json":
-        body = report.to_json()
-        body["run"] = result.to_json()
+@dataclass(frozen=True)
+class RunOutput(Rendered):
+    """A run's report as it is written: the compile report with the run's
+    section (text: the collectives, then the run's tables, folded on a
+    terminal; JSON: the report's object plus `run`; the HTML page), or the
+    simulated step as a trace (`compiled`: the executable that ran)."""
+
+    FORMATS = ("text", "json", "html", "trace")
+    report: Any
+    result: RunResult
+    compiled: Any = None
+    fold: bool = False
+    group_by: str | None = None
+
+    def render_text(self) -> str:
+        return "\n".join(render_text_lines(self.report, tensors=False,
+                                           fold=self.fold, group_by=self.group_by)
+                         + self.result.render_text_lines(self.fold)) + "\n"
+
+    def render_json(self) -> str:
+        body = self.report.to_json()
+        body["run"] = self.result.to_json()
         return dumps_json(body) + "\n"
-    return "\n".join(render_text_lines(report, tensors=False, fold=fold,
-                                       group_by=group_by)
-                     + result.render_text_lines(fold)) + "\n"
+
+    def render_html(self) -> str:
+        return htmlreport.render_report(
+            self.report, output.page_parts(self.report, self.compiled, self.result),
+            self.result)
+
+    def render_trace(self) -> str:
+        return output.trace(self.compiled, self.report)

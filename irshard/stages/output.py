@@ -10,9 +10,11 @@ goes is the caller's.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from irshard.core.errors import UsageError
+from irshard.core.rendering import Rendered
 from irshard.reporting import text, writer
 from irshard.reporting.report import SCHEMA
 from irshard.reporting.text import render_text_pieces
@@ -123,36 +125,65 @@ def page_parts(report, compiled=None, run=None,
                                 program_files(compiled))
 
 
-def render(report, fmt: str, compiled=None, fold: bool = False,
-           group_by: str | None = None):
-    """The report as `fmt` (text, json, html), in pieces where it can be;
-    text with the collectives summed by `group_by` too."""
-    if fmt == "html":
+@dataclass(frozen=True)
+class ReportOutput(Rendered):
+    """A compile's report as it is written: text (folded on a terminal,
+    the collectives summed by `group_by` too), JSON (both in pieces), the
+    HTML page, or the simulated step as a trace (`compiled`: the
+    executable the report read, for the page's layouts and IR)."""
+
+    FORMATS = ("text", "json", "html", "trace")
+    report: Any
+    compiled: Any = None
+    fold: bool = False
+    group_by: str | None = None
+
+    def pieces_text(self) -> Iterator[str]:
+        return text.render_text_pieces(self.report, self.fold, self.group_by)
+
+    def render_text(self) -> str:
+        return "".join(self.pieces_text())
+
+    def pieces_json(self) -> Iterator[str]:
+        return writer.render_json_pieces(self.report)
+
+    def render_json(self) -> str:
+        return "".join(self.pieces_json())
+
+    def render_html(self) -> str:
         from irshard.reporting import htmlreport
-        return htmlreport.render_report(report, page_parts(report, compiled))
-    return writer.render_json_pieces(report) if fmt == "json" \
-        else text.render_text_pieces(report, fold, group_by)
+        return htmlreport.render_report(self.report,
+                                        page_parts(self.report, self.compiled))
+
+    def render_trace(self) -> str:
+        return trace(self.compiled, self.report)
 
 
-def render_modules(modules, fmt: str, group_by: str | None = None):
-    """`irshard collectives`' reports (`library.ModuleReports`) as `fmt`
-    (text summed by `group_by` too, json, html)."""
-    path, stage, mesh = modules.path, modules.stage, modules.mesh
-    reports, skipped = list(modules.reports), list(modules.skipped)
-    if fmt == "html":
-        return _one_page(path, stage, reports)
-    if fmt == "json":
-        if len(reports) == 1 and not os.path.isdir(path):
-            # Written as it is made: a large module's report is never
-            # held whole.
-            return render_json_pieces(reports[0])
-        body = {"schema": SCHEMA, "source": path,
-                "modules": [r.to_json() for r in reports]}
-        if skipped:
-            body["skipped"] = [{"module": label, "devices": n}
-                               for label, n in skipped]
-        return dumps_json(body) + "\n"
-    return _texts(reports, skipped, mesh, group_by)
+def modules_json(modules) -> Iterator[str]:
+    """`irshard collectives`' reports (`library.ModuleReports`) as JSON,
+    in pieces: one module's report written as it is made (a large
+    module's is never held whole), several as one object."""
+    path, reports, skipped = modules.path, list(modules.reports), list(modules.skipped)
+    if len(reports) == 1 and not os.path.isdir(path):
+        return render_json_pieces(reports[0])
+    body = {"schema": SCHEMA, "source": path,
+            "modules": [r.to_json() for r in reports]}
+    if skipped:
+        body["skipped"] = [{"module": label, "devices": n} for label, n in skipped]
+    return iter([dumps_json(body) + "\n"])
+
+
+def modules_html(modules) -> str:
+    """`irshard collectives --format html`: the page of its one sharded
+    module."""
+    return _one_page(modules.path, modules.stage, list(modules.reports))
+
+
+def modules_text(modules) -> Iterator[str]:
+    """`irshard collectives`' reports as text, the collectives summed by
+    the reports' `group_by` too."""
+    return _texts(list(modules.reports), list(modules.skipped), modules.mesh,
+                  modules.group_by)
 
 
 def _one_page(path: str, stage: str, reports) -> str:
