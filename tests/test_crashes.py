@@ -36,11 +36,11 @@ def test_a_pass_that_crashes_is_an_error_line(tmp_path, capsys, monkeypatch):
     """As Shardy once did with debug-sharding-origins on a MoE module:
     SIGSEGV took `irshard opt` down with it."""
     path = _module(tmp_path, capsys)
-    from irshard.backend import lowering
+    from irshard.backend import passrunner
 
     def crash(operation, pipeline):
         os.kill(os.getpid(), signal.SIGSEGV)
-    monkeypatch.setattr(lowering, "run_pipeline", crash)
+    monkeypatch.setattr(passrunner, "run_pipeline", crash)
     out = tmp_path / "out.mlir"
     assert cli.main(["opt", path, "-p", DEBUG, "-o", str(out)]) == 2
     captured = capsys.readouterr()
