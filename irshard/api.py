@@ -238,9 +238,10 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
     The result's `winner.change` has the
     `mesh_text`, `rules` and `knobs` to give `irshard.compile`;
     `to_json()`, `render_text()`, `render_html()`."""
-    from irshard import frontend, library
+    from irshard import frontend
     from irshard.core import frames
     from irshard.hardware import targets
+    from irshard.searching import SearchOptions, search_program
     from irshard.strategy import search as searching
     frames.note_callers()
     names = check_search(axes, budget_time, devices, max_candidates, memory_limit)
@@ -264,8 +265,8 @@ def search(fn: Callable[..., Any], *args: Any, devices: int | None = None,
                        static_argnums=static, grad=grad, target=target,
                        profile=profile, explain=explain, context=context)
 
-    return library.search_program(
-        programs, place, library.SearchOptions(
+    return search_program(
+        programs, place, SearchOptions(
             devices=count, axes=names, budget_s=float(budget_time),
             max_candidates=max_candidates, memory_limit=memory_limit),
         command=(getattr(fn, "__name__", "fn"),), compile_change=compile_change,

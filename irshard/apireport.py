@@ -79,8 +79,8 @@ class Report(CollectiveReport):
     def to_html(self) -> str:
         """The HTML report (`--format html`): one self-contained page."""
         from irshard.reporting import htmlreport
-        from irshard.stages import output
-        parts = output.page_parts(self, getattr(self.stages, "compiled", None),
+        from irshard.stages import pageparts
+        parts = pageparts.page_parts(self, getattr(self.stages, "compiled", None),
                                   self.run, self.stages)
         return htmlreport.render_report(self, parts, self.run)
 

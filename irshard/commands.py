@@ -313,7 +313,7 @@ def _searched_source(args, own: bool):
 def cmd_search(args) -> int:
     import dataclasses
     import json
-    from irshard import frontend, library
+    from irshard import frontend, searching
     from irshard.core.knobs import knob_values
     from irshard.core.specs import parse_mesh
     from irshard.loading import fromfile
@@ -344,7 +344,7 @@ def cmd_search(args) -> int:
         source = dataclasses.replace(source, fn=program.function, _resolved={})
     # The program's options; a candidate's --mesh, rules and knobs follow.
     command = source.argv()
-    options = library.SearchOptions(
+    options = searching.SearchOptions(
         devices=count, axes=axes, budget_s=budget_s,
         max_candidates=args.max_candidates, memory_limit=args.memory_limit,
         # auto on a Ray cluster: as many as it has CPUs.
@@ -356,7 +356,7 @@ def cmd_search(args) -> int:
         progress=sys.stderr.isatty())
     if args.cache_dir and not args.no_cache:
         compilers.Cache(args.cache_dir, "", option="--cache-dir")   # usable
-    result = library.search_program(
+    result = searching.search_program(
         programs, placement, options, command=command, fixed_mesh=fixed,
         factory=args.factory, knob_space=knob_space,
         cache_salt=compilers.versions_salt(source.path, args.profile)

@@ -299,12 +299,12 @@ def programs(spec: ProgramSpec, knob_space) -> list[tuple[Any, Any]]:
     knobs (`knob_space`: `(name, values)` pairs; one program, as it is,
     without knobs), loaded on its mesh (a `Program`), or what the factory
     said rejecting the combination. Raises where it rejects every one."""
-    from irshard import library
+    from irshard import searching
     hosting = Hosting(spec.placement)
     hosting.configure(spec.mesh.num_devices if spec.mesh is not None else 1)
     loaded: list[tuple[Any, Any]] = []
     with hosting.visible():
-        for knobs in library.knob_combinations(knob_space):
+        for knobs in searching.knob_combinations(knob_space):
             try:
                 loaded.append((knobs, spec.origin.program(spec.mesh, knobs)))
             except RejectedKnobs as e:

@@ -43,7 +43,7 @@ FLOORS = {
     "strategy": ["strategy"],
     # The ways in: files, the Python API, pytest helpers and plugin, the
     # command line.
-    "front": ["irshard", "frontend", "hosting", "library", "apichecks", "apiprogram", "apireport", "api", "testing",
+    "front": ["irshard", "frontend", "hosting", "library", "searching", "apichecks", "apiprogram", "apireport", "api", "testing",
               "pytest_plugin", "commands", "options", "optiontypes", "cli",
               "__main__"],
 }

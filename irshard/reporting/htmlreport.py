@@ -234,7 +234,7 @@ def layout_json(inputs: Sequence[Any], outputs: Sequence[Any],
 @dataclass(frozen=True)
 class PageParts:
     """What the report page shows beside the report, taken from the
-    program before the page is rendered (`irshard.stages.output.page_parts`):
+    program before the page is rendered (`irshard.stages.pageparts.page_parts`):
     the layout of its inputs and outputs (`layout_json`), the IR of the stage
     the report read, the user's directory, and the Python files the compile
     ran (the only ones whose lines the page may embed)."""

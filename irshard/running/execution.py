@@ -35,7 +35,7 @@ from irshard.reporting.cells import table
 from irshard.reporting.text import FOLDED_ROWS, fold_note, render_text_lines
 from irshard.reporting.writer import dumps_json
 from irshard.running import check, inputs, timing
-from irshard.stages import output, placing
+from irshard.stages import output, pageparts, placing
 from irshard.stages.declared import TensorDecl
 from irshard.stages.staged import Optimized, StableHLO
 
@@ -406,7 +406,7 @@ class RunOutput(Rendered):
 
     def render_html(self) -> str:
         return htmlreport.render_report(
-            self.report, output.page_parts(self.report, self.compiled, self.result),
+            self.report, pageparts.page_parts(self.report, self.compiled, self.result),
             self.result)
 
     def render_trace(self) -> str:

@@ -1,7 +1,8 @@
 """What the commands take from the stages and write: the IR of the stages
 asked for (`--emit`), the report of the stage read (with `--explain`'s why),
-in text, JSON or HTML (the page's parts taken from the program first), and
-the reports of an HLO file or dump's modules (`irshard collectives`).
+in text, JSON, HTML (the page's parts taken from the program first, by
+`pageparts`) or a trace (`ReportOutput`), and the reports of an HLO file or
+dump's modules (`irshard collectives`).
 
 Each returns text (or its pieces, for writing as they are made); where it
 goes is the caller's.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from irshard.core.errors import UsageError
 from irshard.core.rendering import Rendered
@@ -19,10 +20,7 @@ from irshard.reporting import text, writer
 from irshard.reporting.report import SCHEMA
 from irshard.reporting.text import render_text_pieces
 from irshard.reporting.writer import dumps_json, render_json_pieces
-from irshard.stages import irfile, placing
-
-if TYPE_CHECKING:           # the HTML writer is imported for HTML only
-    from irshard.reporting import htmlreport
+from irshard.stages import pageparts
 
 
 def emit(lowered, emits: Sequence[str], stage: str, debug_info: bool, *,
@@ -80,51 +78,6 @@ def report(lowered, compiled, stage: str, explain: bool, verify: bool = False):
     return found
 
 
-def program_files(compiled) -> frozenset[str]:
-    """The real paths of the Python files a compile ran: its program and
-    the modules loaded with it. None for a module read from a .mlir file
-    (its locations are the file's word), or without a compile."""
-    from irshard.reporting import htmlreport
-    info = getattr(compiled, "info", None)
-    if info is None or irfile.is_mlir(info.source):
-        return frozenset()
-    return htmlreport.loaded_files()
-
-
-def page_parts(report, compiled=None, run=None,
-               stages=None) -> htmlreport.PageParts:
-    """What the HTML page shows beside `report`, taken from the program
-    now: where its inputs and outputs live (from `run`'s tensors, else the
-    executable), the IR of the stage the report read (from the pipeline's
-    `stages` where given), and the files its compile ran."""
-    from irshard.reporting import htmlreport
-    if compiled is None:
-        return htmlreport.PageParts(ir_text=stages.text(report.stage_name)
-                                    if stages is not None else None)
-    layout = None
-    try:
-        if run is not None:
-            inputs = [t.placed for t in run.inputs]
-            outputs = [t.placed for t in run.outputs]
-        else:
-            inputs, outputs = placing.placed(compiled)
-        try:
-            devices = placing.mesh_device_ids(compiled)
-        except (AttributeError, RuntimeError, TypeError, ValueError):
-            devices = None
-        layout = htmlreport.layout_json(inputs, outputs, devices)
-    except (AttributeError, RuntimeError, TypeError, ValueError):
-        pass
-    if stages is not None:
-        ir_text = stages.text(report.stage_name)
-    elif report.stage_name == "partitioned":
-        ir_text = compiled.partitioned().as_text()
-    else:
-        ir_text = compiled.as_text()
-    return htmlreport.PageParts(layout, ir_text, compiled.info.user_dir,
-                                program_files(compiled))
-
-
 @dataclass(frozen=True)
 class ReportOutput(Rendered):
     """A compile's report as it is written: text (folded on a terminal,
@@ -153,7 +106,7 @@ class ReportOutput(Rendered):
     def render_html(self) -> str:
         from irshard.reporting import htmlreport
         return htmlreport.render_report(self.report,
-                                        page_parts(self.report, self.compiled))
+                                        pageparts.page_parts(self.report, self.compiled))
 
     def render_trace(self) -> str:
         return trace(self.compiled, self.report)
