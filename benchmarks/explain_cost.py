@@ -2,11 +2,12 @@
 
 Runs, as whole processes and alternating, the same compile command plain,
 with `--explain` (the causes named from Shardy's origins: one more
-propagation with origins recorded, in a child process) and, once, with
-`--verify` (one more compile per decision named as a cause); prints the
-median of each, wall and CPU time (the processes' own and their
-children's), the ratios, and the number of recompiles `--verify` made.
-The target `--explain` is held to is 1.5x plain.
+propagation with origins recorded, in a child process) and, once each,
+with `--verify` (one more compile per decision named as a cause) one
+recompile at a time and `--jobs` at once; prints the median of each, wall
+and CPU time (the processes' own and their children's), the ratios, and
+the number of recompiles `--verify` made. The target `--explain` is held
+to is 1.5x plain.
 
     python benchmarks/explain_cost.py                # the GPT step, fsdp+tp
     python benchmarks/explain_cost.py --runs 7
@@ -48,6 +49,8 @@ def _run(argv: list[str]) -> tuple[float, float, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--jobs", default="auto",
+                        help="--verify's recompiles at once, against one at a time")
     parser.add_argument("command", nargs="*", help="compile's arguments "
                         "(default: the GPT step under fsdp and tensor parallel rules)")
     args = parser.parse_args(argv)
@@ -56,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         plain.append(_run(command)[:2])
         explain.append(_run([*command, "--explain"])[:2])
-    wall, cpu, out = _run([*command, "--verify", "--format", "json"])
-    notes = json.loads(out)["notes"]
-    recompiles = next((n for n in notes if n.startswith("--verify:")), "--verify: ?")
+    verify = {}
+    for jobs in ("1", args.jobs):
+        wall, cpu, out = _run([*command, "--verify", "--jobs", jobs, "--format", "json"])
+        notes = json.loads(out)["notes"]
+        said = next((n for n in notes if n.startswith("--verify:")), "--verify: ?")
+        verify[jobs] = wall, cpu, said.removeprefix("--verify: ").split(", each")[0]
 
     def median(rows, i):
         return statistics.median(r[i] for r in rows)
@@ -67,12 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':12}{'wall s':>9}{'cpu s':>9}")
     for name, rows in (("plain", plain), ("--explain", explain)):
         print(f"{name:12}{median(rows, 0):9.2f}{median(rows, 1):9.2f}")
-    print(f"{'--verify':12}{wall:9.2f}{cpu:9.2f}   ({recompiles.removeprefix('--verify: ')})")
+    for jobs, (wall, cpu, said) in verify.items():
+        name = f"--verify --jobs {jobs}"
+        print(f"{name:12}{wall:9.2f}{cpu:9.2f}   ({said})")
     ratio_wall = median(explain, 0) / median(plain, 0)
     ratio_cpu = median(explain, 1) / median(plain, 1)
     print(f"--explain / plain: {ratio_wall:.2f}x wall, {ratio_cpu:.2f}x cpu "
           f"(median of {args.runs}; target 1.5x)")
-    print(f"--verify / plain: {wall / median(plain, 0):.2f}x wall")
+    for jobs, (wall, _, _) in verify.items():
+        print(f"--verify --jobs {jobs} / plain: {wall / median(plain, 0):.2f}x wall")
     return 0
 
 

@@ -27,6 +27,7 @@ from irshard.apiprogram import configure  # noqa: F401 (irshard.configure)
 from irshard.apiprogram import (PROGRAM_ARGUMENTS, in_shardings_of, lowering,
                                 mesh_of, pipeline)
 from irshard.apireport import Report, shown
+from irshard.core import threads
 from irshard.core.errors import UsageError
 from irshard.core.specs import parse_mesh
 
@@ -91,7 +92,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
             donate_argnums: int | Sequence[int] = (),
             donate_argnames: str | Sequence[str] = (),
             context: Any = None, keras_fit: bool = False,
-            verify: bool = False):
+            verify: bool = False, jobs: int | str | None = None):
     """Partitions `fn(*args)` on `mesh` and returns its collective report.
 
     `rules` are `(pattern, spec)` pairs over leaf paths, the first match
@@ -104,7 +105,8 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     `(match, spec)` pairs, as `--constrain MATCH=SPEC`: the results of the
     ops `match` picks (`dot_general@model.py:12`) get that sharding. With
     `explain`, each collective's `why` says why it exists and its `cause`;
-    `verify` confirms each by a recompile without it. The report's
+    `verify` confirms each by a recompile without it (`jobs` at once; None:
+    one per core, at most 4). The report's
     `stage(name)` prints any stage's IR. `axis_types` makes a spec's mesh
     axes explicit (`"explicit"`, per axis `"dp=explicit"` or
     `("explicit", "auto")`): the function is traced with its inputs'
@@ -126,22 +128,34 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
     arguments = locals()      # the program's arguments, by name
     from irshard import library
     from irshard.stages import staged
+    options = _report_options(explain, verify, jobs, stage)
+    lowered = lowering(fn, args, mesh, {name: arguments[name]
+                                        for name in PROGRAM_ARGUMENTS})
+    done = library.compile_program(lowered, options)
+    return shown(Report.of(done.report,
+                            stages=staged.Pipeline(lowered, done.compiled)))
+
+
+def _report_options(explain: bool, verify: bool, jobs: int | str | None,
+                    stage: str = "optimized"):
+    """`compile`'s and `report`'s report arguments, checked."""
+    from irshard import library
     booleans(explain=explain, verify=verify)
     if stage not in ("optimized", "partitioned"):
         raise UsageError(f"stage '{stage}': the report reads optimized or "
                          f"partitioned HLO")
-    lowered = lowering(fn, args, mesh, {name: arguments[name]
-                                        for name in PROGRAM_ARGUMENTS})
-    done = library.compile_program(lowered, library.ReportOptions(
-        stage=stage, explain=explain or verify, verify=verify))
-    return shown(Report.of(done.report,
-                            stages=staged.Pipeline(lowered, done.compiled)))
+    if jobs is not None and not verify:
+        raise UsageError("jobs: counts verify's recompiles at once; it "
+                         "needs verify=True")
+    return library.ReportOptions(stage=stage, explain=explain or verify,
+                                 verify=verify, jobs=threads.job_count(jobs))
 
 
 @checked
 def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
            profile: str | None = None, platform: str = "cpu",
-           explain: bool = False, verify: bool = False):
+           explain: bool = False, verify: bool = False,
+           jobs: int | str | None = None):
     """The report of a lowering the user already has: a
     `jax.stages.Lowered` or `Traced` (`jax.jit(f).lower(...)`), or a
     framework's (`nnx.jit(f).lower`, `eqx.filter_jit(f).lower`): nothing
@@ -150,14 +164,14 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     `train_compile.py` makes one): its own executable is read, nothing
     compiled again; its report has only the optimized stage.
     `mesh` (a spec or `jax.sharding.Mesh`) is needed only where the
-    lowering names no mesh of its own. `explain` and `verify` as
+    lowering names no mesh of its own. `explain`, `verify` and `jobs` as
     `compile`'s."""
     from irshard import backend, library
     from irshard.backend import shardy
     from irshard.hardware import targets
     from irshard.stages import staged
     check_platform(platform)
-    booleans(explain=explain, verify=verify)
+    options = _report_options(explain, verify, jobs)
     if hasattr(lowered, "runtime_executable") and not hasattr(lowered, "compile"):
         return _report_compiled(lowered, mesh, target, profile, platform)
     try:
@@ -182,8 +196,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         devices = frontend.Hosting(place).devices(spec)
     name = getattr(getattr(lowered, "_lowering", None), "_name", None) or "lowered"
     lowered_stage = staged.from_lowering(lowered, spec, place, devices, name)
-    done = library.compile_program(lowered_stage, library.ReportOptions(
-        explain=explain or verify, verify=verify))
+    done = library.compile_program(lowered_stage, options)
     return shown(Report.of(done.report,
                             stages=staged.Pipeline(lowered_stage, done.compiled)))
 

@@ -20,12 +20,17 @@ def _report_options(args):
     cause` explain."""
     import dataclasses
     from irshard import library
+    from irshard.core import threads
     from irshard.reporting import budget
     verify = getattr(args, "verify", False)
+    if getattr(args, "jobs", "auto") != "auto" and not verify:
+        raise UsageError("--jobs: runs --verify's recompiles at once; "
+                         "it needs --verify")
     options = library.ReportOptions(
         stage=args.stage, explain=args.explain or args.format == "html"
         or verify or getattr(args, "group_by", None) == "cause",
-        verify=verify, emits=tuple(args.emit), debug_info=args.debug_info)
+        verify=verify, jobs=threads.job_count(getattr(args, "jobs", "auto")),
+        emits=tuple(args.emit), debug_info=args.debug_info)
     return dataclasses.replace(options, budgets=tuple(
         budget.parse_budget(text) for text in args.budget))
 

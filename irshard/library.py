@@ -45,6 +45,8 @@ class ReportOptions:
     explain: bool = False
     # Each cause `explain` names confirmed by a recompile without it.
     verify: bool = False
+    # How many of those recompiles run at once.
+    jobs: int = 1
     emits: tuple[str, ...] = ()
     debug_info: bool = False
     budgets: tuple[Any, ...] = ()
@@ -116,7 +118,7 @@ def compile_program(lowered, options: ReportOptions = ReportOptions(), *,
     if options.emits and not options.budgets:
         return CompileOutcome(compiled, None, tuple(texts))
     report = output.report(lowered, compiled, options.stage, options.explain,
-                           options.verify)
+                           options.verify, options.jobs)
     report, breach = held_to(report, options.budgets)
     return CompileOutcome(compiled, report, tuple(texts), breach)
 
@@ -140,7 +142,7 @@ def run_program(lowered, run, options: ReportOptions = ReportOptions(), *,
     result = execution.run(lowered, compiled, run)
     stage("writing")
     report = output.report(lowered, compiled, options.stage, options.explain,
-                           options.verify)
+                           options.verify, options.jobs)
     result = result.predicted_by(report)
     report, breach = held_to(report, options.budgets)
     return RunOutcome(compiled, report, tuple(texts), breach, result)

@@ -148,6 +148,10 @@ REPORT_OPTIONS = (
                     "recompiling without it (a constraint dropped, an "
                     "input's sharding left open, an output's left to "
                     "XLA), one compile per decision; implies --explain"),
+    Option.of("--jobs", type=jobs, default="auto", metavar="N",
+               help="with --verify: run N of its recompiles at once, on "
+                    "threads of this process, or auto (default: one per "
+                    "core, at most 4)"),
     _format(("text", "json", "html", "trace"),
             "report format (default: text); html: one "
             "self-contained page (implies --explain); trace: the "

@@ -381,5 +381,5 @@ def test_show_and_suggest_take_the_program_arguments_compile_takes():
     import inspect
     from irshard.apiprogram import PROGRAM_ARGUMENTS
     own = {name: p.default for name, p in inspect.signature(irshard.compile).parameters.items()
-           if p.kind is p.KEYWORD_ONLY and name not in ("mesh", "explain", "verify", "stage")}
+           if p.kind is p.KEYWORD_ONLY and name not in ("mesh", "explain", "verify", "jobs", "stage")}
     assert own == PROGRAM_ARGUMENTS

@@ -144,6 +144,10 @@ def test_costs_are_summed_by_cause_and_need_an_explained_report():
         plain_report.explain()
     with pytest.raises(UsageError, match="verify"):
         irshard.compile(p.step, *args, mesh="x=4", verify="yes")
+    with pytest.raises(UsageError, match="jobs: counts verify's recompiles"):
+        irshard.compile(p.step, *args, mesh="x=4", jobs=2)
+    with pytest.raises(UsageError, match="jobs: expected a positive whole number"):
+        irshard.compile(p.step, *args, mesh="x=4", verify=True, jobs=0)
 
 
 def test_a_constraint_under_checkpoint_is_named_in_the_backward_pass_too(monkeypatch):
@@ -292,3 +296,34 @@ def test_an_input_and_the_optimizer_state_that_mirrors_it_are_one_decision():
     assert not _mirrors(decl(mu.name, sharding=ShardingSpec.of_entries(("_", "_"))), kernel)
     ruled = decl(kernel.name, rule="--shard **/wi/**=fsdp,_")
     assert not _mirrors(mu, ruled)                           # the rule says
+
+
+def _two_constraints(x, y, w):
+    h = jax.lax.with_sharding_constraint(jnp.tanh(x @ w), P(None, "x"))
+    g = jax.lax.with_sharding_constraint(jnp.tanh(y @ w), P(None, "x"))
+    return jnp.where(h > 0, h, 0.1 * h), jnp.where(g > 0, g, 0.1 * g)
+
+
+def test_recompiles_at_once_give_the_verdicts_of_one_after_another(monkeypatch):
+    """`jobs=3`: the two constraints' recompiles (the walks' first round)
+    run at once, on threads; the causes, verdicts and the count of
+    recompiles are those of `jobs=1`."""
+    from irshard.core import threads
+    rounds = []
+    each = threads.each
+    monkeypatch.setattr(threads, "each", lambda fn, items, jobs: (
+        rounds.append((len(items), jobs)), each(fn, items, jobs))[1])
+    args = (jnp.ones((64, 128)), jnp.ones((64, 128)), jnp.ones((128, 256)))
+    rules = [("x", "x,_"), ("y", "x,_")]
+    one = irshard.compile(_two_constraints, *args, mesh="x=4", rules=rules,
+                          verify=True, jobs=1)
+    three = irshard.compile(_two_constraints, *args, mesh="x=4", rules=rules,
+                            verify=True, jobs=3)
+    assert [r for r in rounds if r[1] == 3] == [(2, 3)]
+    found = [(c.kind, c.source.line, c.why.cause) for c in three.collectives]
+    assert found == [(c.kind, c.source.line, c.why.cause) for c in one.collectives]
+    assert sorted((kind, cause.decision.kind, cause.verdict) for kind, _, cause in found) \
+        == [("all-gather", "constraint", "confirmed")] * 2
+    assert len({cause.decision.source.line for _, _, cause in found}) == 2
+    assert "--verify: 2 recompiles, each without" in one.notes[-1]
+    assert "--verify: 2 recompiles, 2 at a time, each without" in three.notes[-1]

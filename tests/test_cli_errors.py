@@ -143,6 +143,10 @@ CASES = [
       "--arg", "a=f32[8,8]"], "--arg a is given twice"),
     (["run", "{matmul}", "--mesh", "x=2,y=2", "--processes", "2", "--timeout",
       "nan"], "argument --timeout: 'nan' is not a positive number of seconds"),
+    (["compile", "{matmul}", "--mesh", "x=2,y=2", "--jobs", "2"],
+     "--jobs: runs --verify's recompiles at once; it needs --verify"),
+    (["compile", "{matmul}", "--mesh", "x=2,y=2", "--verify", "--jobs", "0"],
+     "argument --jobs: '0' is not a positive number or auto"),
 ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Any, Sequence
 
 from irshard.core import interrupts
@@ -184,29 +185,48 @@ class _Progress:
 class quiet_native_stderr:
     """Sends what native code writes to stderr (libtpu's warnings about the
     TPU it looks for and does not find) to a temporary file while the block
-    runs; `text` holds it afterwards."""
+    runs; `text` holds it afterwards. Blocks open at once (compiles on
+    several threads) share one redirection: each block's `text` is what
+    was written while it was open, its neighbours' lines included."""
+
+    _lock = threading.Lock()
+    _open = 0                # blocks open now
+    _file: Any = None        # where fd 2 goes while any is open
+    _saved = -1              # the real stderr, while any is open
 
     def __enter__(self):
         import sys
         import tempfile
-        sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
-        self._saved = os.dup(2)
-        interrupts.STDERR_COPIES.append(self._saved)
-        os.dup2(self._file.fileno(), 2)
+        cls = quiet_native_stderr
+        with cls._lock:
+            if cls._open == 0:
+                sys.stderr.flush()
+                cls._file = tempfile.TemporaryFile()
+                cls._saved = os.dup(2)
+                interrupts.STDERR_COPIES.append(cls._saved)
+                os.dup2(cls._file.fileno(), 2)
+            cls._open += 1
+            self._start = os.fstat(cls._file.fileno()).st_size
+            self._file = cls._file
+            # Where the block may still show progress: the real stderr,
+            # when it is a terminal.
+            self.terminal = cls._saved if os.isatty(cls._saved) else None
         self.text = ""
-        # Where the block may still show progress: the real stderr, when it
-        # is a terminal.
-        self.terminal = self._saved if os.isatty(self._saved) else None
         return self
 
     def __exit__(self, *exc):
-        os.dup2(self._saved, 2)
-        interrupts.STDERR_COPIES.remove(self._saved)
-        os.close(self._saved)
-        self._file.seek(0)
-        self.text = self._file.read().decode("utf-8", "replace")
-        self._file.close()
+        cls = quiet_native_stderr
+        with cls._lock:
+            end = os.fstat(self._file.fileno()).st_size
+            self.text = os.pread(self._file.fileno(), end - self._start,
+                                 self._start).decode("utf-8", "replace")
+            cls._open -= 1
+            if cls._open == 0:
+                os.dup2(cls._saved, 2)
+                interrupts.STDERR_COPIES.remove(cls._saved)
+                os.close(cls._saved)
+                cls._file.close()
+                cls._file, cls._saved = None, -1
         return False
 
 

@@ -29,6 +29,7 @@ import dataclasses
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from irshard.core import threads
 from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
 
@@ -173,60 +174,122 @@ def _together(causes: Sequence[Cause]) -> tuple[Cause, ...]:
 
 
 def verified(report, lowered, stage: str,
-             compile_report: Callable[[Any], Any] | None = None):
+             compile_report: Callable[[Any], Any] | None = None,
+             jobs: int = 1):
     """`report` (explained) with each collective's causes tried in order
     until one holds; a note says how many recompiles that took.
     `compile_report(stage)` compiles a counterfactual stage to the report
-    of `stage` (partitioned or optimized)."""
+    of `stage` (partitioned or optimized); up to `jobs` compile at once
+    (on threads: XLA compiles without Python's lock). Each collective's
+    walk through its causes asks for one recompile at a time; the walks'
+    requests are compiled together, round by round, so the recompiles
+    and the verdicts are those of one walk after another."""
     users = UserCode(lowered.info.user_dir)
-    compile_report = compile_report or (lambda s: _report(s, stage))
-    without: dict[str, Any] = {}
-    failed: dict[str, str] = {}
-    named: dict[str, Origin] = {}
-
-    def report_without(decision: Origin):
-        key = decision.key()
-        if key not in without and key not in failed:
-            made = counterfactual(lowered, decision, users)
-            if made is None:
-                failed[key] = "the program has nothing of it to remove"
-            else:
-                named[key] = made[1]
-                try:
-                    without[key] = compile_report(made[0])
-                except Exception as e:     # a counterfactual the compiler refuses
-                    failed[key] = f"the recompile without it failed: {e}".split("\n")[0]
-        return without.get(key), failed.get(key), named.get(key, decision)
-
-    collectives = []
-    for c in report.collectives:
-        if c.why is None or not c.why.causes:
-            collectives.append(c)
-            continue
-        causes = []
-        held = False
-        together = _together(c.why.causes)
-        for cause in (*c.why.causes, *together):
-            if cause in together and held:
-                break
-            if held or cause.decision.kind not in VERIFIABLE:
-                causes.append(cause)
-                continue
-            other, reason, decision = report_without(cause.decision)
-            if other is None:
-                causes.append(dataclasses.replace(cause, verdict=NOT_CONFIRMED,
-                                                  seen=reason))
-                continue
-            outcome, seen = verdict(c, report, other, cause.decision.kind)
-            causes.append(dataclasses.replace(cause, decision=decision,
-                                              verdict=outcome, seen=seen))
-            held = outcome in (CONFIRMED, CHANGED)
-        collectives.append(dataclasses.replace(c, why=c.why.with_causes(tuple(causes))))
-    count = len(without)
-    note = (f"--verify: {count} recompile{'s' if count != 1 else ''}, each without "
-            f"a decision named as a cause (or all of a collective's at once)")
+    recompiles = _Recompiles(lowered, users,
+                             compile_report or (lambda s: _report(s, stage)))
+    walks: dict[int, Any] = {}
+    asked: dict[int, Origin] = {}
+    collectives = list(report.collectives)
+    for i, c in enumerate(collectives):
+        if c.why is not None and c.why.causes:
+            walks[i] = _walk(c, report)
+            _advance(walks, asked, collectives, i, recompiles)
+    while asked:
+        recompiles.run(list(asked.values()), jobs)
+        for i in list(asked):
+            _advance(walks, asked, collectives, i, recompiles)
+    count = len(recompiles.without)
+    at_once = f", {min(jobs, count)} at a time" if jobs > 1 and count > 1 else ""
+    note = (f"--verify: {count} recompile{'s' if count != 1 else ''}{at_once}, "
+            f"each without a decision named as a cause (or all of a "
+            f"collective's at once)")
     return findings_caused(dataclasses.replace(
         report, collectives=tuple(collectives), notes=report.notes + (note,)))
+
+
+def _advance(walks, asked, collectives, i, recompiles: "_Recompiles") -> None:
+    """Takes collective `i`'s walk on as far as the recompiles made so far
+    answer it: records the one it asks for next, or the collective it ends
+    with."""
+    walk = walks[i]
+    try:
+        decision = next(walk) if i not in asked else asked[i]
+        while recompiles.known(decision):
+            decision = walk.send(recompiles.outcome(decision))
+        asked[i] = decision
+    except StopIteration as done:
+        collectives[i] = done.value
+        asked.pop(i, None)
+        del walks[i]
+
+
+def _walk(c, report):
+    """Collective `c`'s causes, each tried until one holds: a generator
+    that yields each decision it needs recompiled without, is sent
+    `(report without it, why not, the decision as removed)`, and returns
+    `c` with its causes' verdicts."""
+    causes = []
+    held = False
+    together = _together(c.why.causes)
+    for cause in (*c.why.causes, *together):
+        if cause in together and held:
+            break
+        if held or cause.decision.kind not in VERIFIABLE:
+            causes.append(cause)
+            continue
+        other, reason, decision = yield cause.decision
+        if other is None:
+            causes.append(dataclasses.replace(cause, verdict=NOT_CONFIRMED,
+                                              seen=reason))
+            continue
+        outcome, seen = verdict(c, report, other, cause.decision.kind)
+        causes.append(dataclasses.replace(cause, decision=decision,
+                                          verdict=outcome, seen=seen))
+        held = outcome in (CONFIRMED, CHANGED)
+    return dataclasses.replace(c, why=c.why.with_causes(tuple(causes)))
+
+
+class _Recompiles:
+    """The counterfactual recompiles, each decision's once: its module
+    edited here (MLIR is edited on one thread), compiled on up to `jobs`
+    threads."""
+
+    def __init__(self, lowered, users: UserCode, compile_report):
+        self.lowered, self.users, self.compile_report = lowered, users, compile_report
+        self.without: dict[str, Any] = {}
+        self.failed: dict[str, str] = {}
+        self.named: dict[str, Origin] = {}
+
+    def known(self, decision: Origin) -> bool:
+        key = decision.key()
+        return key in self.without or key in self.failed
+
+    def outcome(self, decision: Origin):
+        key = decision.key()
+        return (self.without.get(key), self.failed.get(key),
+                self.named.get(key, decision))
+
+    def run(self, decisions: Sequence[Origin], jobs: int) -> None:
+        made = {}
+        for decision in decisions:
+            key = decision.key()
+            if key in made or self.known(decision):
+                continue
+            stage_ = counterfactual(self.lowered, decision, self.users)
+            if stage_ is None:
+                self.failed[key] = "the program has nothing of it to remove"
+                continue
+            self.named[key] = stage_[1]
+            made[key] = stage_[0]
+        for key, (value, error) in threads.each(self.compile_report,
+                                                made, jobs).items():
+            if isinstance(error, Exception):   # a counterfactual the compiler refuses
+                first = f"{error}".split("\n")[0]
+                self.failed[key] = f"the recompile without it failed: {first}"
+            elif error is not None:
+                raise error
+            else:
+                self.without[key] = value
 
 
 def _report(stage_, read: str):

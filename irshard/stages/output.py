@@ -63,10 +63,11 @@ def join_stages(texts: Sequence[tuple[str, str]]) -> str:
                    for name, ir in texts)
 
 
-def report(lowered, compiled, stage: str, explain: bool, verify: bool = False):
+def report(lowered, compiled, stage: str, explain: bool, verify: bool = False,
+           jobs: int = 1):
     """The collective report of `stage` (partitioned or optimized), with
     each collective's why when `explain`, its cause confirmed by a
-    recompile without it when `verify`."""
+    recompile without it when `verify` (`jobs` recompiles at once)."""
     read = compiled.partitioned() if stage == "partitioned" else compiled
     found = read.report()
     if explain or verify:
@@ -74,7 +75,7 @@ def report(lowered, compiled, stage: str, explain: bool, verify: bool = False):
         found = explaining.explained(found, lowered, read)
     if verify:
         from irshard.collectives import causes
-        found = causes.verified(found, lowered, stage)
+        found = causes.verified(found, lowered, stage, jobs=jobs)
     return found
 
 
