@@ -21,6 +21,12 @@ STAMP  := $(VENV)/.installed
 STAMP_EXTRAS := $(VENV)/.installed-extras
 PIP    := -m pip install --quiet --disable-pip-version-check
 
+# The unit tests run in this many pytest-xdist workers (processes): most
+# tests trace and compile on one core, so two workers keep two cores busy.
+# Ray's tests share one worker (xdist_group). 1 runs them in this process.
+TEST_JOBS ?= 2
+PYTEST_JOBS = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
+
 # The newest JAX the suite runs on (Python >= 3.12).
 JAX_LATEST    ?= 0.12.0.1
 VENV_LATEST   := .venv-latest
@@ -66,12 +72,12 @@ run: $(STAMP)
 test: unit lit
 
 unit: $(STAMP_EXTRAS) browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_JOBS)
 
 FAST := not (slow or multiprocess or browser or tpu)
 
 test-fast: $(STAMP_EXTRAS)
-	$(BIN)/python -m pytest -m '$(FAST)'
+	$(BIN)/python -m pytest $(PYTEST_JOBS) -m '$(FAST)'
 	$(BIN)/lit -v tests/lit/opt tests/lit/ir
 
 # The HTML report's tests drive a real Chromium (Debian's package): installed
@@ -94,7 +100,7 @@ lit: $(STAMP_EXTRAS)
 test-latest: unit-latest lit-latest
 
 unit-latest: $(STAMP_LATEST) browser
-	$(BIN_LATEST)/python -m pytest
+	$(BIN_LATEST)/python -m pytest $(PYTEST_JOBS)
 
 lit-latest: $(STAMP_LATEST)
 	$(BIN_LATEST)/lit -v tests/lit

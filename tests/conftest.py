@@ -16,9 +16,11 @@ backend.configure(8, "cpu")
 
 # Caches (irshard search's compiled candidates) go to a directory of the
 # test session's own, never to the home directory of the user running it.
+# The process that made it removes it (pytest-xdist's workers share it).
+_OWN_CACHE = None
 if "IRSHARD_TEST_CACHE" not in os.environ:
     import tempfile
-    os.environ["IRSHARD_TEST_CACHE"] = os.environ["XDG_CACHE_HOME"] = \
+    _OWN_CACHE = os.environ["IRSHARD_TEST_CACHE"] = os.environ["XDG_CACHE_HOME"] = \
         tempfile.mkdtemp(prefix="irshard-test-cache-")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,10 +50,8 @@ def pytest_sessionfinish(session, exitstatus):
     """No test may replace a system file: the suite runs as root in CI, where
     a writer that replaced its target once turned /dev/null into a file."""
     import stat
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    if cache and cache == os.environ.get("IRSHARD_TEST_CACHE") \
-            and os.path.basename(cache).startswith("irshard-test-cache-"):
-        shutil.rmtree(cache, ignore_errors=True)
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
     if os.path.exists("/dev/null") and not stat.S_ISCHR(os.stat("/dev/null").st_mode):
         print("\nerror: /dev/null is no longer a character device: a test "
               "replaced it", file=sys.stderr)
