@@ -332,3 +332,51 @@ def test_a_removed_dump_folder_stays_removed_while_xla_compiles_on(monkeypatch):
 
     irshard.compile(step, jnp.ones((64, 64)), mesh="x=2")
     assert came_back == [False]
+
+
+TWO_CONSTRAINTS = '''\
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+
+def step(x, y, w):
+    h = jax.lax.with_sharding_constraint(jnp.tanh(x @ w), P(None, "x"))
+    g = jax.lax.with_sharding_constraint(jnp.tanh(y @ w), P(None, "x"))
+    return jnp.where(h > 0, h, 0.1 * h), jnp.where(g > 0, g, 0.1 * g)
+
+
+def args():
+    return jnp.ones((256, 512)), jnp.ones((256, 512)), jnp.ones((512, 1024))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM],
+                         ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_recompiles_run_at_once(tmp_path, sig):
+    """`--verify --jobs 2`: a signal while two recompiles are in XLA (two
+    of their dump folders at once) ends the command in 130 at once, the
+    threads still compiling left behind with the process, their folders
+    removed."""
+    program = tmp_path / "two.py"
+    program.write_text(TWO_CONSTRAINTS)
+    out = tmp_path / "out.txt"
+    proc, temp = _launch(tmp_path, ["compile", str(program), "--fn", "step",
+                                    "--args", "args", "--mesh", "x=4",
+                                    "--shard", "x=x,_", "--shard", "y=x,_",
+                                    "--verify", "--jobs", "2", "-o", str(out)])
+    deadline = time.monotonic() + 120
+    while len(os.listdir(temp)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, \
+            proc.communicate()[1]
+        time.sleep(0.002)
+    start = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 5
+    assert proc.returncode == 130, err
+    assert err.strip() == "irshard: interrupted"
+    assert not out.exists()
+    assert os.listdir(temp) == []
