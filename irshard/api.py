@@ -136,6 +136,20 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
                             stages=staged.Pipeline(lowered, done.compiled)))
 
 
+def _shardy_lowering(module) -> None:
+    """Refuses a lowering made for GSPMD's propagation: JAX compiles it
+    with GSPMD, irshard propagates and partitions with Shardy, so its
+    report would not be of the executable JAX builds."""
+    from irshard.ir import gspmd
+    if gspmd.partitioned_by_gspmd(module):
+        raise UsageError(
+            "report: this lowering carries GSPMD shardings (mhlo.sharding: "
+            "JAX lowered it with jax_use_shardy_partitioner=False) and JAX "
+            "compiles it with GSPMD's propagation, which irshard does not "
+            "run; lower it again with jax_use_shardy_partitioner=True, or "
+            "give irshard.compile the function")
+
+
 def _report_options(explain: bool, verify: bool, jobs: int | str | None,
                     stage: str = "optimized"):
     """`compile`'s and `report`'s report arguments, checked."""
@@ -165,7 +179,8 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
     compiled again; its report has only the optimized stage.
     `mesh` (a spec or `jax.sharding.Mesh`) is needed only where the
     lowering names no mesh of its own. `explain`, `verify` and `jobs` as
-    `compile`'s."""
+    `compile`'s. A lowering made for GSPMD's propagation
+    (`jax_use_shardy_partitioner=False`) is refused: irshard runs Shardy's."""
     from irshard import backend, library
     from irshard.backend import shardy
     from irshard.hardware import targets
@@ -180,6 +195,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         raise UsageError(f"report: expected a jax.stages.Lowered or Traced "
                          f"(or a framework's), not {type(lowered).__name__}"
                          ) from None
+    _shardy_lowering(found.module)
     if mesh is not None:
         spec, devices = mesh_of(mesh, None)
     else:

@@ -127,3 +127,42 @@ def test_a_gspmd_manual_module_runs_and_check_says_why_it_cannot(write, capsys):
     err = capsys.readouterr().err
     assert err.startswith("irshard: error: --check cannot make a single-device "
                           "reference of this module: its GSPMD manual regions")
+
+
+@pytest.mark.parametrize("given", ["in_shardings", "constraint"])
+def test_a_lowering_for_gspmds_propagation_is_refused_not_misread(given):
+    """`jax_use_shardy_partitioner=False`: JAX compiles the lowering with
+    GSPMD's propagation. irshard's report of it was once over a mesh of one
+    device, every sharding lost and the all-gather JAX makes missing; now
+    it is one error that says why and what to do, whether the GSPMD
+    shardings are the inputs' or a constraint's."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import irshard
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=jax.devices()[:4])
+    rows = NamedSharding(mesh, P("x", None))
+
+    def f(a, b):
+        h = jnp.tanh(a @ b)
+        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, P(None, "x"))) \
+            if given == "constraint" else h
+
+    jitted = jax.jit(f, in_shardings=(rows, NamedSharding(mesh, P()))) \
+        if given == "in_shardings" else jax.jit(f)
+    args = jnp.ones((64, 128)), jnp.ones((128, 64))
+    was = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        lowered = jitted.lower(*args)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", was)
+    assert "mhlo.sharding" in lowered.as_text()
+    with pytest.raises(irshard.UsageError, match=r"^report: this lowering carries GSPMD "
+                       r"shardings .* jax_use_shardy_partitioner=True"):
+        irshard.report(lowered)
+    # The same program lowered for Shardy is reported.
+    report = irshard.report(jitted.lower(*args))
+    assert report.mesh.num_devices == 4

@@ -106,6 +106,26 @@ def import_frontend_attributes(module: ir.Module) -> int:
     return lifted
 
 
+def partitioned_by_gspmd(module: ir.Module) -> bool:
+    """Whether JAX lowered `module` for GSPMD's propagation
+    (`jax_use_shardy_partitioner=False`): no `sdy.mesh`, and GSPMD's
+    `mhlo.sharding` on an entry argument or result, or on a sharding
+    constraint (`custom_call @Sharding`)."""
+    if shardy.meshes(module):
+        return False
+    main = shardy.entry_function(module)
+    if _gspmd(main, "arg_attrs", len(main.type.inputs)) or \
+            _gspmd(main, "res_attrs", len(main.type.results)):
+        return True
+    for fn in shardy.functions(module):
+        for op in shardy.walk(fn.operation):
+            if op.name == "stablehlo.custom_call" \
+                    and GSPMD_SHARDING in op.attributes \
+                    and _string(op.attributes["call_target_name"]) == "Sharding":
+                return True
+    return False
+
+
 def _gspmd(main, key: str, count: int) -> dict[int, str]:
     """index -> `mhlo.sharding` text of the arguments or results that have
     one and no Shardy sharding."""
