@@ -23,6 +23,12 @@ from irshard.core.errors import RejectedKnobs, UsageError
 from irshard.core.specs import MeshSpec, parse_axis_types, parse_mesh
 from irshard.hosting import Hosting
 
+# Where the user set JAX to GSPMD's propagation: irshard lowers for Shardy's.
+GSPMD_NOTE = ("JAX is set to GSPMD's propagation (jax_use_shardy_partitioner="
+              "False); irshard lowered and partitioned the program with "
+              "Shardy's, JAX's default: JAX's own compile here may shard it "
+              "differently")
+
 
 @dataclass(frozen=True)
 class Source:
@@ -259,8 +265,10 @@ def lower(spec: ProgramSpec, cluster=None, timeout: float | None = None):
     for before JAX starts, the other processes of a multi-process run
     (`cluster`) joined, the function traced (a module parsed and
     annotated), the constraints put on."""
+    from irshard import backend
     from irshard.running import distributed
     hosting = Hosting(spec.placement, cluster)
+    notes = spec.notes
 
     def join() -> None:
         if cluster is not None:
@@ -291,7 +299,9 @@ def lower(spec: ProgramSpec, cluster=None, timeout: float | None = None):
             program = origin.program(mesh)
             distributed.report_stage("tracing")
             stage = hosting.trace(program, spec.devices)
-    return _noted(constrain(stage, spec.constraints), spec.notes)
+        if backend.gspmd_configured():
+            notes += (GSPMD_NOTE,)
+    return _noted(constrain(stage, spec.constraints), notes)
 
 
 def programs(spec: ProgramSpec, knob_space) -> list[tuple[Any, Any]]:

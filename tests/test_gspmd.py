@@ -166,3 +166,43 @@ def test_a_lowering_for_gspmds_propagation_is_refused_not_misread(given):
     # The same program lowered for Shardy is reported.
     report = irshard.report(jitted.lower(*args))
     assert report.mesh.num_devices == 4
+
+
+def test_under_gspmd_s_propagation_irshard_lowers_for_shardy_and_says_so():
+    """With JAX set to GSPMD's propagation, a jitted step's replicated
+    input was read open (GSPMD's `{replicated}` string) and shown sharded
+    `_,x`; irshard now lowers for Shardy as JAX does by default, reports
+    what it reports under Shardy, and says which it ran."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import irshard
+    from irshard.frontend import GSPMD_NOTE
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=jax.devices()[:4])
+
+    def f(a, b):
+        h = jnp.tanh(a @ b)
+        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, P(None, "x")))
+
+    jitted = jax.jit(f, in_shardings=(NamedSharding(mesh, P("x", None)),
+                                      NamedSharding(mesh, P())))
+    args = jnp.ones((64, 128)), jnp.ones((128, 64))
+
+    def reported():
+        report = irshard.compile(jitted, *args)
+        return ([(t.name, t.sharding) for t in report.inputs],
+                [(c.kind, c.bytes) for c in report.collectives], report.notes)
+
+    shardy = reported()
+    was = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        gspmd = reported()
+        assert not jax.config.jax_use_shardy_partitioner     # left as it was
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", was)
+    assert shardy[0] == gspmd[0] == [("a", ("x", "_")), ("b", ("_", "_"))]
+    assert shardy[1] == gspmd[1] == [("all-gather", 32768)]
+    assert GSPMD_NOTE not in shardy[2] and GSPMD_NOTE in gspmd[2]

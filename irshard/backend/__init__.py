@@ -56,6 +56,7 @@ from irshard.backend.lowering import (  # noqa: F401
     describe_leaf,
     enable_x64,
     gradient,
+    gspmd_configured,
     ir_context,
     is_abstract,
     is_ref,

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from irshard.backend.devices import _jax
 from irshard.backend.lowering import (BadLowering, _exclude_own_frames,
-                                     _host_callbacks, entered)
+                                     _host_callbacks, entered, shardy_lowering)
 from irshard.core import tree
 from irshard.core.phases import phase
 
@@ -198,7 +198,7 @@ def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
         # context mesh: another of the same devices would be incompatible.
         mesh = _arguments_mesh((bound, args, keywords, kwargs), mesh) or mesh
     with (jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()), \
-            entered(context), phase("JAX trace and lower"):
+            entered(context), shardy_lowering(), phase("JAX trace and lower"):
         lowered = target.lower(*bound, *args, **(keywords | dict(kwargs)))
     # The wrapper's own `Lowered` says whose it is (flax's, equinox's).
     framework = (type(lowered).__module__ or "jax").split(".")[0]

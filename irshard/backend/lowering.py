@@ -61,6 +61,25 @@ class ContextSwallowed(Exception):
 
 
 @contextlib.contextmanager
+def shardy_lowering() -> Iterator[None]:
+    """JAX lowers for Shardy's propagation in the block, whatever
+    `jax_use_shardy_partitioner` says: irshard propagates and partitions
+    with Shardy, and a lowering for GSPMD's carries its shardings as
+    `mhlo.sharding`, which Shardy's partitioner reads differently (a
+    replicated input left open)."""
+    from jax._src import config
+    with config.use_shardy_partitioner(True):
+        yield
+
+
+def gspmd_configured() -> bool:
+    """Whether JAX is set to GSPMD's propagation
+    (`jax_use_shardy_partitioner=False`)."""
+    from jax._src import config
+    return not config.use_shardy_partitioner.value
+
+
+@contextlib.contextmanager
 def entered(context: Callable[[], Any] | None) -> Iterator[None]:
     """`context()` entered around the block (nothing where None); where its
     `__exit__` swallows an exception the block raised, `ContextSwallowed`
@@ -178,7 +197,8 @@ def lower(fn: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
         else [None] * len(shapes)
     avals = [jax.ShapeDtypeStruct(tuple(s), d, weak_type=w, sharding=p)
              for s, d, w, p in zip(shapes, dtypes, weak, placed)]
-    with jax.set_mesh(mesh), entered(context), phase("JAX trace and lower"):
+    with jax.set_mesh(mesh), entered(context), shardy_lowering(), \
+            phase("JAX trace and lower"):
         lowered = jax.jit(fn, keep_unused=True,
                           donate_argnums=tuple(donated)).lower(*avals)
         module = lowered.compiler_ir("stablehlo")
