@@ -23,7 +23,10 @@ PIP    := -m pip install --quiet --disable-pip-version-check
 
 # The unit tests run in this many pytest-xdist workers (processes): most
 # tests trace and compile on one core, so two workers keep two cores busy.
-# Ray's tests share one worker (xdist_group). 1 runs them in this process.
+# 1 runs them in this process. The tests that start several processes
+# (jax.distributed, Ray; marked multiprocess) run after them in one process:
+# they time how promptly processes start, answer and exit, which a second
+# worker's compiles would make flaky.
 TEST_JOBS ?= 2
 PYTEST_JOBS = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
 
@@ -72,7 +75,8 @@ run: $(STAMP)
 test: unit lit
 
 unit: $(STAMP_EXTRAS) browser
-	$(BIN)/python -m pytest $(PYTEST_JOBS)
+	$(BIN)/python -m pytest $(PYTEST_JOBS) -m 'not multiprocess'
+	$(BIN)/python -m pytest -m multiprocess
 
 FAST := not (slow or multiprocess or browser or tpu)
 
@@ -100,7 +104,8 @@ lit: $(STAMP_EXTRAS)
 test-latest: unit-latest lit-latest
 
 unit-latest: $(STAMP_LATEST) browser
-	$(BIN_LATEST)/python -m pytest $(PYTEST_JOBS)
+	$(BIN_LATEST)/python -m pytest $(PYTEST_JOBS) -m 'not multiprocess'
+	$(BIN_LATEST)/python -m pytest -m multiprocess
 
 lit-latest: $(STAMP_LATEST)
 	$(BIN_LATEST)/lit -v tests/lit

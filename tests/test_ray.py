@@ -19,7 +19,8 @@ from irshard.running import distributed
 from tests.conftest import EXAMPLES, ROOT, require
 from tests.test_distributed import _checksums, _survivors
 
-# One Ray cluster at a time: under pytest-xdist these run on one worker.
+# One Ray cluster at a time: under pytest-xdist these run on one worker
+# (`make test` runs the multiprocess tests in one process anyway).
 pytestmark = [pytest.mark.multiprocess, pytest.mark.xdist_group("ray")]
 
 
