@@ -206,3 +206,84 @@ def test_under_gspmd_s_propagation_irshard_lowers_for_shardy_and_says_so():
     assert shardy[0] == gspmd[0] == [("a", ("x", "_")), ("b", ("_", "_"))]
     assert shardy[1] == gspmd[1] == [("all-gather", 32768)]
     assert GSPMD_NOTE not in shardy[2] and GSPMD_NOTE in gspmd[2]
+
+
+def test_which_partitioner_built_an_executable_irshard_did_not_compile(tmp_path):
+    """An XLA dump says which partitioner ran in the module XLA was
+    handed (Shardy's meshes as `xla.sdy.` attributes, or GSPMD's bare
+    `sharding=`): a dump of GSPMD's compile is said to be GSPMD's, one of
+    Shardy's says nothing more. An executable (`jax.stages.Compiled`) and
+    a lone HLO file record neither, and their reports say so."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import irshard
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=jax.devices()[:4])
+    jitted = jax.jit(lambda a, b: jnp.tanh(a @ b),
+                     in_shardings=(NamedSharding(mesh, P("x", None)),
+                                   NamedSharding(mesh, P())),
+                     out_shardings=NamedSharding(mesh, P(None, "x")))
+    args = jnp.ones((64, 128)), jnp.ones((128, 64))
+
+    def dumped(shardy: bool):
+        folder = tmp_path / ("shardy" if shardy else "gspmd")
+        was = jax.config.jax_use_shardy_partitioner
+        jax.config.update("jax_use_shardy_partitioner", shardy)
+        try:
+            compiled = jitted.lower(*args).compile(
+                compiler_options={"xla_dump_to": str(folder)})
+        finally:
+            jax.config.update("jax_use_shardy_partitioner", was)
+        found = irshard.collectives_of(str(folder))
+        main = [r for r in found.reports if "jit__lambda" in (r.module or "")]
+        assert len(main) == 1, [r.module for r in found.reports]
+        return compiled, main[0]
+
+    compiled, shardy = dumped(True)
+    _, gspmd = dumped(False)
+    assert [c.kind for c in shardy.collectives] == \
+        [c.kind for c in gspmd.collectives] == ["all-gather"]
+    assert not any("partition" in n for n in shardy.notes)
+    assert any(n.startswith("XLA partitioned this module with GSPMD's")
+               for n in gspmd.notes), gspmd.notes
+
+    report = irshard.report(compiled)
+    assert any("which partitioner (Shardy or GSPMD) built this executable is "
+               "not recorded in it; JAX is set to Shardy's" in n
+               for n in report.notes), report.notes
+    lone = tmp_path / "step.hlo"
+    lone.write_text(compiled.as_text())
+    found = irshard.collectives_of(str(lone))
+    assert any(n.startswith("which partitioner (Shardy or GSPMD) made this "
+                            "module's collectives is not recorded")
+               for n in found.reports[0].notes)
+    assert [c.kind for c in found.reports[0].collectives] == ["all-gather"]
+
+
+@pytest.mark.parametrize("handed, which", [
+    # jaxlib 0.10: Shardy's mesh and shardings as frontend attributes.
+    ('HloModule jit_f, num_partitions=4, frontend_attributes={xla.sdy.meshes='
+     '{mesh = #sdy.mesh<["x"=4]>}}\n  %a.1 = f32[8,8]{1,0} parameter(0), '
+     'sharding={devices=[4,1]<=[4]}, frontend_attributes={xla.sdy.sharding='
+     '"#sdy.sharding<@mesh, [{\\"x\\"}, {}]>"}\n', "shardy"),
+    # jaxlib 0.11 on: named shardings, one array or a tuple.
+    ("HloModule jit_f, num_partitions=4\n  %a.1 = f32[64,128]{1,0} parameter(0), "
+     "sharding={mesh['x'=4], [{'x'}, {}]}\n", "shardy"),
+    ("HloModule jit_f, num_partitions=4\n  %p = (f32[4], f32[4]) parameter(0), "
+     "sharding={{mesh['x'=4], [{'x'}]}, {mesh['x'=4], [{}]}}\n", "shardy"),
+    # GSPMD's tilings, the forms XLA prints.
+    ("HloModule jit_f, num_partitions=4\n  %a.1 = f32[8,8]{1,0} parameter(0), "
+     "sharding={devices=[4,1]<=[4]}\n", "gspmd"),
+    ("HloModule jit_f, num_partitions=4\n  %a.1 = f32[8,8]{1,0} parameter(0), "
+     "sharding={devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}\n", "gspmd"),
+    ("HloModule jit_f, num_partitions=4\n  %a.1 = f32[8]{0} parameter(0), "
+     "sharding={replicated}\n", "gspmd"),
+    # Nothing sharded, or nothing read.
+    ("HloModule jit_f, num_partitions=4\n  %a.1 = f32[8]{0} parameter(0)\n", None),
+    ("", None),
+])
+def test_the_partitioner_read_from_the_module_xla_was_handed(handed, which):
+    from irshard.collectives import dumps
+    assert dumps.partitioner(handed) == which

@@ -305,12 +305,48 @@ def _report(view, found: FoundModule, source: str, mesh: MeshSpec | None
         mesh = module_mesh(view, found.sibling_text)
         if mesh is not None and mesh.num_devices != devices:
             mesh = None
+    note = partitioner_note(found) if devices > 1 else None
     return CollectiveReport(
         source=files.shown_path(source), function=None,
         stage_name=found.stage, mesh=mesh, platform=None,
         inputs=_parameters(view, mesh, found.sibling_text), outputs=(),
         collectives=analysis.collectives(view, mesh, None),
-        memory=None, module=found.label)
+        memory=None, module=found.label, notes=(note,) if note else ())
+
+
+def partitioner(handed: str) -> str | None:
+    """Which partitioner XLA ran on a module, from the header and entry
+    parameters of the module it was handed (`before_optimizations`): JAX's
+    Shardy lowering exports its meshes and shardings as `xla.sdy.`
+    frontend attributes (XLA of jaxlib 0.11 on prints them as named
+    shardings, `sharding={mesh['x'=4], [...]}`), GSPMD's only a tiling,
+    `sharding={devices=...}`; None where neither is there (no sharding at
+    all, or no such text)."""
+    if "xla.sdy." in handed or "{mesh[" in handed:
+        return "shardy"
+    if "sharding={" in handed:
+        return "gspmd"
+    return None
+
+
+def partitioner_note(found: FoundModule) -> str | None:
+    """The report's note on the partitioner, where it is not Shardy's
+    (JAX's default): GSPMD's, or not recorded in what was read."""
+    handed = found.sibling_text
+    if found.stage == "before_optimizations":
+        handed = _entry_lines(found.path)
+    which = partitioner(handed)
+    if which == "shardy":
+        return None
+    if which == "gspmd":
+        return ("XLA partitioned this module with GSPMD's propagation: the "
+                "module it was handed carries GSPMD shardings and no Shardy "
+                "mesh (JAX's jax_use_shardy_partitioner=False)")
+    if found.stage == "file":
+        return ("which partitioner (Shardy or GSPMD) made this module's "
+                "collectives is not recorded in it; XLA's dump folder says "
+                "(its module_N.NAME.before_optimizations.txt)")
+    return None
 
 
 # ---------------------------------------------------------------------------

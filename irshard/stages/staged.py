@@ -415,9 +415,15 @@ def from_compiled(step: backend.CompiledStep, mesh: MeshSpec,
     outputs = tuple(TensorDecl(tree.path_of("result", [leaf.path] if leaf.path else []),
                                _known_dtype(leaf.dtype), leaf.shape, leaf.key)
                     for leaf in step.outputs)
+    notes = ()
+    if len(step.devices) > 1:
+        setting = "GSPMD's" if backend.gspmd_configured() else "Shardy's, its default"
+        notes = (f"which partitioner (Shardy or GSPMD) built this executable "
+                 f"is not recorded in it; JAX is set to {setting} propagation "
+                 f"here",)
     info = ProgramInfo(source="<python>", function=function, user_dir=None,
                        mesh=mesh, placement=placement, inputs=inputs,
-                       outputs=outputs)
+                       outputs=outputs, notes=notes)
     return Optimized(info, backend.CompiledExecutable(
         step.executable, step.devices, None, ((), None), ""))
 
