@@ -74,6 +74,47 @@ def test_a_constraint_against_its_producer_is_the_cause_not_the_matmul(monkeypat
     assert plain(p.step, p.args(), [P("x", None), P()]) == []
 
 
+def test_a_constraint_made_through_a_helper_is_named_at_its_call(monkeypatch):
+    """Both constraints go through one helper (`shard`, line 16): each is
+    its own decision, named at the line that called the helper, and each
+    recompile drops that call's constraint alone."""
+    p, report = verified("constraint_helper", "x=x,_")
+    found = {kind: cause for kind, cause in causes(report)}
+    assert set(found) == {"all-gather", "all-to-all"}
+    gather, moved = found["all-gather"], found["all-to-all"]
+    assert (gather.decision.kind, gather.decision.source.line) == ("constraint", 21)
+    assert (moved.decision.kind, moved.decision.source.line) == ("constraint", 22)
+    # One recompile per call, each without that call's constraint alone.
+    assert report.notes[-1].startswith("--verify: 2 recompiles")
+    assert gather.verdict == "confirmed"
+    assert moved.verdict in ("confirmed", "changed"), moved.seen
+    assert "all-gather" in plain(p.step, p.args(), [P("x", None), P(), P()])
+    monkeypatch.setattr(p, "COLUMNS", False)
+    assert "all-gather" not in plain(p.step, p.args(), [P("x", None), P(), P()])
+
+
+def test_a_sharded_state_s_input_is_opened_with_the_output_it_comes_back_as():
+    """A weight jitted with the same sharding in and out, donated (a
+    training step's state): opening its input alone, propagation took the
+    sharding back from `out_shardings` and the partial sum stayed, so the
+    decision was refuted; the recompile opens the output it is donated
+    into too, and the cause is confirmed."""
+    p = puzzle("fsdp_state")
+    m = mesh()
+    report = irshard.compile(p.step(m, batch=P()), *p.args(), verify=True)
+    [(kind, cause)] = causes(report)
+    assert kind == "all-reduce"
+    assert (cause.decision.kind, cause.decision.name) == ("input", "w")
+    assert cause.verdict == "confirmed", cause.seen
+    fresh = lambda *a: p.update(*a)      # noqa: E731
+    jitted = lambda weight: jax.jit(fresh, in_shardings=(
+        NamedSharding(m, weight), NamedSharding(m, P())),
+        out_shardings=NamedSharding(m, weight))
+    text = jitted(P("x", None)).lower(*p.args()).compile().as_text()
+    assert "all-reduce" in _COLLECTIVE.findall(text)
+    assert _COLLECTIVE.findall(jitted(P()).lower(*p.args()).compile().as_text()) == []
+
+
 def test_an_output_sharding_that_replicates_is_the_cause():
     p, report = verified("output_replicated", "x=x,_", out_shardings={0: "_,_"})
     [(kind, cause)] = causes(report)

@@ -52,6 +52,30 @@ def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool],
     return kept
 
 
+def boundary_sharding(module: ir.Module, kind: str, index: int) -> str | None:
+    """The entry function's argument (`kind` "input") or result ("output")
+    `index`'s sharding as printed, None where it has none."""
+    with module.context:
+        main = entry_function(module)
+        key, count = ("arg_attrs", len(main.type.inputs)) if kind == "input" \
+            else ("res_attrs", len(main.type.results))
+        dicts = attr_dicts(main, key, count)
+        if index >= len(dicts) or SHARDING not in dicts[index]:
+            return None
+        return str(dicts[index][SHARDING])
+
+
+def aliased_output(module: ir.Module, index: int) -> int | None:
+    """The result the entry function's argument `index` is donated into
+    (`tf.aliasing_output`), None where it is not."""
+    with module.context:
+        main = entry_function(module)
+        dicts = attr_dicts(main, "arg_attrs", len(main.type.inputs))
+        if index >= len(dicts) or "tf.aliasing_output" not in dicts[index]:
+            return None
+        return ir.IntegerAttr(dicts[index]["tf.aliasing_output"]).value
+
+
 def open_boundary(module: ir.Module, kind: str, index: int) -> bool:
     """Lets propagation choose the entry function's argument (`kind`
     "input": every dimension open) or result ("output": its sharding

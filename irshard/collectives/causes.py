@@ -8,8 +8,13 @@ partitioned and compiled again as the report's was, and the collective is
 looked for at its line:
 
 - a sharding constraint (or explicit-mode reshard) at a line: dropped, its
-  result replaced by its operand;
+  result replaced by its operand (a constraint made through a helper is
+  named at the line that called the helper, and only that call's
+  constraints are dropped);
 - an input's sharding: every dimension left open for propagation (`?`);
+  for a jitted step's own `in_shardings`, with the outputs that hand the
+  input back with the same sharding (donated into, or the same path in
+  the returned state), whose `out_shardings` repeat the decision;
 - an output's sharding: removed, XLA chooses it;
 - where each of a collective's decisions alone is refuted, all of them at
   once (`together`: both operands of a partial sum, a weight's sharding
@@ -107,7 +112,7 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
         sites = PropagationSites(module.operation.opview, info, users)
 
         def there(operation) -> bool:
-            found = sites.source(operation)
+            found = sites.constraint_source(operation)
             return found is not None and (found.file, found.line) == line
 
         explicit = info.mesh is not None and bool(info.mesh.explicit)
@@ -136,11 +141,57 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
         own = decls[names.index(decision.name)]
         chosen |= {t.name for t in decls if (own.rule is not None and t.rule == own.rule)
                    or _mirrors(t, own)}
+    returned = _carried_back(module, info, chosen) \
+        if kind == "input" and own.rule is None else []
     for name in sorted(chosen):
         if not edits.open_boundary(module, kind, names.index(name)) \
                 and name == decision.name:
             return None
+    for index in returned:
+        edits.open_boundary(module, "output", index)
     return decision
+
+
+def _carried_back(module, info, chosen: set[str]) -> list[int]:
+    """The outputs that hand back inputs `chosen` (which no rule of
+    irshard's sharded: a jitted step's own `in_shardings`) with the same
+    sharding: the one an input is donated into, or one of the same shape
+    whose path ends as the input's does (`result/0/params/w` for
+    `state/params/w`), as a training step returns its state. The step's
+    `out_shardings` repeat the decision its `in_shardings` made; an input
+    left open would take its sharding back from them."""
+    from irshard.backend import edits
+    names = [t.name for t in info.inputs]
+    given = {name: edits.boundary_sharding(module, "input", names.index(name))
+             for name in chosen}
+    donated = {edits.aliased_output(module, names.index(name)): name
+               for name in chosen}
+    found = []
+    for index, out in enumerate(info.outputs):
+        sharding = edits.boundary_sharding(module, "output", index)
+        if sharding is None:
+            continue
+        if index in donated and given[donated[index]] == sharding:
+            found.append(index)
+            continue
+        for name in chosen:
+            decl = info.inputs[names.index(name)]
+            if decl.shape == out.shape and given[name] == sharding and \
+                    _same_path_end(decl.name, out.name):
+                found.append(index)
+                break
+    return found
+
+
+def _same_path_end(a: str, b: str) -> bool:
+    """Whether paths `a` and `b` end alike but for their first segments
+    (at least two segments in common, all but two of the shorter)."""
+    mine, theirs = a.split("/"), b.split("/")
+    common = 0
+    while common < min(len(mine), len(theirs)) and \
+            mine[-1 - common] == theirs[-1 - common]:
+        common += 1
+    return common >= max(2, min(len(mine), len(theirs)) - 2)
 
 
 def _mirrors(other, decl) -> bool:
@@ -153,12 +204,7 @@ def _mirrors(other, decl) -> bool:
     if other is decl or decl.rule is not None or other.shape != decl.shape \
             or other.sharding != decl.sharding:
         return False
-    mine, theirs = decl.name.split("/"), other.name.split("/")
-    common = 0
-    while common < min(len(mine), len(theirs)) and \
-            mine[-1 - common] == theirs[-1 - common]:
-        common += 1
-    return common >= max(2, min(len(mine), len(theirs)) - 2)
+    return _same_path_end(decl.name, other.name)
 
 
 def _together(causes: Sequence[Cause]) -> tuple[Cause, ...]:

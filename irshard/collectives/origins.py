@@ -18,6 +18,15 @@ from irshard.reporting.why import Origin, Value
 # Shardy's propagated module: shardings and origins of the user's values
 
 
+def _callers(paths) -> int:
+    """How many ways a frame is reached: its outer paths, a path that
+    another only continues (a stack JAX cut short, as it does in a
+    checkpoint's recomputation) not counted apart."""
+    paths = [p for p in paths if p]
+    return sum(1 for p in paths
+               if not any(q != p and q[:len(p)] == p for q in paths))
+
+
 class PropagationSites:
     """Sites of the propagated module by user line and op, with what
     propagation decided for them."""
@@ -36,6 +45,7 @@ class PropagationSites:
         self.sites: dict[tuple[str, int], list[Any]] = {}
         self.main = next((fn for fn in self.functions.values()
                           if shardy.is_public(fn)), None)
+        self._paths: dict[tuple[str, int], set] | None = None
         with module.context:
             self._index()
 
@@ -50,7 +60,7 @@ class PropagationSites:
             for operation in self.shardy.walk(fn.operation):
                 if ORIGIN_NAME in operation.attributes:
                     name = ir.StringAttr(operation.attributes[ORIGIN_NAME]).value
-                    self.constraints[name] = self.source(operation)
+                    self.constraints[name] = self.constraint_source(operation)
                 if operation.name == "sdy.constant" or not len(operation.results):
                     continue
                 where = self.source(operation)
@@ -77,6 +87,45 @@ class PropagationSites:
                 return None
             operation = calls[0]
         return None
+
+    def constraint_source(self, operation) -> SourceLocation | None:
+        """A constraint's line as a decision: the first frame of its stack,
+        from the innermost outwards, that only one path reaches among the
+        module's constraints. A helper every constraint goes through (a
+        model's `shard(x, names)`, MaxText's shim around
+        `with_sharding_constraint`) is not the decision; the line that
+        called it is, so each call can be dropped alone."""
+        found = self.source(operation)
+        if found is None or not found.stack:
+            return found
+        paths = self._constraint_paths()
+        chain = found.stack
+        at = 0
+        while at + 1 < len(chain) and \
+                _callers(paths.get((chain[at].file, chain[at].line), ())) > 1:
+            at += 1
+        if at == 0:
+            return found
+        return SourceLocation(chain[at].file, chain[at].line,
+                              chain[at].function, chain[at:])
+
+    def _constraint_paths(self) -> dict[tuple[str, int], set]:
+        """Each frame of the constraints' stacks: the frames outside it,
+        as each stack has them."""
+        if self._paths is None:
+            from irshard.backend.edits import CONSTRAINTS
+            paths: dict[tuple[str, int], set] = {}
+            for fn in self.functions.values():
+                for operation in self.shardy.walk(fn.operation):
+                    if operation.name not in CONSTRAINTS:
+                        continue
+                    found = self.source(operation)
+                    chain = tuple((f.file, f.line) for f in
+                                  (found.stack or (found,))) if found else ()
+                    for i, frame in enumerate(chain):
+                        paths.setdefault(frame, set()).add(chain[i + 1:])
+            self._paths = paths
+        return self._paths
 
     # -- origins --------------------------------------------------------
 
