@@ -115,6 +115,48 @@ def test_a_sharded_state_s_input_is_opened_with_the_output_it_comes_back_as():
     assert _COLLECTIVE.findall(jitted(P()).lower(*p.args()).compile().as_text()) == []
 
 
+def test_a_parameter_s_decision_opens_its_whole_optimizer_state():
+    """A training step's state as optax keeps it: `mu/layer/w` and
+    `nu/layer/w` each mirror `params/layer/w` (their paths end alike) but
+    not each other. Whichever of them Shardy names, the recompile opens
+    all three and the outputs that hand them back; once `nu` stayed
+    sharded when `mu` was named, and pinned the parameter's gradient."""
+    from irshard.backend import edits
+    from irshard.collectives import causes as found_causes
+    from irshard.core.frames import UserCode
+    from irshard.reporting.why import Origin
+    m = mesh()
+    w = NamedSharding(m, P("x", None))
+    state = {"params": {"layer": {"w": w}},
+             "opt": {"mu": {"layer": {"w": w}}, "nu": {"layer": {"w": w}}}}
+
+    def update(state, x):
+        g = jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(state["params"]["layer"]["w"])
+        mu = 0.9 * state["opt"]["mu"]["layer"]["w"] + g
+        nu = 0.9 * state["opt"]["nu"]["layer"]["w"] + g * g
+        return {"params": {"layer": {"w": state["params"]["layer"]["w"] - mu / (nu + 1)}},
+                "opt": {"mu": {"layer": {"w": mu}}, "nu": {"layer": {"w": nu}}}}
+
+    jitted = jax.jit(update, in_shardings=(state, NamedSharding(m, P())),
+                     out_shardings=state, donate_argnums=0)
+    ones = jnp.ones((128, 128))
+    value = {"params": {"layer": {"w": ones}},
+             "opt": {"mu": {"layer": {"w": ones}}, "nu": {"layer": {"w": ones}}}}
+    report = irshard.compile(jitted, value, jnp.ones((64, 128)))
+    lowered = report.stages.lowered
+    names = [t.name for t in lowered.info.inputs]
+    assert "state/opt/mu/layer/w" in names and "state/opt/nu/layer/w" in names
+    for named in ("state/opt/mu/layer/w", "state/opt/nu/layer/w", "state/params/layer/w"):
+        stage, _ = found_causes.counterfactual(lowered, Origin("input", named),
+                                               UserCode(lowered.info.user_dir))
+        opened = [name for i, name in enumerate(names)
+                  if (edits.boundary_sharding(stage.module, "input", i) or "")
+                  .endswith('[{?}, {?}]>')]
+        assert sorted(opened) == sorted(n for n in names if n.endswith("layer/w")), named
+        assert [edits.boundary_sharding(stage.module, "output", i)
+                for i in range(len(lowered.info.outputs))] == [None] * 3
+
+
 def test_an_output_sharding_that_replicates_is_the_cause():
     p, report = verified("output_replicated", "x=x,_", out_shardings={0: "_,_"})
     [(kind, cause)] = causes(report)

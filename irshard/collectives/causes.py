@@ -137,10 +137,19 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
     chosen = {decision.name}
     if kind == "input":
         # An input's rule is one decision: every input it gave its sharding;
-        # and an input no rule sharded is one with those that mirror it.
+        # and an input no rule sharded is one with those that mirror it,
+        # and those that mirror them (Adam's `nu` mirrors the parameter
+        # that `mu` mirrors: its path ends alike, `mu`'s does not).
         own = decls[names.index(decision.name)]
-        chosen |= {t.name for t in decls if (own.rule is not None and t.rule == own.rule)
-                   or _mirrors(t, own)}
+        if own.rule is not None:
+            chosen |= {t.name for t in decls if t.rule == own.rule}
+        else:
+            members = [own]
+            for member in members:
+                for t in decls:
+                    if t.name not in chosen and _mirrors(t, member):
+                        chosen.add(t.name)
+                        members.append(t)
     returned = _carried_back(module, info, chosen) \
         if kind == "input" and own.rule is None else []
     for name in sorted(chosen):
