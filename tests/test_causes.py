@@ -142,7 +142,11 @@ def test_a_parameter_s_decision_opens_its_whole_optimizer_state():
     ones = jnp.ones((128, 128))
     value = {"params": {"layer": {"w": ones}},
              "opt": {"mu": {"layer": {"w": ones}}, "nu": {"layer": {"w": ones}}}}
-    report = irshard.compile(jitted, value, jnp.ones((64, 128)))
+    report = irshard.compile(jitted, value, jnp.ones((64, 128)), explain=True)
+    # Named by the parameter, whichever of the three Shardy recorded.
+    named = {x.decision.name for c in report.collectives for x in c.why.causes
+             if x.decision.kind == "input"}
+    assert named == {"state/params/layer/w"}, named
     lowered = report.stages.lowered
     names = [t.name for t in lowered.info.inputs]
     assert "state/opt/mu/layer/w" in names and "state/opt/nu/layer/w" in names

@@ -144,12 +144,7 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
         if own.rule is not None:
             chosen |= {t.name for t in decls if t.rule == own.rule}
         else:
-            members = [own]
-            for member in members:
-                for t in decls:
-                    if t.name not in chosen and _mirrors(t, member):
-                        chosen.add(t.name)
-                        members.append(t)
+            chosen |= {decls[i].name for i in mirror_group(decls, names.index(own.name))}
     returned = _carried_back(module, info, chosen) \
         if kind == "input" and own.rule is None else []
     for name in sorted(chosen):
@@ -201,6 +196,27 @@ def _same_path_end(a: str, b: str) -> bool:
             mine[-1 - common] == theirs[-1 - common]:
         common += 1
     return common >= max(2, min(len(mine), len(theirs)) - 2)
+
+
+def mirror_group(decls, index: int) -> list[int]:
+    """Input `index` and the inputs that mirror it, and those that mirror
+    them (Adam's `nu` mirrors the parameter that `mu` mirrors: its path
+    ends alike, `mu`'s does not), in order: one decision."""
+    found = {index}
+    members = [decls[index]]
+    for member in members:
+        for i, t in enumerate(decls):
+            if i not in found and _mirrors(t, member):
+                found.add(i)
+                members.append(t)
+    return sorted(found)
+
+
+def group_name(decls, group: Sequence[int]) -> int:
+    """The input a mirror group is named by: the parameter, whose path is
+    the shortest (its optimizer state's add `opt_state/0/mu`), the first
+    of those."""
+    return min(group, key=lambda i: (decls[i].name.count("/"), i))
 
 
 def _mirrors(other, decl) -> bool:

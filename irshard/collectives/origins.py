@@ -46,6 +46,7 @@ class PropagationSites:
         self.main = next((fn for fn in self.functions.values()
                           if shardy.is_public(fn)), None)
         self._paths: dict[tuple[str, int], set] | None = None
+        self._mirrored: dict[int, int] = {}
         with module.context:
             self._index()
 
@@ -135,9 +136,17 @@ class PropagationSites:
 
     def input_origin(self, index: int) -> Origin:
         """Input `index` as a decision: its name, and the rule that gave
-        its sharding where one did."""
+        its sharding where one did. An input no rule of irshard's sharded
+        is named by the parameter among those that mirror it (not its
+        optimizer state: Shardy records any of them as the origin of what
+        they decide together)."""
         inputs = self.info.inputs
         rule = getattr(inputs[index], "rule", None) if index < len(inputs) else None
+        if rule is None and index < len(inputs):
+            if index not in self._mirrored:
+                from irshard.collectives.causes import group_name, mirror_group
+                self._mirrored[index] = group_name(inputs, mirror_group(inputs, index))
+            index = self._mirrored[index]
         return Origin("input", self.input_name(index), rule=rule)
 
     def output_name(self, index: int) -> str:
