@@ -190,9 +190,11 @@ def test_a_sort_along_a_sharded_dimension_is_the_ops_kind():
     found = causes(report)
     assert found and all(cause.decision.kind == "op" for _, cause in found)
     assert found[0][1].decision.name.startswith("sort ")
-    # The input's rule is what the user can change, and it is confirmed.
+    # Confirmed by the program without the sort (its result taken as its
+    # operand); the input's rule, what the user can change, is listed after.
+    assert found[0][1].verdict == "confirmed", found[0][1].seen
     also = [c for c in report.collectives[0].why.causes if c.decision.kind == "input"]
-    assert [(c.decision.name, c.verdict) for c in also] == [("x", "confirmed")]
+    assert [(c.decision.name, c.verdict) for c in also] == [("x", None)]
     assert plain(p.step, p.args(), [P("x", None)]) != []
     along_rows = lambda x: jnp.sort(x, axis=1) * 2.0      # noqa: E731
     assert plain(along_rows, p.args(), [P("x", None)]) == []
@@ -268,6 +270,7 @@ def test_a_host_callback_has_no_sharding_rule():
     gather = next(c for c in report.collectives if c.kind == "all-gather")
     assert gather.why.cause.decision.kind == "op"
     assert gather.why.cause.decision.name.startswith("pure_callback ")
+    assert gather.why.cause.verdict == "confirmed", gather.why.cause.seen
     assert "all-gather" in plain(p.step, p.args(), [P("x", None)])
     without = lambda x: jnp.sin(x) * 2.0 + 1.0      # noqa: E731
     assert plain(without, p.args(), [P("x", None)]) == []

@@ -52,6 +52,29 @@ def drop_constraints(module: ir.Module, chosen: Callable[[ir.Operation], bool],
     return kept
 
 
+def bypass_ops(module: ir.Module, chosen: Callable[[ir.Operation], bool]
+               ) -> list[tuple[str, ir.Location]]:
+    """Removes the ops `chosen` picks whose results each have an operand
+    of the same type in the same place (a sort's keys and values, a
+    scatter's or an update's array, a callback's argument): each result
+    replaced by that operand, the program without the op. Returns the
+    name and location of each op removed; others are left."""
+    with module.context:
+        found = [op for fn in functions(module) for op in walk(fn.operation)
+                 if chosen(op)]
+        removed = []
+        for operation in found:
+            results, operands = list(operation.results), list(operation.operands)
+            if not results or len(operands) < len(results) or any(
+                    r.type != operands[i].type for i, r in enumerate(results)):
+                continue
+            for i, result in enumerate(results):
+                result.replace_all_uses_with(operands[i])
+            removed.append((operation.name, operation.location))
+            operation.erase()
+    return removed
+
+
 def boundary_sharding(module: ir.Module, kind: str, index: int) -> str | None:
     """The entry function's argument (`kind` "input") or result ("output")
     `index`'s sharding as printed, None where it has none."""

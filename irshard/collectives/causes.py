@@ -16,6 +16,10 @@ looked for at its line:
   input back with the same sharding (donated into, or the same path in
   the returned state), whose `out_shardings` repeat the decision;
 - an output's sharding: removed, XLA chooses it;
+- an op whose kind forces the layout (a sort or scan along a sharded
+  dimension, a scatter or update at traced positions, a callback): taken
+  out, each result replaced by its operand of the same type (an op with
+  none, a gather or a reshape, is not recompiled and keeps no verdict);
 - where each of a collective's decisions alone is refuted, all of them at
   once (`together`: both operands of a partial sum, a weight's sharding
   and the constraint that repeats it).
@@ -23,9 +27,8 @@ looked for at its line:
 Its verdict is `confirmed` where the collective goes (fewer of its kind
 and axes at its line), `changed` where it becomes another collective there
 or moves other bytes, `not confirmed` where it stays; a collective's causes
-are tried in order until one holds. An op's own property (a gather along a
-sharded dimension) has no counterfactual and keeps no verdict. Each
-decision is recompiled once, however many collectives name it.
+are tried in order until one holds. Each decision is recompiled once,
+however many collectives name it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,12 @@ from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
 
 # The decisions a recompile can remove.
-VERIFIABLE = ("constraint", "input", "output", "together")
+VERIFIABLE = ("constraint", "input", "output", "op", "together")
+# Why a decision was not recompiled: the program has none of it to remove
+# (for an op: none whose results have operands of their types).
+NOTHING = "the program has nothing of it to remove"
+# An op's primitive as the StableHLO ops it lowers to, where the names differ.
+_OP_FORMS = {"pure_callback": ("custom_call",), "io_callback": ("custom_call",)}
 
 
 def _key(c) -> tuple:
@@ -129,6 +137,8 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
             if first is not None and first != decision.source:
                 decision = dataclasses.replace(decision, source=first)
         return decision
+    if decision.kind == "op":
+        return decision if _bypass(module, decision, info, users) else None
     kind = decision.kind
     decls = info.inputs if kind == "input" else info.outputs
     names = [t.name for t in decls]
@@ -154,6 +164,28 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
     for index in returned:
         edits.open_boundary(module, "output", index)
     return decision
+
+
+def _bypass(module, decision: Origin, info, users: UserCode) -> bool:
+    """The op a decision names (its primitive at its line) removed, each
+    result replaced by the operand of its type: whether there was one."""
+    from irshard.backend import edits
+    from irshard.collectives.origins import PropagationSites
+    from irshard.collectives.values import PRIMITIVE_OPS, _op_name
+    if decision.source is None:
+        return False
+    primitive = decision.name.partition(" ")[0]
+    names = _OP_FORMS.get(primitive) or PRIMITIVE_OPS.get(primitive, (primitive,))
+    line = (decision.source.file, decision.source.line)
+    sites = PropagationSites(module.operation.opview, info, users)
+
+    def there(operation) -> bool:
+        if _op_name(operation.name) not in names:
+            return False
+        found = sites.source(operation)
+        return found is not None and (found.file, found.line) == line
+
+    return bool(edits.bypass_ops(module, there))
 
 
 def _carried_back(module, info, chosen: set[str]) -> list[int]:
@@ -236,7 +268,8 @@ def _together(causes: Sequence[Cause]) -> tuple[Cause, ...]:
     """The cause tried where each of `causes` alone is refuted: all their
     decisions that a recompile can remove, at once (none for fewer than
     two)."""
-    parts = tuple(x.decision for x in causes if x.decision.kind in VERIFIABLE)
+    parts = tuple(x.decision for x in causes
+                  if x.decision.kind in VERIFIABLE and x.decision.kind != "op")
     if len(parts) < 2:
         return ()
     side = "needed" if any(x.side == "needed" for x in causes
@@ -309,6 +342,9 @@ def _walk(c, report):
             causes.append(cause)
             continue
         other, reason, decision = yield cause.decision
+        if other is None and cause.decision.kind == "op" and reason == NOTHING:
+            causes.append(cause)       # no op to take out: no verdict
+            continue
         if other is None:
             causes.append(dataclasses.replace(cause, verdict=NOT_CONFIRMED,
                                               seen=reason))
@@ -348,7 +384,7 @@ class _Recompiles:
                 continue
             stage_ = counterfactual(self.lowered, decision, self.users)
             if stage_ is None:
-                self.failed[key] = "the program has nothing of it to remove"
+                self.failed[key] = NOTHING
                 continue
             self.named[key] = stage_[1]
             made[key] = stage_[0]
