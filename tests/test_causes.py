@@ -366,7 +366,7 @@ def test_an_input_and_the_optimizer_state_that_mirrors_it_are_one_decision():
     """A jitted object's own in_shardings give each parameter and its
     optimizer state the same sharding: opening one leaves the other
     pinning it, so they are opened together; a rule's inputs are its own."""
-    from irshard.collectives.causes import _mirrors
+    from irshard.collectives.mirrors import mirrors as _mirrors
     from irshard.core.dtypes import lookup_dtype
     from irshard.core.specs import ShardingSpec
     from irshard.stages.declared import TensorDecl

@@ -37,6 +37,8 @@ import dataclasses
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from irshard.collectives import mirrors
+from irshard.collectives.mirrors import same_path_end
 from irshard.core import threads
 from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
@@ -154,7 +156,8 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
         if own.rule is not None:
             chosen |= {t.name for t in decls if t.rule == own.rule}
         else:
-            chosen |= {decls[i].name for i in mirror_group(decls, names.index(own.name))}
+            chosen |= {decls[i].name for i in
+                       mirrors.mirror_group(decls, names.index(own.name))}
     returned = _carried_back(module, info, chosen) \
         if kind == "input" and own.rule is None else []
     for name in sorted(chosen):
@@ -213,55 +216,10 @@ def _carried_back(module, info, chosen: set[str]) -> list[int]:
         for name in chosen:
             decl = info.inputs[names.index(name)]
             if decl.shape == out.shape and given[name] == sharding and \
-                    _same_path_end(decl.name, out.name):
+                    same_path_end(decl.name, out.name):
                 found.append(index)
                 break
     return found
-
-
-def _same_path_end(a: str, b: str) -> bool:
-    """Whether paths `a` and `b` end alike but for their first segments
-    (at least two segments in common, all but two of the shorter)."""
-    mine, theirs = a.split("/"), b.split("/")
-    common = 0
-    while common < min(len(mine), len(theirs)) and \
-            mine[-1 - common] == theirs[-1 - common]:
-        common += 1
-    return common >= max(2, min(len(mine), len(theirs)) - 2)
-
-
-def mirror_group(decls, index: int) -> list[int]:
-    """Input `index` and the inputs that mirror it, and those that mirror
-    them (Adam's `nu` mirrors the parameter that `mu` mirrors: its path
-    ends alike, `mu`'s does not), in order: one decision."""
-    found = {index}
-    members = [decls[index]]
-    for member in members:
-        for i, t in enumerate(decls):
-            if i not in found and _mirrors(t, member):
-                found.add(i)
-                members.append(t)
-    return sorted(found)
-
-
-def group_name(decls, group: Sequence[int]) -> int:
-    """The input a mirror group is named by: the parameter, whose path is
-    the shortest (its optimizer state's add `opt_state/0/mu`), the first
-    of those."""
-    return min(group, key=lambda i: (decls[i].name.count("/"), i))
-
-
-def _mirrors(other, decl) -> bool:
-    """Whether input `other` mirrors `decl`, which no rule of irshard's
-    sharded (a jitted object's own `in_shardings`): the same shape and
-    sharding, and a path that ends as `decl`'s does but for its first
-    segments (`opt_state/mu/layers/0/w` for `params/layers/0/w`), as the
-    optimizer state a training step carries for each parameter does; they
-    are one decision, since either pins the other's sharding."""
-    if other is decl or decl.rule is not None or other.shape != decl.shape \
-            or other.sharding != decl.sharding:
-        return False
-    return _same_path_end(decl.name, other.name)
 
 
 def _together(causes: Sequence[Cause]) -> tuple[Cause, ...]:

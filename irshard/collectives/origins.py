@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from irshard.collectives import mirrors
 from irshard.collectives.values import (ORIGIN_NAME, PRIMITIVE_OPS, _dict,
                                         _entries, _local_shape, _only, _op_name, _uses,
                                         agreeing, by_axis, fit)
@@ -144,8 +145,8 @@ class PropagationSites:
         rule = getattr(inputs[index], "rule", None) if index < len(inputs) else None
         if rule is None and index < len(inputs):
             if index not in self._mirrored:
-                from irshard.collectives.causes import group_name, mirror_group
-                self._mirrored[index] = group_name(inputs, mirror_group(inputs, index))
+                self._mirrored[index] = mirrors.group_name(
+                    inputs, mirrors.mirror_group(inputs, index))
             index = self._mirrored[index]
         return Origin("input", self.input_name(index), rule=rule)
 
