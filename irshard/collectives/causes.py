@@ -135,7 +135,7 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
             for index in range(len(info.outputs)):
                 edits.open_boundary(module, "output", index)
             from irshard.backend import locations
-            first = users.choose(locations.frames(dropped[-1][1]))
+            first = sites.called_at(users.choose(locations.frames(dropped[-1][1])))
             if first is not None and first != decision.source:
                 decision = dataclasses.replace(decision, source=first)
         return decision

@@ -97,7 +97,11 @@ class PropagationSites:
         model's `shard(x, names)`, MaxText's shim around
         `with_sharding_constraint`) is not the decision; the line that
         called it is, so each call can be dropped alone."""
-        found = self.source(operation)
+        return self.called_at(self.source(operation))
+
+    def called_at(self, found: SourceLocation | None) -> SourceLocation | None:
+        """`found`, a constraint's innermost user line, as a decision: the
+        line that called the helpers every constraint shares."""
         if found is None or not found.stack:
             return found
         paths = self._constraint_paths()
