@@ -373,3 +373,29 @@ def test_collective_permutes_say_what_they_are_for(write, fn, mesh, note):
     assert permute["why"]["note"].startswith(note)
     assert "halo" not in permute["why"]["text"]
     assert "the the" not in permute["why"]["text"]
+
+
+def test_a_collective_is_matched_to_its_partitioned_one_by_its_whole_stack():
+    """Collectives alike in kind, axes, shape, op and innermost line (a
+    helper's matmul that every projection calls) are told apart by the
+    stack that called the helper: each report collective takes the
+    partitioned collective made along its own stack, whatever their order."""
+    from types import SimpleNamespace
+    from irshard.collectives.explain import _match
+    from irshard.core.frames import SourceLocation
+
+    def at(caller):
+        inner = SourceLocation("model.py", 3, "dense")
+        return SourceLocation("model.py", 3, "dense",
+                              (inner, SourceLocation("model.py", caller, "step")))
+
+    def collective(name, caller):
+        return SimpleNamespace(name=name, kind="all-gather", mesh_axes=("x",),
+                               shape=(64, 128), op_name="jit(step)/dot_general",
+                               source=at(caller), is_async=False, operands=1)
+
+    partitioned = [collective("all-gather.1", 10), collective("all-gather.2", 11)]
+    report = [collective("all-gather.7", 11), collective("all-gather.8", 10)]
+    found = _match(report, partitioned, SimpleNamespace(instructions={}))
+    assert [p.name for p in found["all-gather.7"]] == ["all-gather.2"]
+    assert [p.name for p in found["all-gather.8"]] == ["all-gather.1"]

@@ -291,12 +291,24 @@ def _match(report_collectives, partitioned, optimized_view) -> dict[str, list[An
                         and _axes(p.mesh_axes) == _axes(c.mesh_axes)]
             if not fits:
                 continue
-            best = next((p for p in fits if p.op_name == c.op_name
-                         and p.source == c.source), fits[0])
+            # The same op at the same line, and called along the same stack
+            # (a helper's line is every caller's: a dense layer's kernel
+            # serves every projection, and their collectives' shapes agree).
+            same = [p for p in fits if p.op_name == c.op_name and p.source == c.source]
+            best = next((p for p in same if _stack(p) == _stack(c)),
+                        same[0] if same else fits[0])
             left.remove(best)
             taken.append(best)
         result[c.name] = taken
     return result
+
+
+def _stack(c) -> tuple[tuple[str, int], ...]:
+    """The lines of a collective's user stack, innermost first."""
+    source = c.source
+    if source is None:
+        return ()
+    return tuple((f.file, f.line) for f in source.stack or (source,))
 
 
 def _read_text(c, value: Value) -> str:
