@@ -417,3 +417,15 @@ def test_recompiles_at_once_give_the_verdicts_of_one_after_another(monkeypatch):
     assert len({cause.decision.source.line for _, _, cause in found}) == 2
     assert "--verify: 2 recompiles, each without" in one.notes[-1]
     assert "--verify: 2 recompiles, 2 at a time, each without" in three.notes[-1]
+
+
+def test_a_helper_is_a_frame_reached_along_several_paths():
+    """How many ways a constraint's frame is reached: a stack JAX cut short
+    (a checkpoint's recomputation) continues another, and is not a second
+    caller; two callers are two, however many frames each path has."""
+    from irshard.collectives.origins import _callers
+    step, layer, other = ("m.py", 22), ("m.py", 26), ("m.py", 30)
+    assert _callers({(step, layer), (step,), ()}) == 1
+    assert _callers({(step, layer), (other,)}) == 2
+    assert _callers({(step,), (step, layer), (step, other)}) == 2
+    assert _callers(set()) == 0

@@ -23,9 +23,10 @@ def _callers(paths) -> int:
     """How many ways a frame is reached: its outer paths, a path that
     another only continues (a stack JAX cut short, as it does in a
     checkpoint's recomputation) not counted apart."""
-    paths = [p for p in paths if p]
-    return sum(1 for p in paths
-               if not any(q != p and q[:len(p)] == p for q in paths))
+    # Sorted, a path comes just before the paths that continue it.
+    paths = sorted(p for p in paths if p)
+    return sum(1 for p, after in zip(paths, paths[1:] + [()])
+               if after[:len(p)] != p)
 
 
 class PropagationSites:
