@@ -75,14 +75,21 @@ def bypass_ops(module: ir.Module, chosen: Callable[[ir.Operation], bool]
     return removed
 
 
+def _boundary(module: ir.Module, kind: str):
+    """The entry function, which of its attribute lists holds its
+    arguments' (`kind` "input") or results' ("output"), and those
+    attributes; call inside the module's context."""
+    main = entry_function(module)
+    key, count = ("arg_attrs", len(main.type.inputs)) if kind == "input" \
+        else ("res_attrs", len(main.type.results))
+    return main, key, attr_dicts(main, key, count)
+
+
 def boundary_sharding(module: ir.Module, kind: str, index: int) -> str | None:
     """The entry function's argument (`kind` "input") or result ("output")
     `index`'s sharding as printed, None where it has none."""
     with module.context:
-        main = entry_function(module)
-        key, count = ("arg_attrs", len(main.type.inputs)) if kind == "input" \
-            else ("res_attrs", len(main.type.results))
-        dicts = attr_dicts(main, key, count)
+        _, _, dicts = _boundary(module, kind)
         if index >= len(dicts) or SHARDING not in dicts[index]:
             return None
         return str(dicts[index][SHARDING])
@@ -92,8 +99,7 @@ def aliased_output(module: ir.Module, index: int) -> int | None:
     """The result the entry function's argument `index` is donated into
     (`tf.aliasing_output`), None where it is not."""
     with module.context:
-        main = entry_function(module)
-        dicts = attr_dicts(main, "arg_attrs", len(main.type.inputs))
+        _, _, dicts = _boundary(module, "input")
         if index >= len(dicts) or "tf.aliasing_output" not in dicts[index]:
             return None
         return ir.IntegerAttr(dicts[index]["tf.aliasing_output"]).value
@@ -104,10 +110,7 @@ def open_boundary(module: ir.Module, kind: str, index: int) -> bool:
     "input": every dimension open) or result ("output": its sharding
     removed) `index`. Returns whether it had a sharding to open."""
     with module.context:
-        main = entry_function(module)
-        key, count = ("arg_attrs", len(main.type.inputs)) if kind == "input" \
-            else ("res_attrs", len(main.type.results))
-        dicts = attr_dicts(main, key, count)
+        main, key, dicts = _boundary(module, kind)
         if index >= len(dicts) or SHARDING not in dicts[index]:
             return False
         if kind == "input":
