@@ -429,3 +429,21 @@ def test_a_helper_is_a_frame_reached_along_several_paths():
     assert _callers({(step, layer), (other,)}) == 2
     assert _callers({(step,), (step, layer), (step, other)}) == 2
     assert _callers(set()) == 0
+
+
+def test_an_op_a_recompile_refuted_is_not_the_cause():
+    """An op's kind is the cause where no recompile can test it (a gather)
+    or where taking it out confirmed it; taken out and refuted, it is a
+    refuted candidate like any other, and with every other refuted the
+    collective has no cause."""
+    from irshard.reporting.why import Cause, Origin, Why
+    sort = Origin("op", "sort sorts along a sharded dimension")
+    gather = Origin("op", "gather indexes along a sharded dimension")
+    weight = Origin("input", "w")
+    refuted = lambda d: Cause(d, "needed", "not confirmed", "stays")   # noqa: E731
+    assert Why("", causes=(refuted(sort), refuted(weight))).cause is None
+    assert Why("", causes=(Cause(gather, "needed"), refuted(weight))).cause.decision == gather
+    held = Cause(sort, "needed", "confirmed", "goes")
+    assert Why("", causes=(held, Cause(weight, "operand"))).cause == held
+    assert Why("", causes=(refuted(sort), Cause(weight, "operand", "changed", "x"))
+               ).cause.decision == weight
