@@ -136,7 +136,7 @@ def compile(fn: Callable[..., Any], *args: Any, mesh: Any = None,
                             stages=staged.Pipeline(lowered, done.compiled)))
 
 
-def _shardy_lowering(module) -> None:
+def _refuse_gspmd_lowering(module) -> None:
     """Refuses a lowering made for GSPMD's propagation: JAX compiles it
     with GSPMD, irshard propagates and partitions with Shardy, so its
     report would not be of the executable JAX builds."""
@@ -195,7 +195,7 @@ def report(lowered: Any, *, mesh: Any = None, target: str | None = None,
         raise UsageError(f"report: expected a jax.stages.Lowered or Traced "
                          f"(or a framework's), not {type(lowered).__name__}"
                          ) from None
-    _shardy_lowering(found.module)
+    _refuse_gspmd_lowering(found.module)
     if mesh is not None:
         spec, devices = mesh_of(mesh, None)
     else:

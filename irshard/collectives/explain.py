@@ -32,7 +32,7 @@ from irshard.collectives.readers import Hlo
 from irshard.collectives.values import (INDEXED, _axes, _only, _primitive, _sharded,
                                         agreeing, array_dims, fit, is_token,
                                         sharding_text)
-from irshard.core.frames import UserCode
+from irshard.core.frames import UserCode, chain_of
 from irshard.core.specs import ShardingSpec
 from irshard.reporting.why import Cause, Origin, Value, Why
 from irshard.xla.shapes import shape_leaves
@@ -305,10 +305,7 @@ def _match(report_collectives, partitioned, optimized_view) -> dict[str, list[An
 
 def _stack(c) -> tuple[tuple[str, int], ...]:
     """The lines of a collective's user stack, innermost first."""
-    source = c.source
-    if source is None:
-        return ()
-    return tuple((f.file, f.line) for f in source.stack or (source,))
+    return tuple((f.file, f.line) for f in chain_of(c.source))
 
 
 def _read_text(c, value: Value) -> str:

@@ -11,7 +11,8 @@ from irshard.collectives import mirrors
 from irshard.collectives.values import (ORIGIN_NAME, PRIMITIVE_OPS, _dict,
                                         _entries, _local_shape, _only, _op_name, _uses,
                                         agreeing, by_axis, fit)
-from irshard.core.frames import SourceLocation, UserCode
+from irshard.core.frames import (SourceLocation, UserCode, called_once, chain_of,
+                                  frame_paths)
 from irshard.reporting.why import Origin, Value
 
 
@@ -105,12 +106,8 @@ class PropagationSites:
         line that called the helpers every constraint shares."""
         if found is None or not found.stack:
             return found
-        paths = self._constraint_paths()
         chain = found.stack
-        at = 0
-        while at + 1 < len(chain) and \
-                _callers(paths.get((chain[at].file, chain[at].line), ())) > 1:
-            at += 1
+        at = called_once(chain, self._constraint_paths(), _callers)
         if at == 0:
             return found
         return SourceLocation(chain[at].file, chain[at].line,
@@ -121,17 +118,11 @@ class PropagationSites:
         as each stack has them."""
         if self._paths is None:
             from irshard.backend.edits import CONSTRAINTS
-            paths: dict[tuple[str, int], set] = {}
-            for fn in self.functions.values():
-                for operation in self.shardy.walk(fn.operation):
-                    if operation.name not in CONSTRAINTS:
-                        continue
-                    found = self.source(operation)
-                    chain = tuple((f.file, f.line) for f in
-                                  (found.stack or (found,))) if found else ()
-                    for i, frame in enumerate(chain):
-                        paths.setdefault(frame, set()).add(chain[i + 1:])
-            self._paths = paths
+            self._paths = frame_paths(
+                chain_of(self.source(operation))
+                for fn in self.functions.values()
+                for operation in self.shardy.walk(fn.operation)
+                if operation.name in CONSTRAINTS)
         return self._paths
 
     # -- origins --------------------------------------------------------

@@ -84,6 +84,36 @@ class SourceLocation:
                          for s in d.get("stack") or () if s.get("file") is not None))
 
 
+def chain_of(source: SourceLocation | None) -> tuple[SourceLocation, ...]:
+    """A location's user frames, innermost first (none for None)."""
+    if source is None:
+        return ()
+    return source.stack or (source,)
+
+
+def frame_paths(chains: Iterable[tuple[SourceLocation, ...]]
+                ) -> dict[tuple[str, int], set[tuple[tuple[str, int], ...]]]:
+    """Each frame of `chains` (by file and line): the paths that reach it,
+    the frames outside it as each chain has them."""
+    paths: dict[tuple[str, int], set[tuple[tuple[str, int], ...]]] = {}
+    for chain in chains:
+        where = tuple((f.file, f.line) for f in chain)
+        for i, frame in enumerate(where):
+            paths.setdefault(frame, set()).add(where[i + 1:])
+    return paths
+
+
+def called_once(chain: tuple[SourceLocation, ...], paths, ways=len) -> int:
+    """Where in `chain` the helpers end: the first frame, from the
+    innermost outwards, that one path reaches (`ways(paths)` counts them;
+    the outermost where every frame is reached several ways)."""
+    at = 0
+    while at + 1 < len(chain) and \
+            ways(paths.get((chain[at].file, chain[at].line), ())) > 1:
+        at += 1
+    return at
+
+
 # The frameworks' plumbing, by import name: where it is installed here is
 # found (not imported) at first use. A name with a `/` is a part of a
 # package (Penzai's models are model code, its core and trainers are not).

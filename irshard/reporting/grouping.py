@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from irshard.core.frames import GROUPINGS, SourceLocation
+from irshard.core.frames import (GROUPINGS, SourceLocation, called_once, chain_of,
+                                  frame_paths)
 from irshard.core.errors import UsageError
 from irshard.reporting.report import Collective
 from irshard.reporting.why import Cause
@@ -30,16 +31,6 @@ def checked(by: str | None) -> str | None:
         raise UsageError(f"unknown grouping '{by}'; group_by is one of "
                          f"{', '.join(GROUPINGS)}")
     return by
-
-
-def _chain(source: SourceLocation | None) -> tuple[SourceLocation, ...]:
-    if source is None:
-        return ()
-    return source.stack or (source,)
-
-
-def _where(frame: SourceLocation) -> tuple[str, int]:
-    return frame.file, frame.line
 
 
 def keys(collectives: Sequence[Collective], by: str) -> list[str]:
@@ -56,22 +47,10 @@ def keys(collectives: Sequence[Collective], by: str) -> list[str]:
     chains: dict[int, tuple[SourceLocation, ...]] = {}
     for c in collectives:
         if id(c.source) not in chains:
-            chains[id(c.source)] = _chain(c.source)
-    # Each frame's paths: the frames outside it, as each stack has them.
-    paths: dict[tuple[str, int], set[tuple[tuple[str, int], ...]]] = {}
-    for chain in chains.values():
-        where = tuple(_where(f) for f in chain)
-        for i, frame in enumerate(where):
-            paths.setdefault(frame, set()).add(where[i + 1:])
-    chosen: dict[int, str] = {}
-    for key, chain in chains.items():
-        if not chain:
-            chosen[key] = NONE
-            continue
-        at = 0
-        while at + 1 < len(chain) and len(paths[_where(chain[at])]) > 1:
-            at += 1
-        chosen[key] = str(chain[at])
+            chains[id(c.source)] = chain_of(c.source)
+    paths = frame_paths(chains.values())
+    chosen = {key: str(chain[called_once(chain, paths)]) if chain else NONE
+              for key, chain in chains.items()}
     return [chosen[id(c.source)] for c in collectives]
 
 
