@@ -414,6 +414,37 @@ def test_a_fit_with_no_size_dependence_stays_finite():
             p.seconds, rel=0.15)
 
 
+def test_a_measurement_below_the_hosts_noise_is_measured_again(monkeypatch):
+    """A collective's time is the difference of runs with few and many
+    trips; when the host's noise makes it zero or less (one repeat on a
+    busy machine), it is measured again over more trips, never kept as a
+    time of zero. One that never rises above the noise is left out of the
+    fit (zero seconds, which `fit` skips) and the text says so."""
+    from irshard.measuring import calibrate
+    calls = []
+
+    def run(compiled, x, trips, repeats):
+        # 1 ms a launch, 10 us a trip; the first two attempts' few-trip
+        # runs are held up by a second.
+        calls.append(trips)
+        slow = trips == 2 and len(calls) in (4, 6)
+        return 1e-3 + 1e-5 * trips + (1.0 if slow else 0.0)
+
+    monkeypatch.setattr(calibrate, "_run", run)
+    seconds = calibrate._per_collective(None, None, 1)
+    assert seconds == pytest.approx(1e-5)
+    # Probe (three runs), then three attempts, each over four times the
+    # extra trips of the one before.
+    extra = [trips - 2 for trips in calls[3:] if trips != 2]
+    assert len(calls) == 9 and extra == [extra[0], 4 * extra[0], 16 * extra[0]]
+    monkeypatch.setattr(calibrate, "_run", lambda c, x, trips, r: 1.0)
+    assert calibrate._per_collective(None, None, 1) == 0.0
+    assert calibrate.fit([calibrate.Measurement("all-gather", "x", 2, b, b // 2, 1, t)
+                          for b, t in ((4096, 0.0), (8192, 2e-5), (16384, 3e-5))]) \
+        == pytest.approx(calibrate.fit([calibrate.Measurement(
+            "all-gather", "x", 2, b, b // 2, 1, t) for b, t in ((8192, 2e-5), (16384, 3e-5))]))
+
+
 def test_a_host_collective_waits_for_its_groups_threads():
     """On the CPU host a collective's latency is a rendezvous of its group's
     threads: a group of 2 of 8 devices takes the latency fitted for all 8
