@@ -399,3 +399,78 @@ def test_a_collective_is_matched_to_its_partitioned_one_by_its_whole_stack():
     found = _match(report, partitioned, SimpleNamespace(instructions={}))
     assert [p.name for p in found["all-gather.7"]] == ["all-gather.2"]
     assert [p.name for p in found["all-gather.8"]] == ["all-gather.1"]
+
+
+def _gpt():
+    import sys
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import gpt
+    finally:
+        sys.path.remove(EXAMPLES)
+    return gpt
+
+
+def test_explain_reads_the_shardings_xlas_own_propagation_chose(tmp_path):
+    """XLA propagates a jitted module after converting it to HLO, whose
+    reshapes and broadcasts are not JAX's `broadcast_in_dim`. `--explain`
+    propagates the module in those forms: every sharding its propagation
+    gives a value is one XLA's own Shardy gave (read from XLA's dump of it).
+    Propagated as JAX traced it, the GPT step's backward activations were
+    sharded over `fsdp` on the model dimension, which XLA never did."""
+    import re
+    from irshard.apiprogram import PROGRAM_ARGUMENTS, lowering
+    from irshard.backend import compiling, shardy
+    from jax._src.lib import xla_client as xc
+    gpt = _gpt()
+    rules = [("**/embed", "fsdp,tp"), ("**/attn/w[qkv]", "fsdp,tp"),
+             ("**/attn/wo", "tp,fsdp"), ("**/mlp/w_in", "fsdp,tp"),
+             ("**/mlp/w_out", "tp,fsdp"), ("batch/*", "fsdp,_")]
+    lowered = lowering(gpt.train_step, gpt.example_args(), "fsdp=4,tp=2",
+                       dict(PROGRAM_ARGUMENTS, rules=rules))
+    module = lowered.module
+    to_parameters, to_outputs = shardy.propagation_freedom(module)
+    options = compiling._compile_options(
+        module, 8, [d.id for d in lowered.devices],
+        {"xla_dump_to": str(tmp_path), "xla_dump_hlo_pass_re": "shardy-xla"},
+        to_parameters, to_outputs)
+    lowered.devices[0].client.compile_and_load(
+        module, xc.DeviceList(tuple(lowered.devices)), options)
+    (theirs,) = [p for p in tmp_path.rglob("*after_propagation.mlir")
+                 if "train_step" in str(p)]
+    value = re.compile(r"sdy\.sharding = #sdy\.sharding_per_value<\[<@mesh, \[[^]]*\]>\]>")
+    xla = set(value.findall(theirs.read_text()))
+    ours = set(value.findall(str(lowered.propagate().operation)))
+    assert xla and len(ours) > 10
+    assert ours <= xla, sorted(ours - xla)
+
+
+def test_a_broadcast_is_propagated_in_hlos_forms():
+    """`broadcast_in_dim` that stretches a size-1 dimension becomes HLO's
+    reshape (dropping it) and broadcast; one that only adds size-1
+    dimensions, a reshape; any other broadcast stays as it is."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jaxlib.mlir import ir
+    from irshard.backend import hloforms
+    text = """
+    func.func public @main(%a: tensor<4x1xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>)
+        -> (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x8xf32>) {
+      %0 = stablehlo.broadcast_in_dim %a, dims = [0, 1] : (tensor<4x1xf32>) -> tensor<4x8xf32>
+      %1 = stablehlo.broadcast_in_dim %b, dims = [0] : (tensor<4xf32>) -> tensor<4x1xf32>
+      %2 = stablehlo.broadcast_in_dim %c, dims = [0] : (tensor<4xf32>) -> tensor<4x8xf32>
+      return %0, %1, %2 : tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x8xf32>
+    }"""
+    with jax_mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        assert hloforms.as_hlo(module) == 2
+        body = module.body.operations[0].regions[0].blocks[0].operations
+        ops = [(op.name, str(op.results[0].type),
+                str(op.attributes["broadcast_dimensions"])
+                if "broadcast_dimensions" in op.attributes else "")
+               for op in body if len(op.results)]
+    assert ops == [
+        ("stablehlo.reshape", "tensor<4xf32>", ""),
+        ("stablehlo.broadcast_in_dim", "tensor<4x8xf32>", "array<i64: 0>"),
+        ("stablehlo.reshape", "tensor<4x1xf32>", ""),
+        ("stablehlo.broadcast_in_dim", "tensor<4x8xf32>", "array<i64: 0>")]
+

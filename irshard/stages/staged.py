@@ -88,14 +88,17 @@ class StableHLO(Stage):
         sharding origins. That runs in a child process: where recording
         origins crashes Shardy, propagation runs again here without them,
         and the stage says so in `notes`."""
-        from irshard.backend import shardy
+        from irshard.backend import hloforms, shardy
 
         inline = passes.pass_class("inline")(default_pipeline="",
                                              only_private=True)
 
         def inlined_copy():
+            # In the forms XLA converts the module to before its own
+            # propagation, which the shardings read are to be XLA's.
             copy = self.module.operation.clone()
             inline.apply(copy)
+            hloforms.as_hlo(copy)
             return copy
 
         notes: tuple[str, ...] = ()
