@@ -474,3 +474,24 @@ def test_a_broadcast_is_propagated_in_hlos_forms():
         ("stablehlo.reshape", "tensor<4x1xf32>", ""),
         ("stablehlo.broadcast_in_dim", "tensor<4x8xf32>", "array<i64: 0>")]
 
+
+def test_a_forward_collective_is_explained_by_the_forward_op_of_its_line():
+    """`out @ wo` makes a forward dot and backward dots at one line, of one
+    shape; the forward's partial-sum all-reduce is explained by the
+    forward's dot (JAX names it `jvp()/dot_general`), which reads the
+    attention's output, not the backward's, which reads a gradient."""
+    gpt = _gpt()
+    rules = [("**/embed", "fsdp,tp"), ("**/attn/w[qkv]", "fsdp,tp"),
+             ("**/attn/wo", "tp,fsdp"), ("**/mlp/w_in", "fsdp,tp"),
+             ("**/mlp/w_out", "tp,fsdp"), ("batch/*", "fsdp,_")]
+    report = irshard.compile(gpt.train_step, *gpt.example_args(), mesh="fsdp=4,tp=2",
+                             rules=rules, explain=True)
+    line = next(i for i, text in enumerate(open(gpt.__file__), 1)
+                if 'return out @ p["wo"]' in text)
+    forward = [c for c in report.collectives if c.kind == "all-reduce"
+               and c.source.line == line and "transpose" not in c.op_name]
+    assert forward
+    for c in forward:
+        (value,) = [v for v in c.why.operand.sums if v.source is not None]
+        assert (value.what, value.source.line) == ("reshape", line - 1)
+        assert value.origins["tp"].rule == "rules **/attn/w[qkv]=fsdp,tp"

@@ -92,9 +92,9 @@ class _Explainer:
             source, _ = self.hlo.source(what)
             return Value(f"the result of {_label(self.by_name.get(what.name), what)}",
                          spec, source, _only(origins, axes, spec), all_origins=origins)
-        source, primitive = self.hlo.source(what)
+        source, primitive, op_name = self.hlo.site(what)
         local = array_dims(what.shape)
-        operation = self.prop.op_at(source, primitive, local, axes)
+        operation = self.prop.op_at(source, primitive, local, axes, op_name)
         if operation is None:
             return Value(primitive or what.opcode, None, source)
         spec, origins = self.prop.result(operation)
@@ -146,8 +146,8 @@ class _Explainer:
             source, _ = self.hlo.source(wrapped)
             return Value(_label(self.by_name.get(wrapped.name), wrapped),
                          needed, source), ()
-        source, primitive = self.hlo.source(what)
-        operation = self.prop.op_at(source, primitive, None, axes)
+        source, primitive, op_name = self.hlo.site(what)
+        operation = self.prop.op_at(source, primitive, None, axes, op_name)
         origins = self.prop.result(operation)[1] if operation is not None else {}
         forced = ()
         if primitive in INDEXED or primitive in FORCING:

@@ -30,6 +30,12 @@ def _callers(paths) -> int:
                if after[:len(p)] != p)
 
 
+def _chain(source: SourceLocation) -> tuple[tuple[str, int], ...]:
+    """A user line's stack as (file, line) pairs, innermost first."""
+    return tuple((f.file, f.line) for f in source.stack or ()) or \
+        ((source.file, source.line),)
+
+
 class PropagationSites:
     """Sites of the propagated module by user line and op, with what
     propagation decided for them."""
@@ -223,9 +229,16 @@ class PropagationSites:
         return (_entries(spec) if spec is not None else None), by_axis(origins)
 
     def op_at(self, source: SourceLocation | None, primitive: str | None,
-              local: tuple[int, ...] | None, axes: frozenset[str]):
+              local: tuple[int, ...] | None, axes: frozenset[str],
+              op_name: str | None = None):
         """The op at a user line for a JAX primitive. Among several, the one
-        whose per-device shape is the HLO's, then one sharded over `axes`."""
+        whose per-device shape is the HLO's, then one reached along the
+        same user stack (the final norm's `_norm` line, not a layer's),
+        then one JAX named as XLA's op is named (`op_name`: the forward
+        pass's `jvp()/dot_general`, not the backward's
+        `transpose(jvp())/dot_general` of the same line), then one sharded
+        over `axes`."""
+        from irshard.backend import locations
         if source is None or primitive is None:
             return None
         names = PRIMITIVE_OPS.get(primitive, (primitive,))
@@ -239,12 +252,16 @@ class PropagationSites:
                     and _local_shape(shape, spec, self.mesh) == local)
             same_rank = local is not None and shape is not None \
                 and len(shape) == len(local)
+            own = self.source(operation)
+            along = own is not None and _chain(own) == _chain(source)
+            named = op_name is not None and \
+                locations.location_name(operation.location) == op_name
             uses = any(_uses(spec, a) for a in axes)
-            candidates.append((not fits, not same_rank, not uses, len(candidates),
-                               operation))
+            candidates.append((not fits, not same_rank, not along, not named,
+                               not uses, len(candidates), operation))
         if not candidates:
             return None
-        return min(candidates, key=lambda c: c[:4])[4]
+        return min(candidates, key=lambda c: c[:6])[6]
 
     def value(self, value, depth: int = 0):
         """(sharding, origins) of an MLIR value: an op's result, an input,

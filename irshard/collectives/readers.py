@@ -210,5 +210,12 @@ class Hlo:
 
     def source(self, inst) -> tuple[SourceLocation | None, str | None]:
         """The user's line of an instruction and its JAX primitive."""
+        source, primitive, _ = self.site(inst)
+        return source, primitive
+
+    def site(self, inst) -> tuple[SourceLocation | None, str | None, str | None]:
+        """The user's line of an instruction, its JAX primitive and its op
+        name (`jit(step)/transpose(jvp())/dot_general`: which pass of the
+        program made it, forward or backward)."""
         source, _, op_name = self.analysis.attribute(self.view, inst, self.users)
-        return source, _primitive(op_name)
+        return source, _primitive(op_name), op_name
