@@ -447,3 +447,29 @@ def test_an_op_a_recompile_refuted_is_not_the_cause():
     assert Why("", causes=(held, Cause(weight, "operand"))).cause == held
     assert Why("", causes=(refuted(sort), Cause(weight, "operand", "changed", "x"))
                ).cause.decision == weight
+
+
+def test_a_verdict_tells_the_forward_passs_collective_from_the_backwards():
+    """One line makes collectives in the forward pass and in the backward
+    (JAX's op names `jvp()/...` and `transpose(jvp())/...`): a recompile
+    that removes the backward's all-reduce at a line and makes one in the
+    forward there has not kept it, and a forward one that stays is not
+    taken for the backward's."""
+    import types
+    from irshard.collectives.causes import verdict
+    from irshard.core.frames import SourceLocation
+    from irshard.reporting.report import Collective
+    from irshard.reporting.why import CONFIRMED, NOT_CONFIRMED
+
+    def made(name, scope):
+        return Collective(name, "all-reduce", "f32", (4, 8), 128, 128, ("tp",), 2,
+                          SourceLocation("gpt.py", 56, "_attention"), "metadata",
+                          f"jit(step)/{scope}/dot_general", ())
+
+    backward, forward = made("ar.1", "transpose(jvp())"), made("ar.2", "jvp()")
+    baseline = types.SimpleNamespace(collectives=(backward,))
+    without = types.SimpleNamespace(collectives=(forward,))
+    assert verdict(backward, baseline, without)[0] == CONFIRMED
+    both = types.SimpleNamespace(collectives=(backward, forward))
+    assert verdict(forward, both, without)[0] == NOT_CONFIRMED
+    assert verdict(backward, both, without)[0] == CONFIRMED

@@ -52,16 +52,26 @@ NOTHING = "the program has nothing of it to remove"
 _OP_FORMS = {"pure_callback": ("custom_call",), "io_callback": ("custom_call",)}
 
 
+def _pass(c) -> str:
+    """The part of the program a collective's op is in, by JAX's name for
+    it: `jit(step)/jvp()` for the forward pass, `jit(step)/transpose(jvp())`
+    for the backward (one line makes both; a recompile that removes the
+    backward's collective and adds one to the forward has not kept it)."""
+    return (c.op_name or "").rpartition("/")[0]
+
+
 def _key(c) -> tuple:
     where = (c.source.file, c.source.line) if c.source is not None else None
-    return c.kind, where, tuple(sorted(c.mesh_axes or ()))
+    return c.kind, where, _pass(c), tuple(sorted(c.mesh_axes or ()))
 
 
-def _at_line(report, source) -> Counter:
+def _at_line(report, c) -> Counter:
+    source = c.source
     if source is None:
         return Counter()
-    return Counter(c.kind for c in report.collectives if c.source is not None
-                   and (c.source.file, c.source.line) == (source.file, source.line))
+    return Counter(x.kind for x in report.collectives if x.source is not None
+                   and (x.source.file, x.source.line) == (source.file, source.line)
+                   and _pass(x) == _pass(c))
 
 
 def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
@@ -74,7 +84,7 @@ def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
     what = f"the {c.kind}{where}"
     it = "them" if decision_kind == "together" else "it"
     if len(after) < len(before):
-        new = _at_line(without, c.source) - _at_line(baseline, c.source)
+        new = _at_line(without, c) - _at_line(baseline, c)
         if new:
             became = ", ".join(f"{n} {kind}" for kind, n in sorted(new.items()))
             return CHANGED, f"without {it}, {what} becomes {became}"
