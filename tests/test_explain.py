@@ -479,7 +479,9 @@ def test_a_forward_collective_is_explained_by_the_forward_op_of_its_line():
     """`out @ wo` makes a forward dot and backward dots at one line, of one
     shape; the forward's partial-sum all-reduce is explained by the
     forward's dot (JAX names it `jvp()/dot_general`), which reads the
-    attention's output, not the backward's, which reads a gradient."""
+    attention's output, not the backward's, which reads a gradient. No
+    value any collective reads is left without its sharding: JAX's `mul`,
+    `sub` and `add_any` are found as the StableHLO ops they lower to."""
     gpt = _gpt()
     rules = [("**/embed", "fsdp,tp"), ("**/attn/w[qkv]", "fsdp,tp"),
              ("**/attn/wo", "tp,fsdp"), ("**/mlp/w_in", "fsdp,tp"),
@@ -495,3 +497,5 @@ def test_a_forward_collective_is_explained_by_the_forward_op_of_its_line():
         (value,) = [v for v in c.why.operand.sums if v.source is not None]
         assert (value.what, value.source.line) == ("reshape", line - 1)
         assert value.origins["tp"].rule == "rules **/attn/w[qkv]=fsdp,tp"
+    unknown = [c.why.text for c in report.collectives if "not recorded" in c.why.text]
+    assert not unknown, unknown[0]

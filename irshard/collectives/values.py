@@ -65,6 +65,26 @@ PRIMITIVE_OPS = {
     "squeeze": ("reshape",),
     "expand_dims": ("reshape", "broadcast_in_dim"),
     "rev": ("reverse",),
+    # JAX's arithmetic, named apart from the StableHLO ops it lowers to.
+    "mul": ("multiply",),
+    "square": ("multiply", "square"),
+    "add_any": ("add",),
+    "sub": ("subtract",),
+    "div": ("divide",),
+    "rem": ("remainder",),
+    "neg": ("negate",),
+    "max": ("maximum",),
+    "min": ("minimum",),
+    "lt": ("compare",),
+    "le": ("compare",),
+    "gt": ("compare",),
+    "ge": ("compare",),
+    "eq": ("compare",),
+    "ne": ("compare",),
+    "sin": ("sine",),
+    "cos": ("cosine",),
+    "log1p": ("log_plus_one",),
+    "expm1": ("exponential_minus_one",),
 }
 
 
@@ -136,7 +156,8 @@ def array_dims(shape) -> tuple[int, ...] | None:
 
 def _op_name(name: str) -> str:
     """`stablehlo.dot_general` -> `dot_general`."""
-    return name.split(".", 1)[1] if name.startswith(("stablehlo.", "sdy.", "func.")) \
+    return name.split(".", 1)[1] \
+        if name.startswith(("stablehlo.", "chlo.", "sdy.", "func.")) \
         else name
 
 
