@@ -115,6 +115,31 @@ def test_a_sharded_state_s_input_is_opened_with_the_output_it_comes_back_as():
     assert _COLLECTIVE.findall(jitted(P()).lower(*p.args()).compile().as_text()) == []
 
 
+def test_a_batch_one_prefix_sharded_is_one_decision():
+    """`in_shardings=(w, data)` shards the whole batch with one entry: the
+    inputs and the targets are one decision, opened together. Opened
+    alone, the targets' sharding kept the loss's partial sum over the
+    batch, and every candidate was refuted."""
+    p = puzzle("batch_prefix")
+    m = mesh()
+    report = irshard.compile(p.step(m), *p.args(), verify=True)
+    decls = {t.name: t for t in report.inputs}
+    assert decls["batch/inputs"].sharding == decls["batch/targets"].sharding
+    [(kind, cause)] = causes(report)
+    assert kind == "all-reduce"
+    assert (cause.decision.kind, cause.decision.name) == ("input", "batch/inputs")
+    assert cause.verdict == "confirmed", cause.seen
+    # Plain JAX: the all-reduce with the batch sharded, none with it whole,
+    # and still one with the targets alone left sharded.
+    found = lambda data: _COLLECTIVE.findall(      # noqa: E731
+        p.step(m, data).lower(*p.args()).compile().as_text())
+    assert "all-reduce" in found(P("x"))
+    assert found(P()) == []
+    half = jax.jit(p.loss, in_shardings=(NamedSharding(m, P()), {
+        "inputs": NamedSharding(m, P()), "targets": NamedSharding(m, P("x"))}))
+    assert "all-reduce" in _COLLECTIVE.findall(half.lower(*p.args()).compile().as_text())
+
+
 def test_a_parameter_s_decision_opens_its_whole_optimizer_state():
     """A training step's state as optax keeps it: `mu/layer/w` and
     `nu/layer/w` each mirror `params/layer/w` (their paths end alike) but

@@ -8,6 +8,8 @@ name.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -50,6 +52,10 @@ class LoweredLeaf:
     key: str | None = None    # a typed PRNG key's dtype name
     donated: bool = False
     kept: bool = True         # an input jax.jit kept (unused ones are dropped)
+    # The first input (flat index) whose sharding the same entry of the
+    # jitted function's own `in_shardings` gave (one sharding a prefix gave
+    # a whole batch); None where no other input shares its entry.
+    sharing: int | None = None
 
 
 @dataclass(frozen=True)
@@ -111,9 +117,33 @@ def _leaf_of(path, info, donated: bool = False, kept: bool = True) -> LoweredLea
                        donated, kept)
 
 
-def lowered_of(lowered, framework: str = "jax") -> JittedLowering:
+def _sharing(compile_args: dict, kept: Sequence[int],
+             own: frozenset[int]) -> dict[int, int]:
+    """Kept input (flat index) -> the first kept input given the same
+    sharding object by the jitted function's own `in_shardings` (`own`:
+    the ids of their leaves), for the inputs that share one: JAX
+    broadcasts a prefix's sharding to every leaf under it (a batch's
+    `data_sharding`), so they hold the one object the user wrote once.
+    Shardings the arguments carry (`in_shardings` left unspecified) are
+    not grouped: one object put on two arrays is two decisions."""
+    shardings = compile_args.get("in_shardings")
+    if shardings is None or len(shardings) != len(kept):
+        return {}
+    first: dict[int, int] = {}
+    for i, sharding in zip(kept, shardings):
+        if id(sharding) in own:
+            first.setdefault(id(sharding), i)
+    found = {i: first[id(s)] for i, s in zip(kept, shardings) if id(s) in first}
+    counts: dict[int, int] = {}
+    for group in found.values():
+        counts[group] = counts.get(group, 0) + 1
+    return {i: group for i, group in found.items() if counts[group] > 1}
+
+
+def lowered_of(lowered, framework: str = "jax", jitted: Any = None) -> JittedLowering:
     """A `jax.stages.Lowered` (or a framework's, or a `Traced`) as irshard
-    reads it."""
+    reads it; `jitted`, the `jax.jit` object it came from, where known
+    (which inputs one of its `in_shardings` entries gave their sharding)."""
     jax = _jax()
     _exclude_own_frames()
     lowered = _jax_lowered(lowered)
@@ -122,9 +152,13 @@ def lowered_of(lowered, framework: str = "jax") -> JittedLowering:
     kept = compile_args.get("kept_var_idx")
     flat = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
     kept = set(range(len(flat))) if kept is None else set(kept)
-    inputs = tuple(_leaf_of(path, info, bool(getattr(info, "donated", False)),
-                            i in kept)
-                   for i, (path, info) in enumerate(flat))
+    info = getattr(jitted, "_jit_info", None)
+    own = frozenset(id(s) for s in getattr(info, "in_shardings_leaves", None) or ()
+                    if type(s).__name__ != "UnspecifiedValue")
+    sharing = _sharing(compile_args, sorted(kept), own)
+    inputs = tuple(dataclasses.replace(
+        _leaf_of(path, info, bool(getattr(info, "donated", False)), i in kept),
+        sharing=sharing.get(i)) for i, (path, info) in enumerate(flat))
     outputs = tuple(_leaf_of(path, info) for path, info in
                     jax.tree_util.tree_flatten_with_path(lowered.out_info)[0])
     devices = compile_args.get("device_assignment")
@@ -203,8 +237,7 @@ def lower_jitted(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], mesh,
     # The wrapper's own `Lowered` says whose it is (flax's, equinox's).
     framework = (type(lowered).__module__ or "jax").split(".")[0]
     framework = {"jaxlib": "jax"}.get(framework, framework)
-    import dataclasses
-    return dataclasses.replace(lowered_of(lowered, framework),
+    return dataclasses.replace(lowered_of(lowered, framework, target),
                                bound=_bound_leaves(target, bound, keywords))
 
 

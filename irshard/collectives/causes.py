@@ -161,13 +161,15 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
         # An input's rule is one decision: every input it gave its sharding;
         # and an input no rule sharded is one with those that mirror it,
         # and those that mirror them (Adam's `nu` mirrors the parameter
-        # that `mu` mirrors: its path ends alike, `mu`'s does not).
+        # that `mu` mirrors: its path ends alike, `mu`'s does not), and
+        # with those one entry of the jitted step's `in_shardings` gave
+        # theirs (a batch's).
         own = decls[names.index(decision.name)]
         if own.rule is not None:
             chosen |= {t.name for t in decls if t.rule == own.rule}
         else:
             chosen |= {decls[i].name for i in
-                       mirrors.mirror_group(decls, names.index(own.name))}
+                       mirrors.decision_group(decls, names.index(own.name))}
     returned = _carried_back(module, info, chosen) \
         if kind == "input" and own.rule is None else []
     for name in sorted(chosen):

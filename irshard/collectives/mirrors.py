@@ -1,7 +1,8 @@
 """Inputs that are one decision: a parameter and the optimizer state a
 training step carries for it (`opt_state/mu/layers/0/w` for
 `params/layers/0/w`), which a jitted step's own `in_shardings` shard
-alike and Shardy may name in each other's place."""
+alike and Shardy may name in each other's place; and the inputs one entry
+of those `in_shardings` gave their sharding (a batch's, as a prefix)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,25 @@ def mirror_group(decls, index: int) -> list[int]:
             if i not in found and mirrors(t, member):
                 found.add(i)
                 members.append(t)
+    return sorted(found)
+
+
+def decision_group(decls, index: int) -> list[int]:
+    """Input `index` with every input that is one decision with it: those
+    that mirror it (`mirror_group`) and those given their sharding by the
+    same `in_shardings` entry (`TensorDecl.sharing`), and theirs, in order."""
+    found = {index}
+    todo = [index]
+    while todo:
+        i = todo.pop()
+        near = set(mirror_group(decls, i))
+        share = getattr(decls[i], "sharing", None)
+        if share is not None:
+            near |= {j for j, t in enumerate(decls)
+                     if getattr(t, "sharing", None) == share}
+        for j in sorted(near - found):
+            found.add(j)
+            todo.append(j)
     return sorted(found)
 
 

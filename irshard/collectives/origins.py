@@ -142,13 +142,14 @@ class PropagationSites:
         its sharding where one did. An input no rule of irshard's sharded
         is named by the parameter among those that mirror it (not its
         optimizer state: Shardy records any of them as the origin of what
-        they decide together)."""
+        they decide together), and an input one `in_shardings` entry
+        sharded with others (a batch's) by the shortest path among them."""
         inputs = self.info.inputs
         rule = getattr(inputs[index], "rule", None) if index < len(inputs) else None
         if rule is None and index < len(inputs):
             if index not in self._mirrored:
                 self._mirrored[index] = mirrors.group_name(
-                    inputs, mirrors.mirror_group(inputs, index))
+                    inputs, mirrors.decision_group(inputs, index))
             index = self._mirrored[index]
         return Origin("input", self.input_name(index), rule=rule)
 

@@ -25,6 +25,9 @@ class TensorDecl:
     sharding: ShardingSpec | None = None      # as given, for an input
     donated: bool = False                     # an input XLA may reuse
     rule: str | None = None                   # what gave its sharding
+    # The first input (index) whose sharding the same entry of a jitted
+    # function's own `in_shardings` gave: one decision (a batch's prefix).
+    sharing: int | None = None
 
 
 @dataclass(frozen=True)

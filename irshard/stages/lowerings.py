@@ -42,6 +42,10 @@ class JittedProgram:
     devices: tuple[Any, ...] | None
     callbacks: Any
     out_tree: Any
+    # Each leaf's first leaf (index) given the same entry of the jitted
+    # function's own `in_shardings` (a prefix's, for a whole batch), where
+    # several share one and no rule replaced it; else None.
+    sharing: tuple[int | None, ...] = ()
 
 
 @contextlib.contextmanager
@@ -166,7 +170,9 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
     donated: list[bool] = []
     extra_donors: list[int] = []
     unused: list[str] = []      # inputs jax.jit leaves out
-    for found, user, mark in zip(lowered.inputs, matched, matching.leaves):
+    position: dict[int, int] = {}   # flat input -> its leaf
+    for flat, (found, user, mark) in enumerate(
+            zip(lowered.inputs, matched, matching.leaves)):
         name = user.path if user is not None \
             and user.path not in matching.ambiguous else \
             f"{mark} (bound)" if isinstance(mark, str) \
@@ -176,6 +182,7 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
             continue
         dtype = _dtype(found.dtype, f"input '{name}'")
         given = user is not None and user.given
+        position[flat] = len(leaves)
         leaves.append(Leaf(name, TensorType(dtype, found.shape),
                            user.sharding if given
                            else ShardingSpec.replicated(len(found.shape)),
@@ -197,7 +204,24 @@ def lower_jitted_program(program: Program, jax_mesh: Any,
                     for n, o in zip(names, lowered.outputs))
     return JittedProgram(lowered.module, tuple(leaves), tuple(donated), outputs,
                          notes, lowered.devices, lowered.callbacks,
-                         lowered.out_tree)
+                         lowered.out_tree, _sharing(lowered.inputs, leaves, position))
+
+
+def _sharing(inputs, leaves: Sequence[Leaf], position: dict[int, int]
+             ) -> tuple[int | None, ...]:
+    """`JittedProgram.sharing`: the lowering's groups of inputs given one
+    `in_shardings` entry, by leaf, less those a rule sharded on top."""
+    groups: dict[int, list[int]] = {}
+    for flat, found in enumerate(inputs):
+        if found.sharing is not None and flat in position \
+                and not leaves[position[flat]].given:
+            groups.setdefault(found.sharing, []).append(position[flat])
+    sharing: list[int | None] = [None] * len(leaves)
+    for members in groups.values():
+        if len(members) > 1:
+            for member in members:
+                sharing[member] = members[0]
+    return tuple(sharing)
 
 
 def _mark_donors(module, leaves: Sequence[Leaf], donated: Sequence[bool],

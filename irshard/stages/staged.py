@@ -380,8 +380,10 @@ def _stage_of(program: Program, placement: targets.Placement,
         source=files.shown_path(program.source), function=program.function,
         user_dir=_user_dir(program), mesh=program.mesh, placement=placement,
         inputs=tuple(TensorDecl(leaf.path, leaf.type.dtype, leaf.type.shape,
-                                leaf.key, leaf.sharding, donated, leaf.rule)
-                     for leaf, donated in zip(lowered.leaves, lowered.donated)),
+                                leaf.key, leaf.sharding, donated, leaf.rule, sharing)
+                     for leaf, donated, sharing in zip(
+                         lowered.leaves, lowered.donated,
+                         lowered.sharing or (None,) * len(lowered.leaves))),
         outputs=tuple(TensorDecl(name, dtype, shape, key)
                       for name, dtype, shape, key in lowered.outputs),
         notes=notes + lowered.notes + _static_notes(program, ()))
