@@ -9,7 +9,6 @@ name.
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -152,8 +151,8 @@ def lowered_of(lowered, framework: str = "jax", jitted: Any = None) -> JittedLow
     kept = compile_args.get("kept_var_idx")
     flat = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
     kept = set(range(len(flat))) if kept is None else set(kept)
-    info = getattr(jitted, "_jit_info", None)
-    own = frozenset(id(s) for s in getattr(info, "in_shardings_leaves", None) or ()
+    jit_info = getattr(jitted, "_jit_info", None)
+    own = frozenset(id(s) for s in getattr(jit_info, "in_shardings_leaves", None) or ()
                     if type(s).__name__ != "UnspecifiedValue")
     sharing = _sharing(compile_args, sorted(kept), own)
     inputs = tuple(dataclasses.replace(
