@@ -16,18 +16,47 @@ from irshard.core.specs import check_sharding, parse_sharding
 from irshard.passes import ModulePass
 
 
-def _matches(match: Match, operation: ir.Operation) -> bool:
+def _matches(match: Match, operation: ir.Operation, calls=None) -> bool:
     if not match.op_matches(operation.name):
         return False
-    return match.file is None or _matches_location(operation, match.file, match.line)
+    return match.file is None or _matches_location(operation, match.file,
+                                                   match.line, calls)
 
 
-def _matches_location(operation: ir.Operation, file: str, line: int) -> bool:
-    for path, op_line, _ in locations.location_frames(operation.location):
-        if op_line == line and (path == file or path.endswith(os.sep + file)
-                                or os.path.basename(path) == file):
+def _matches_location(operation: ir.Operation, file: str, line: int,
+                      calls=None) -> bool:
+    """Whether `operation` came from `file:line`: a frame of its location,
+    or, for an op of a function JAX outlined from its own code (`relu`,
+    `logsumexp`), a frame of a call of that function (the line the user
+    wrote it at, as `--explain` names it)."""
+    for _ in range(32):
+        for path, op_line, _ in locations.location_frames(operation.location):
+            if op_line == line and (path == file or path.endswith(os.sep + file)
+                                    or os.path.basename(path) == file):
+                return True
+        fn = operation.parent
+        while fn is not None and fn.name != "func.func":
+            fn = fn.parent
+        if calls is None or fn is None or shardy.is_public(fn.opview):
+            return False
+        callers = calls.get(fn.opview.sym_name.value)
+        if not callers:
+            return False
+        if any(_matches_location(c, file, line) for c in callers[1:]):
             return True
+        operation = callers[0]
     return False
+
+
+def _calls(module) -> dict[str, list]:
+    """Each private function's calls, by its name."""
+    found: dict[str, list] = {}
+    for fn in shardy.functions(module):
+        for operation in shardy.walk(fn.operation):
+            if operation.name == "func.call":
+                callee = ir.FlatSymbolRefAttr(operation.attributes["callee"]).value
+                found.setdefault(callee, []).append(operation)
+    return found
 
 
 def _describe(operation: ir.Operation) -> str:
@@ -50,7 +79,9 @@ class ConstrainPass(ModulePass):
       match      an operation name (`stablehlo.dot_general`, or just
                  `dot_general`), a source location `FILE:LINE` (`model.py:12`;
                  FILE may be a path suffix or a base name), or both
-                 (`dot_general@model.py:12`); `#N` picks the N-th match in
+                 (`dot_general@model.py:12`; an op of a function JAX
+                 outlined, `jax.nn.relu`'s `maximum`, matches the line of
+                 its call as well); `#N` picks the N-th match in
                  program order (`model.py:12#2`). An op picked alone must
                  take the sharding; of several, those it does not divide are
                  left alone.
@@ -84,13 +115,14 @@ class ConstrainPass(ModulePass):
 
     def _constrain(self, module, spec, mesh_name, mesh) -> int:
         match = parse_match(self.match)
+        calls = _calls(module)
         matched = []
         for fn in shardy.functions(module):
             for operation in shardy.walk(fn.operation):
                 if operation.name in ("sdy.sharding_constraint", "func.return",
                                       "stablehlo.return", "sdy.return"):
                     continue
-                if _matches(match, operation):
+                if _matches(match, operation, calls):
                     matched.append(operation)
         if match.index is not None:
             if match.index > len(matched):

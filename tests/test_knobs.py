@@ -149,3 +149,15 @@ def test_a_knob_search_per_example_prunes_what_its_bound_rules_out(tmp_path):
                            "--devices", "2")
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1
+
+
+def test_a_constraint_at_a_line_reaches_an_op_jax_outlined_there():
+    """`jax.nn.relu` lowers to a private function whose `maximum` carries
+    JAX's own location; the user wrote it at the tutorial's line 25, which
+    is where `--explain` names it and where `suggest` constrains it. The
+    constraint finds it through the function's call there."""
+    args = (TUTORIAL, "--fn", "update", "--args", "args", "--mesh", "x=8")
+    done = run_irshard("compile", *args, "--constrain", "maximum@tutorial_mlp.py:25=_,_")
+    assert done.returncode == 0, done.stderr
+    done = run_irshard("compile", *args, "--constrain", "maximum@tutorial_mlp.py:24=_,_")
+    assert done.returncode == 2 and "no operation matches" in done.stderr, done.stderr
