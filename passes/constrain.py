@@ -48,17 +48,6 @@ def _matches_location(operation: ir.Operation, file: str, line: int,
     return False
 
 
-def _calls(module) -> dict[str, list]:
-    """Each private function's calls, by its name."""
-    found: dict[str, list] = {}
-    for fn in shardy.functions(module):
-        for operation in shardy.walk(fn.operation):
-            if operation.name == "func.call":
-                callee = ir.FlatSymbolRefAttr(operation.attributes["callee"]).value
-                found.setdefault(callee, []).append(operation)
-    return found
-
-
 def _describe(operation: ir.Operation) -> str:
     types = ", ".join(str(r.type) for r in operation.results)
     return f"{operation.name} -> {types}" if types else operation.name
@@ -115,7 +104,7 @@ class ConstrainPass(ModulePass):
 
     def _constrain(self, module, spec, mesh_name, mesh) -> int:
         match = parse_match(self.match)
-        calls = _calls(module)
+        calls = shardy.calls_by_callee(module)
         matched = []
         for fn in shardy.functions(module):
             for operation in shardy.walk(fn.operation):

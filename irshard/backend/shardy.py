@@ -77,6 +77,17 @@ def functions(module: ir.Module) -> Iterator[func.FuncOp]:
             yield op.opview if not isinstance(op, func.FuncOp) else op
 
 
+def calls_by_callee(module: ir.Module) -> dict[str, list[ir.Operation]]:
+    """Each function's `func.call`s, by the called function's name."""
+    found: dict[str, list[ir.Operation]] = {}
+    for fn in functions(module):
+        for operation in walk(fn.operation):
+            if operation.name == "func.call":
+                callee = ir.FlatSymbolRefAttr(operation.attributes["callee"]).value
+                found.setdefault(callee, []).append(operation)
+    return found
+
+
 def is_public(fn: func.FuncOp) -> bool:
     visibility = fn.attributes["sym_visibility"] \
         if "sym_visibility" in fn.attributes else None

@@ -61,11 +61,7 @@ class PropagationSites:
 
     def _index(self) -> None:
         from jaxlib.mlir import ir
-        for fn in self.functions.values():
-            for operation in self.shardy.walk(fn.operation):
-                if operation.name == "func.call":
-                    callee = ir.FlatSymbolRefAttr(operation.attributes["callee"]).value
-                    self.calls.setdefault(callee, []).append(operation)
+        self.calls = self.shardy.calls_by_callee(self.module)
         for fn in self.functions.values():
             for operation in self.shardy.walk(fn.operation):
                 if ORIGIN_NAME in operation.attributes:
