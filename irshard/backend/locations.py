@@ -61,3 +61,23 @@ def frames(location: ir.Location) -> list[Frame]:
 def location_frames(location: ir.Location) -> list[tuple[str, int, str]]:
     """(file, line, function) of every file location, innermost first."""
     return [(f, line, fn) for f, line, _, fn in file_locations(location)]
+
+
+def diagnostic_text(error: ir.MLIRError, source: str | None = None,
+                    first_line: int = 1, with_location: bool = True) -> str:
+    """The first diagnostic of an MLIRError as `file:line:col: message`.
+
+    With `source`, the file is `source` and lines count from `first_line`
+    (a chunk of a larger file); without, the location's own file is kept.
+    `with_location=False` gives the message alone."""
+    diagnostics = list(error.error_diagnostics)
+    if not diagnostics:
+        return f"{source}: {error.message}" if source else error.message
+    d = diagnostics[0]
+    found = file_locations(d.location) if with_location else []
+    if not found:
+        return f"{source}: {d.message}" if source and with_location else d.message
+    file, line, column, _ = found[0]
+    if source is not None:
+        file, line = source, line + first_line - 1
+    return f"{file}:{line}:{column}: {d.message}"

@@ -23,8 +23,8 @@ class PassFailure(Exception):
         self.file = found[0][0] if found else ""
 
     def describe(self, source: str | None = None, first_line: int = 1) -> str:
-        from irshard.backend import shardy
-        return shardy.diagnostic_text(self.error, source, first_line)
+        from irshard.backend import locations
+        return locations.diagnostic_text(self.error, source, first_line)
 
     def __str__(self) -> str:
         return self.describe()

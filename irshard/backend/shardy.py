@@ -15,7 +15,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy
 
 from irshard.core.errors import IRError
-from irshard.backend.locations import file_locations, location_name, typed_location
+from irshard.backend.locations import location_name, typed_location
 from irshard.core.specs import DimSharding, MeshAxis, MeshSpec, ShardingSpec
 from irshard.core.syntax import split_top_level
 
@@ -339,26 +339,6 @@ def walk(op: ir.Operation) -> Iterator[ir.Operation]:
             for child in block.operations:
                 yield child.operation
                 yield from walk(child.operation)
-
-
-def diagnostic_text(error: ir.MLIRError, source: str | None = None,
-                    first_line: int = 1, with_location: bool = True) -> str:
-    """The first diagnostic of an MLIRError as `file:line:col: message`.
-
-    With `source`, the file is `source` and lines count from `first_line`
-    (a chunk of a larger file); without, the location's own file is kept.
-    `with_location=False` gives the message alone."""
-    diagnostics = list(error.error_diagnostics)
-    if not diagnostics:
-        return f"{source}: {error.message}" if source else error.message
-    d = diagnostics[0]
-    found = file_locations(d.location) if with_location else []
-    if not found:
-        return f"{source}: {d.message}" if source and with_location else d.message
-    file, line, column, _ = found[0]
-    if source is not None:
-        file, line = source, line + first_line - 1
-    return f"{file}:{line}:{column}: {d.message}"
 
 
 def propagation_freedom(module: ir.Module) -> tuple[list[bool], list[bool]]:

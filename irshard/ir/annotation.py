@@ -12,7 +12,7 @@ from typing import Mapping
 
 from jaxlib.mlir import ir
 
-from irshard.backend import shardy
+from irshard.backend import locations, shardy
 from irshard.core.errors import IRError, SpecError
 from irshard.core.specs import MeshSpec, ShardingSpec, check_sharding
 
@@ -135,10 +135,10 @@ def annotate(module: ir.Module, mesh: MeshSpec | None,
                 raise SpecError(
                     f"the mesh {mesh} replaces the module's @{name} "
                     f"({replaced}), but the module's own shardings do not fit "
-                    f"it: {shardy.diagnostic_text(e, with_location=False)}; "
+                    f"it: {locations.diagnostic_text(e, with_location=False)}; "
                     f"use the module's axis names") from None
             raise IRError(f"the annotated module does not verify: "
-                          f"{shardy.diagnostic_text(e)}") from None
+                          f"{locations.diagnostic_text(e)}") from None
     return mesh
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from irshard import backend
-from irshard.backend import shardy
+from irshard.backend import locations, shardy
 from irshard.core.errors import IRError, IrshardError, PassError
 from irshard.ir import pipeline
 from irshard.ir.diagnostics import (Diagnostic, diagnostic, diagnostic_lines,
@@ -96,7 +96,7 @@ def parse_module(data: str | bytes, context, source: str, first_line: int = 1):
         try:
             module = ir.Module.parse(data)
         except ir.MLIRError as e:
-            raise failure(IRError, shardy.diagnostic_text(e, source, first_line),
+            raise failure(IRError, locations.diagnostic_text(e, source, first_line),
                            infos(e), source, first_line) from None
     if isinstance(data, bytes) and any(
             op.operation.name.startswith("vhlo.") for op in module.body.operations):
