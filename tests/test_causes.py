@@ -140,6 +140,40 @@ def test_a_batch_one_prefix_sharded_is_one_decision():
     assert "all-reduce" in _COLLECTIVE.findall(half.lower(*p.args()).compile().as_text())
 
 
+def test_a_batch_and_the_constraint_that_repeats_it_are_found_together(monkeypatch):
+    """The batch sharded by `in_shardings` and again by an activation
+    constraint: Shardy names the constraint alone, and dropping it leaves
+    the loss's partial sum (the batch still shards the activations).
+    The program without it, explained, names the batch; the two removed
+    together confirm the cause. Before, the collective had none."""
+    p = puzzle("batch_constrained")
+    m = mesh()
+    report = irshard.compile(p.step(m), *p.args(), verify=True)
+    [c] = report.collectives
+    assert c.kind == "all-reduce"
+    first, last = c.why.causes[0], c.why.causes[-1]
+    assert (first.decision.kind, first.decision.source.line) == ("constraint", 19)
+    assert first.verdict == "not confirmed"
+    assert last.decision.kind == "together"
+    assert sorted((d.kind, d.source.line if d.source else d.name)
+                  for d in last.decision.parts) == [("constraint", 19),
+                                                    ("input", "batch/inputs")]
+    assert last.verdict == "confirmed", last.seen
+    assert c.why.cause == last
+    assert "1 of them explained again" in report.notes[-1]
+    # Plain JAX: the all-reduce with either decision left, none without both.
+    def found(data):
+        args = p.args()
+        with jax.set_mesh(m):
+            return _COLLECTIVE.findall(
+                p.step(m, data).lower(*args).compile().as_text())
+    assert "all-reduce" in found(P("x"))
+    assert "all-reduce" in found(P())
+    monkeypatch.setattr(p, "CONSTRAINED", False)
+    assert "all-reduce" in found(P("x"))
+    assert found(P()) == []
+
+
 def test_a_parameter_s_decision_opens_its_whole_optimizer_state():
     """A training step's state as optax keeps it: `mu/layer/w` and
     `nu/layer/w` each mirror `params/layer/w` (their paths end alike) but
@@ -147,7 +181,7 @@ def test_a_parameter_s_decision_opens_its_whole_optimizer_state():
     all three and the outputs that hand them back; once `nu` stayed
     sharded when `mu` was named, and pinned the parameter's gradient."""
     from irshard.backend import edits
-    from irshard.collectives import causes as found_causes
+    from irshard.collectives import counterfactual as counterfactuals
     from irshard.core.frames import UserCode
     from irshard.reporting.why import Origin
     m = mesh()
@@ -176,7 +210,7 @@ def test_a_parameter_s_decision_opens_its_whole_optimizer_state():
     names = [t.name for t in lowered.info.inputs]
     assert "state/opt/mu/layer/w" in names and "state/opt/nu/layer/w" in names
     for named in ("state/opt/mu/layer/w", "state/opt/nu/layer/w", "state/params/layer/w"):
-        stage, _ = found_causes.counterfactual(lowered, Origin("input", named),
+        stage, _ = counterfactuals.counterfactual(lowered, Origin("input", named),
                                                UserCode(lowered.info.user_dir))
         opened = [name for i, name in enumerate(names)
                   if (edits.boundary_sharding(stage.module, "input", i) or "")

@@ -22,7 +22,11 @@ looked for at its line:
   none, a gather or a reshape, is not recompiled and keeps no verdict);
 - where each of a collective's decisions alone is refuted, all of them at
   once (`together`: both operands of a partial sum, a weight's sharding
-  and the constraint that repeats it).
+  and the constraint that repeats it);
+- where that is refuted too, the decisions that hold the collective once
+  they are gone: the program without them is compiled and explained, and
+  the causes named there are removed with them (a batch's sharding and
+  the activation constraints that repeat it), up to `PEELS` times.
 
 Its verdict is `confirmed` where the collective goes (fewer of its kind
 and axes at its line), `changed` where it becomes another collective there
@@ -37,19 +41,17 @@ import dataclasses
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from irshard.collectives import mirrors
-from irshard.collectives.mirrors import same_path_end
+from irshard.collectives.counterfactual import NOTHING, counterfactual
+from irshard.collectives.findings import findings_caused
 from irshard.core import threads
 from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
 
 # The decisions a recompile can remove.
 VERIFIABLE = ("constraint", "input", "output", "op", "together")
-# Why a decision was not recompiled: the program has none of it to remove
-# (for an op: none whose results have operands of their types).
-NOTHING = "the program has nothing of it to remove"
-# An op's primitive as the StableHLO ops it lowers to, where the names differ.
-_OP_FORMS = {"pure_callback": ("custom_call",), "io_callback": ("custom_call",)}
+# How many times a collective every named cause of which was refuted is
+# explained again in the program without them.
+PEELS = 3
 
 
 def _pass(c) -> str:
@@ -98,142 +100,6 @@ def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
     return NOT_CONFIRMED, f"without {it}, {what} stays"
 
 
-def counterfactual(lowered, decision: Origin, users: UserCode):
-    """The traced module (`lowered`, the StableHLO stage) without
-    `decision` (each of its parts, for `together`), as a stage to compile,
-    and the decision as removed (under explicit axes, the first constraint
-    of the chain that made the sharding: the `reshard`); None where it
-    has nothing to remove."""
-    from irshard.backend import shardy
-    module = shardy.clone_module(lowered.module)
-    removed = []
-    for part in decision.parts or (decision,):
-        done = _remove(module, part, lowered.info, users)
-        if done is None:
-            return None
-        removed.append(done)
-    if decision.parts:
-        decision = dataclasses.replace(decision, parts=tuple(removed))
-    else:
-        decision = removed[0]
-    return dataclasses.replace(lowered, module=module), decision
-
-
-def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
-    """Removes or relaxes `decision` in `module` (see the module
-    docstring); the decision as removed, or None where there is nothing
-    of it."""
-    from irshard.backend import edits
-    from irshard.collectives.origins import PropagationSites
-    if decision.kind == "constraint":
-        if decision.source is None:
-            return None
-        line = (decision.source.file, decision.source.line)
-        sites = PropagationSites(module.operation.opview, info, users)
-
-        def there(operation) -> bool:
-            found = sites.constraint_source(operation)
-            return found is not None and (found.file, found.line) == line
-
-        explicit = info.mesh is not None and bool(info.mesh.explicit)
-        dropped = edits.drop_constraints(module, there, upstream=explicit)
-        if not dropped:
-            return None
-        if explicit:
-            # Under explicit axes the shardings are in the types: the
-            # outputs' follow the constraint, and are left to XLA.
-            for index in range(len(info.outputs)):
-                edits.open_boundary(module, "output", index)
-            from irshard.backend import locations
-            first = sites.called_at(users.choose(locations.frames(dropped[-1][1])))
-            if first is not None and first != decision.source:
-                decision = dataclasses.replace(decision, source=first)
-        return decision
-    if decision.kind == "op":
-        return decision if _bypass(module, decision, info, users) else None
-    kind = decision.kind
-    decls = info.inputs if kind == "input" else info.outputs
-    names = [t.name for t in decls]
-    if decision.name not in names:
-        return None
-    chosen = {decision.name}
-    if kind == "input":
-        # An input's rule is one decision: every input it gave its sharding;
-        # and an input no rule sharded is one with those that mirror it,
-        # and those that mirror them (Adam's `nu` mirrors the parameter
-        # that `mu` mirrors: its path ends alike, `mu`'s does not), and
-        # with those one entry of the jitted step's `in_shardings` gave
-        # theirs (a batch's).
-        own = decls[names.index(decision.name)]
-        if own.rule is not None:
-            chosen |= {t.name for t in decls if t.rule == own.rule}
-        else:
-            chosen |= {decls[i].name for i in
-                       mirrors.decision_group(decls, names.index(own.name))}
-    returned = _carried_back(module, info, chosen) \
-        if kind == "input" and own.rule is None else []
-    for name in sorted(chosen):
-        if not edits.open_boundary(module, kind, names.index(name)) \
-                and name == decision.name:
-            return None
-    for index in returned:
-        edits.open_boundary(module, "output", index)
-    return decision
-
-
-def _bypass(module, decision: Origin, info, users: UserCode) -> bool:
-    """The op a decision names (its primitive at its line) removed, each
-    result replaced by the operand of its type: whether there was one."""
-    from irshard.backend import edits
-    from irshard.collectives.origins import PropagationSites
-    from irshard.collectives.values import PRIMITIVE_OPS, _op_name
-    if decision.source is None:
-        return False
-    primitive = decision.name.partition(" ")[0]
-    names = _OP_FORMS.get(primitive) or PRIMITIVE_OPS.get(primitive, (primitive,))
-    line = (decision.source.file, decision.source.line)
-    sites = PropagationSites(module.operation.opview, info, users)
-
-    def there(operation) -> bool:
-        if _op_name(operation.name) not in names:
-            return False
-        found = sites.source(operation)
-        return found is not None and (found.file, found.line) == line
-
-    return bool(edits.bypass_ops(module, there))
-
-
-def _carried_back(module, info, chosen: set[str]) -> list[int]:
-    """The outputs that hand back inputs `chosen` (which no rule of
-    irshard's sharded: a jitted step's own `in_shardings`) with the same
-    sharding: the one an input is donated into, or one of the same shape
-    whose path ends as the input's does (`result/0/params/w` for
-    `state/params/w`), as a training step returns its state. The step's
-    `out_shardings` repeat the decision its `in_shardings` made; an input
-    left open would take its sharding back from them."""
-    from irshard.backend import edits
-    names = [t.name for t in info.inputs]
-    given = {name: edits.boundary_sharding(module, "input", names.index(name))
-             for name in chosen}
-    donated = {edits.aliased_output(module, names.index(name)): name
-               for name in chosen}
-    found = []
-    for index, out in enumerate(info.outputs):
-        sharding = edits.boundary_sharding(module, "output", index)
-        if sharding is None:
-            continue
-        if index in donated and given[donated[index]] == sharding:
-            found.append(index)
-            continue
-        for name in chosen:
-            decl = info.inputs[names.index(name)]
-            if decl.shape == out.shape and given[name] == sharding and \
-                    same_path_end(decl.name, out.name):
-                found.append(index)
-                break
-    return found
-
-
 def _together(causes: Sequence[Cause]) -> tuple[Cause, ...]:
     """The cause tried where each of `causes` alone is refuted: all their
     decisions that a recompile can remove, at once (none for fewer than
@@ -260,7 +126,7 @@ def verified(report, lowered, stage: str,
     and the verdicts are those of one walk after another."""
     users = UserCode(lowered.info.user_dir)
     recompiles = _Recompiles(lowered, users,
-                             compile_report or (lambda s: _report(s, stage)))
+                             compile_report or (lambda s: _report(s, stage)), stage)
     walks: dict[int, Any] = {}
     asked: dict[int, Origin] = {}
     collectives = list(report.collectives)
@@ -272,11 +138,15 @@ def verified(report, lowered, stage: str,
         recompiles.run(list(asked.values()), jobs)
         for i in list(asked):
             _advance(walks, asked, collectives, i, recompiles)
-    count = len(recompiles.without)
+    count = len(recompiles.without) + len(recompiles.explained)
     at_once = f", {min(jobs, count)} at a time" if jobs > 1 and count > 1 else ""
     note = (f"--verify: {count} recompile{'s' if count != 1 else ''}{at_once}, "
             f"each without a decision named as a cause (or all of a "
             f"collective's at once)")
+    if recompiles.explained:
+        n = len(recompiles.explained)
+        note += (f"; {n} of them explained again, for a collective that "
+                 f"stayed without each of its causes")
     return findings_caused(dataclasses.replace(
         report, collectives=tuple(collectives), notes=report.notes + (note,)))
 
@@ -301,9 +171,13 @@ def _walk(c, report):
     """Collective `c`'s causes, each tried until one holds: a generator
     that yields each decision it needs recompiled without, is sent
     `(report without it, why not, the decision as removed)`, and returns
-    `c` with its causes' verdicts."""
+    `c` with its causes' verdicts. Where all are refuted it yields
+    `Explain(decision)` for the last refuted one, is sent the report
+    without it explained (or None), and tries the causes named there
+    together with it."""
     causes = []
     held = False
+    refuted = None
     together = _together(c.why.causes)
     for cause in (*c.why.causes, *together):
         if cause in together and held:
@@ -323,41 +197,110 @@ def _walk(c, report):
         causes.append(dataclasses.replace(cause, decision=decision,
                                           verdict=outcome, seen=seen))
         held = outcome in (CONFIRMED, CHANGED)
+        if not held and cause.decision.kind != "op":
+            refuted = cause
+    for _ in range(PEELS if not held else 0):
+        if refuted is None:
+            break
+        without = yield Explain(refuted.decision)
+        more = _holding(c, without, refuted.decision)
+        if not more:
+            break
+        parts = (*(refuted.decision.parts or (refuted.decision,)),
+                 *(x.decision for x in more))
+        tried = Cause(Origin("together", "", parts=parts), refuted.side)
+        other, reason, decision = yield tried.decision
+        if other is None:
+            causes.append(dataclasses.replace(tried, verdict=NOT_CONFIRMED,
+                                              seen=reason))
+            break
+        outcome, seen = verdict(c, report, other, "together")
+        causes.append(dataclasses.replace(tried, decision=decision,
+                                          verdict=outcome, seen=seen))
+        if outcome in (CONFIRMED, CHANGED):
+            break
+        refuted = tried
     return dataclasses.replace(c, why=c.why.with_causes(tuple(causes)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Explain:
+    """A walk's request for the program without `decision`, compiled and
+    explained."""
+
+    decision: Origin
+
+    def key(self) -> str:
+        return f"explain without {self.decision.key()}"
+
+
+def _holding(c, without, removed: Origin) -> list[Cause]:
+    """The causes the report `without` (explained, or None) names for
+    collective `c` there that `removed` does not hold: what keeps it once
+    `removed` is gone."""
+    if without is None:
+        return []
+    gone = {p.key() for p in (removed.parts or (removed,))}
+    key = _key(c)
+    there = sorted((x for x in without.collectives if _key(x) == key
+                    and x.why is not None),
+                   key=lambda x: x.op_name != c.op_name)
+    found = []
+    for x in there[:1]:
+        for cause in x.why.causes:
+            d = cause.decision
+            if d.kind in VERIFIABLE and d.kind not in ("op", "together") \
+                    and d.key() not in gone:
+                gone.add(d.key())
+                found.append(cause)
+    return found
 
 
 class _Recompiles:
     """The counterfactual recompiles, each decision's once: its module
     edited here (MLIR is edited on one thread), compiled on up to `jobs`
-    threads."""
+    threads; an `Explain` request's compiled keeping its partitioned HLO
+    and explained here."""
 
-    def __init__(self, lowered, users: UserCode, compile_report):
+    def __init__(self, lowered, users: UserCode, compile_report, read: str):
         self.lowered, self.users, self.compile_report = lowered, users, compile_report
+        self.read = read
         self.without: dict[str, Any] = {}
         self.failed: dict[str, str] = {}
         self.named: dict[str, Origin] = {}
+        self.explained: dict[str, Any] = {}
 
-    def known(self, decision: Origin) -> bool:
+    def known(self, decision) -> bool:
         key = decision.key()
-        return key in self.without or key in self.failed
+        return key in self.without or key in self.failed or key in self.explained
 
-    def outcome(self, decision: Origin):
+    def outcome(self, decision):
         key = decision.key()
+        if isinstance(decision, Explain):
+            return self.explained.get(key)
         return (self.without.get(key), self.failed.get(key),
                 self.named.get(key, decision))
 
-    def run(self, decisions: Sequence[Origin], jobs: int) -> None:
-        made = {}
+    def run(self, decisions: Sequence[Any], jobs: int) -> None:
+        made, explain = {}, {}
         for decision in decisions:
             key = decision.key()
-            if key in made or self.known(decision):
+            if key in made or key in explain or self.known(decision):
                 continue
-            stage_ = counterfactual(self.lowered, decision, self.users)
+            asked = isinstance(decision, Explain)
+            stage_ = counterfactual(self.lowered, decision.decision if asked
+                                    else decision, self.users)
             if stage_ is None:
-                self.failed[key] = NOTHING
+                if asked:
+                    self.explained[key] = None
+                else:
+                    self.failed[key] = NOTHING
                 continue
-            self.named[key] = stage_[1]
-            made[key] = stage_[0]
+            if asked:
+                explain[key] = stage_[0]
+            else:
+                self.named[key] = stage_[1]
+                made[key] = stage_[0]
         for key, (value, error) in threads.each(self.compile_report,
                                                 made, jobs).items():
             if isinstance(error, Exception):   # a counterfactual the compiler refuses
@@ -367,23 +310,21 @@ class _Recompiles:
                 raise error
             else:
                 self.without[key] = value
+        compiled = threads.each(lambda s: s.compile(partitioned=True), explain,
+                                jobs) if explain else {}
+        for key, (value, error) in compiled.items():
+            if error is not None and not isinstance(error, Exception):
+                raise error
+            self.explained[key] = None if error is not None else \
+                self._explained(explain[key], value)
+
+    def _explained(self, stage_, compiled):
+        from irshard.collectives.explain import explained
+        read = compiled.partitioned() if self.read == "partitioned" else compiled
+        return explained(read.report(), stage_, read)
 
 
 def _report(stage_, read: str):
     compiled = stage_.compile(partitioned=read == "partitioned")
     return compiled.partitioned().report() if read == "partitioned" \
         else compiled.report()
-
-
-def findings_caused(report):
-    """`report` with each finding given the cause of the collectives XLA
-    made at its line (the demanding side's first, else any)."""
-    found = []
-    for f in report.findings:
-        there = [c.why.cause for c in report.collectives
-                 if c.why is not None and c.why.cause is not None
-                 and f.source is not None and c.source is not None
-                 and (c.source.file, c.source.line) == (f.source.file, f.source.line)]
-        there.sort(key=lambda cause: cause.side != "needed")
-        found.append(dataclasses.replace(f, cause=there[0]) if there else f)
-    return dataclasses.replace(report, findings=tuple(found))

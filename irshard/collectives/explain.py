@@ -441,6 +441,6 @@ def explained(report, lowered, stage):
         for c in report.collectives:
             steps = [explainer.steps[p.name] for p in matches[c.name]]
             collectives.append(dataclasses.replace(c, why=explainer.why(c, steps)))
-    from irshard.collectives.causes import findings_caused
+    from irshard.collectives.findings import findings_caused
     return findings_caused(dataclasses.replace(
         report, collectives=tuple(collectives), notes=report.notes + propagated.notes))

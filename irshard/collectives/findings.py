@@ -10,6 +10,7 @@ the op's location in the traced module).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Callable
 
@@ -112,3 +113,17 @@ def locator(module, user_dir: str | None, frames_table=None
                 return found
         return by_name.get(name)
     return locate
+
+
+def findings_caused(report):
+    """`report` with each finding given the cause of the collectives XLA
+    made at its line (the demanding side's first, else any)."""
+    found = []
+    for f in report.findings:
+        there = [c.why.cause for c in report.collectives
+                 if c.why is not None and c.why.cause is not None
+                 and f.source is not None and c.source is not None
+                 and (c.source.file, c.source.line) == (f.source.file, f.source.line)]
+        there.sort(key=lambda cause: cause.side != "needed")
+        found.append(dataclasses.replace(f, cause=there[0]) if there else f)
+    return dataclasses.replace(report, findings=tuple(found))
