@@ -31,7 +31,8 @@ looked for at its line:
 Its verdict is `confirmed` where the collective goes (fewer of its kind
 and axes at its line), `changed` where it becomes another collective there
 or moves other bytes, `not confirmed` where it stays; a collective's causes
-are tried in order until one holds. Each decision is recompiled once,
+are tried in order until one is confirmed (one that changes it is a
+cause, named after a confirmed one). Each decision is recompiled once,
 however many collectives name it.
 """
 
@@ -168,7 +169,7 @@ def _advance(walks, asked, collectives, i, recompiles: "_Recompiles") -> None:
 
 
 def _walk(c, report):
-    """Collective `c`'s causes, each tried until one holds: a generator
+    """Collective `c`'s causes, each tried until one is confirmed: a generator
     that yields each decision it needs recompiled without, is sent
     `(report without it, why not, the decision as removed)`, and returns
     `c` with its causes' verdicts. Where all are refuted it yields
@@ -176,11 +177,11 @@ def _walk(c, report):
     without it explained (or None), and tries the causes named there
     together with it."""
     causes = []
-    held = False
+    held = changed = False
     refuted = None
     together = _together(c.why.causes)
     for cause in (*c.why.causes, *together):
-        if cause in together and held:
+        if cause in together and (held or changed):
             break
         if held or cause.decision.kind not in VERIFIABLE:
             causes.append(cause)
@@ -196,10 +197,15 @@ def _walk(c, report):
         outcome, seen = verdict(c, report, other, cause.decision.kind)
         causes.append(dataclasses.replace(cause, decision=decision,
                                           verdict=outcome, seen=seen))
-        held = outcome in (CONFIRMED, CHANGED)
-        if not held and cause.decision.kind != "op":
+        # One that changes the collective is a cause, but one found later
+        # that removes it is named first (an FSDP weight's gather: without
+        # the batch's sharding it becomes the dot's partial sums, without
+        # the weight's it goes).
+        held = outcome == CONFIRMED
+        changed = changed or outcome == CHANGED
+        if outcome == NOT_CONFIRMED and cause.decision.kind != "op":
             refuted = cause
-    for _ in range(PEELS if not held else 0):
+    for _ in range(PEELS if not (held or changed) else 0):
         if refuted is None:
             break
         without = yield Explain(refuted.decision)
