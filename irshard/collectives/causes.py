@@ -26,7 +26,8 @@ looked for at its line:
 - where that is refuted too, the decisions that hold the collective once
   they are gone: the program without them is compiled and explained, and
   the causes named there are removed with them (a batch's sharding and
-  the activation constraints that repeat it), up to `PEELS` times.
+  the activation constraints that repeat it), up to `PEELS` times; not
+  for a collective XLA combined from several.
 
 Its verdict is `confirmed` where the collective goes (fewer of its kind
 and axes at its line), `changed` where it becomes another collective there
@@ -51,8 +52,9 @@ from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Orig
 # The decisions a recompile can remove.
 VERIFIABLE = ("constraint", "input", "output", "op", "together")
 # How many times a collective every named cause of which was refuted is
-# explained again in the program without them.
-PEELS = 3
+# explained again in the program without them. Each time costs two
+# recompiles; on MaxText's step the batch's sum needed more than three.
+PEELS = 2
 
 
 def _pass(c) -> str:
@@ -205,7 +207,10 @@ def _walk(c, report):
         changed = changed or outcome == CHANGED
         if outcome == NOT_CONFIRMED and cause.decision.kind != "op":
             refuted = cause
-    for _ in range(PEELS if not (held or changed) else 0):
+    # A collective XLA combined from several (a gradient norm's sums over
+    # every sharded weight) stays while any of them does: not peeled.
+    peels = PEELS if not (held or changed or c.why.combined) else 0
+    for _ in range(peels):
         if refuted is None:
             break
         without = yield Explain(refuted.decision)
