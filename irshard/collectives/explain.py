@@ -133,7 +133,7 @@ class _Explainer:
         `Hlo.reader` found reading it."""
         if found is None:
             return Value("its reader", needed, None), ()
-        kind, what = found
+        kind, what = found[:2]
         if kind == "output":
             spec, origins = self.prop.output(what)
             name = self.prop.output_name(what)
@@ -150,7 +150,12 @@ class _Explainer:
         operation = self.prop.op_at(source, primitive, None, axes, op_name)
         origins = self.prop.result(operation)[1] if operation is not None else {}
         forced = ()
-        if primitive in INDEXED or primitive in FORCING:
+        # An update's array passes through it; where the collective makes
+        # what is written (a scan's gradient stacked into its layer), the
+        # update's kind does not force it, and a recompile without the
+        # update would drop the collective's whole computation.
+        written = primitive in _UPDATES and found[2] != 0
+        if (primitive in INDEXED or primitive in FORCING) and not written:
             prop = FORCING.get(primitive, "indexes along a sharded dimension")
             forced = (Cause(Origin("op", f"{primitive} {prop}", source), "needed"),)
         return Value(primitive or what.opcode, needed, source,
@@ -352,6 +357,9 @@ def _text(c, reads: list[Value], reader: Value, origins, note) -> str:
 
 # Ops whose partitioned form needs an operand whole along a dimension, by
 # what about them forces it (gathers, scatters and sorts: `INDEXED`).
+# Ops that write into their first operand at traced positions.
+_UPDATES = ("scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
+
 FORCING = {
     "conv_general_dilated": "with feature groups or a sharded spatial "
                             "dimension is not partitioned along it",

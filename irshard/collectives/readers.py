@@ -119,8 +119,8 @@ class Hlo:
 
     def reader(self, inst):
         """What reads a collective's result: ("output", index), ("op",
-        inst) or None; past copies, tuples and the rest of an async
-        collective."""
+        inst, the operand it reads it as), ("collective", inst) or None;
+        past copies, tuples and the rest of an async collective."""
         frontier = [self._result_of(inst)]
         seen = set()
         for _ in range(8):
@@ -149,7 +149,7 @@ class Hlo:
                             or user.opcode.endswith("-done"):
                         nxt.append(user)
                         continue
-                    return "op", user
+                    return "op", user, user.operands.index(current.name)
             frontier = nxt
         return None
 
