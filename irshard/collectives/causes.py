@@ -209,10 +209,18 @@ def _walk(c, report):
             refuted = cause
     # A collective XLA combined from several (a gradient norm's sums over
     # every sharded weight) stays while any of them does: not peeled.
-    peels = PEELS if not (held or changed or c.why.combined) else 0
-    for _ in range(peels):
-        if refuted is None:
-            break
+    if refuted is not None and not (held or changed or c.why.combined):
+        causes += yield from _peel(c, report, refuted)
+    return dataclasses.replace(c, why=c.why.with_causes(tuple(causes)))
+
+
+def _peel(c, report, refuted: Cause):
+    """The rest of `_walk` where every cause of `c` was refuted, the last
+    `refuted`: up to `PEELS` times, the program without it explained and
+    the causes named there tried together with it. Returns the causes it
+    tried, with their verdicts."""
+    tried_all = []
+    for _ in range(PEELS):
         without = yield Explain(refuted.decision)
         more = _holding(c, without, refuted.decision)
         if not more:
@@ -222,16 +230,16 @@ def _walk(c, report):
         tried = Cause(Origin("together", "", parts=parts), refuted.side)
         other, reason, decision = yield tried.decision
         if other is None:
-            causes.append(dataclasses.replace(tried, verdict=NOT_CONFIRMED,
-                                              seen=reason))
+            tried_all.append(dataclasses.replace(tried, verdict=NOT_CONFIRMED,
+                                                 seen=reason))
             break
         outcome, seen = verdict(c, report, other, "together")
-        causes.append(dataclasses.replace(tried, decision=decision,
-                                          verdict=outcome, seen=seen))
+        tried_all.append(dataclasses.replace(tried, decision=decision,
+                                             verdict=outcome, seen=seen))
         if outcome in (CONFIRMED, CHANGED):
             break
         refuted = tried
-    return dataclasses.replace(c, why=c.why.with_causes(tuple(causes)))
+    return tried_all
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,8 @@ from typing import Any, Sequence
 from irshard.collectives import analysis
 from irshard.collectives.origins import PropagationSites
 from irshard.collectives.readers import Hlo
-from irshard.collectives.values import (INDEXED, _axes, _only, _primitive, _sharded,
+from irshard.collectives.values import (FORCING, HALO_PRIMITIVES, INDEXED, UPDATES,
+                                        _axes, _only, _primitive, _sharded,
                                         agreeing, array_dims, fit, is_token,
                                         sharding_text)
 from irshard.core.frames import UserCode, chain_of
@@ -154,7 +155,7 @@ class _Explainer:
         # what is written (a scan's gradient stacked into its layer), the
         # update's kind does not force it, and a recompile without the
         # update would drop the collective's whole computation.
-        written = primitive in _UPDATES and found[2] != 0
+        written = primitive in UPDATES and found[2] != 0
         if (primitive in INDEXED or primitive in FORCING) and not written:
             prop = FORCING.get(primitive, "indexes along a sharded dimension")
             forced = (Cause(Origin("op", f"{primitive} {prop}", source), "needed"),)
@@ -241,14 +242,6 @@ class _Explainer:
         return "; ".join(notes) or None
 
 
-# Primitives whose sharded form exchanges the edges of neighbouring shards.
-_HALO_PRIMITIVES = frozenset({
-    "pad", "slice", "concatenate", "dynamic_slice", "dynamic_update_slice",
-    "rev", "conv_general_dilated", "reduce_window", "reduce_window_sum",
-    "select_and_scatter_add", "cumsum", "cumprod", "cummax", "cummin",
-    "cumlogsumexp"})
-
-
 def _permute_note(c, first: Value, axes: str) -> str:
     """What a collective-permute is for: the program's own ppermute, a
     halo exchange for a shifted slice, or whole shards moved to other
@@ -258,7 +251,7 @@ def _permute_note(c, first: Value, axes: str) -> str:
             primitive is None and c.name.startswith("ppermute")):
         return (f"the program's own ppermute: each device sends its block "
                 f"to the device the permutation names, along {axes}")
-    if primitive in _HALO_PRIMITIVES:
+    if primitive in HALO_PRIMITIVES:
         what = first.what if first.what.startswith("the ") else f"the {first.what}"
         return (f"a halo exchange: neighbours along {axes} swap the edges of "
                 f"their shards, for a shift, slice or pad of a dimension "
@@ -357,18 +350,6 @@ def _text(c, reads: list[Value], reader: Value, origins, note) -> str:
 
 # Ops whose partitioned form needs an operand whole along a dimension, by
 # what about them forces it (gathers, scatters and sorts: `INDEXED`).
-# Ops that write into their first operand at traced positions.
-_UPDATES = ("scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
-
-FORCING = {
-    "conv_general_dilated": "with feature groups or a sharded spatial "
-                            "dimension is not partitioned along it",
-    "sort": "sorts along a sharded dimension",
-    "cumsum": "scans along a sharded dimension",
-    "custom_call": "has no sharding rule",
-    "pure_callback": "runs on the host on the whole array (no sharding rule)",
-    "io_callback": "runs on the host on the whole array (no sharding rule)",
-}
 
 
 def _moved(origins: dict[str, Origin], axes: frozenset[str]) -> dict[str, Origin]:

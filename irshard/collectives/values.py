@@ -37,6 +37,27 @@ INDEXED = {
                             "for it",
 }
 
+# Ops that write into their first operand at traced positions.
+UPDATES = ("scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
+
+# Readers whose kind forces their operand's layout, and what about them does.
+FORCING = {
+    "conv_general_dilated": "with feature groups or a sharded spatial "
+                            "dimension is not partitioned along it",
+    "sort": "sorts along a sharded dimension",
+    "cumsum": "scans along a sharded dimension",
+    "custom_call": "has no sharding rule",
+    "pure_callback": "runs on the host on the whole array (no sharding rule)",
+    "io_callback": "runs on the host on the whole array (no sharding rule)",
+}
+
+# Primitives whose sharded form exchanges the edges of neighbouring shards.
+HALO_PRIMITIVES = frozenset({
+    "pad", "slice", "concatenate", "dynamic_slice", "dynamic_update_slice",
+    "rev", "conv_general_dilated", "reduce_window", "reduce_window_sum",
+    "select_and_scatter_add", "cumsum", "cumprod", "cummax", "cummin",
+    "cumlogsumexp"})
+
 # What changes a value's shape but not the order of its elements.
 RESHAPES = frozenset({"reshape", "bitcast", "copy", "convert"})
 
