@@ -77,17 +77,18 @@ def test_a_constraint_against_its_producer_is_the_cause_not_the_matmul(monkeypat
 def test_a_constraint_made_through_a_helper_is_named_at_its_call(monkeypatch):
     """Both constraints go through one helper (`shard`, line 16): each is
     its own decision, named at the line that called the helper, and each
-    recompile drops that call's constraint alone. The all-to-all between
-    them is changed without the second (it becomes a gather) and goes
-    without the first: the first, the one against the matmul, is named."""
+    recompile drops that call's constraint alone. Without the second, the
+    all-to-all between them goes (jax 0.12's XLA) or becomes a gather
+    (0.10's); then the first, whose recompile removes it, is named."""
     p, report = verified("constraint_helper", "x=x,_")
     found = {c.kind: c.why for c in report.collectives}
     assert set(found) == {"all-gather", "all-to-all"}
     gather, moved = found["all-gather"].cause, found["all-to-all"].cause
     assert (gather.decision.kind, gather.decision.source.line) == ("constraint", 21)
-    assert (moved.decision.kind, moved.decision.source.line) == ("constraint", 21)
-    assert [(x.decision.source.line, x.verdict) for x in found["all-to-all"].causes] \
-        == [(22, "changed"), (21, "confirmed")]
+    tried = [(x.decision.source.line, x.verdict) for x in found["all-to-all"].causes]
+    assert tried in ([(22, "confirmed"), (21, None)], [(22, "changed"), (21, "confirmed")])
+    assert moved.decision.kind == "constraint"
+    assert moved.decision.source.line == (22 if tried[0][1] == "confirmed" else 21)
     # One recompile per call, each without that call's constraint alone.
     assert report.notes[-1].startswith("--verify: 2 recompiles")
     assert gather.verdict == moved.verdict == "confirmed"
