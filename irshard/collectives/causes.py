@@ -338,9 +338,15 @@ class _Recompiles:
                 self._explained(explain[key], value)
 
     def _explained(self, stage_, compiled):
+        """The counterfactual's report, explained; None where irshard
+        cannot read it (the walk then ends as if nothing held it)."""
         from irshard.collectives.explain import explained
+        from irshard.core.errors import IrshardError
         read = compiled.partitioned() if self.read == "partitioned" else compiled
-        return explained(read.report(), stage_, read)
+        try:
+            return explained(read.report(), stage_, read)
+        except IrshardError:
+            return None
 
 
 def _report(stage_, read: str):
