@@ -348,10 +348,6 @@ def _text(c, reads: list[Value], reader: Value, origins, note) -> str:
     return "\n".join(lines)
 
 
-# Ops whose partitioned form needs an operand whole along a dimension, by
-# what about them forces it (gathers, scatters and sorts: `INDEXED`).
-
-
 def _moved(origins: dict[str, Origin], axes: frozenset[str]) -> dict[str, Origin]:
     """The origins of the axes a collective moves."""
     return {a: o for a, o in sorted(origins.items()) if a in axes}

@@ -40,7 +40,8 @@ INDEXED = {
 # Ops that write into their first operand at traced positions.
 UPDATES = ("scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
 
-# Readers whose kind forces their operand's layout, and what about them does.
+# Ops whose partitioned form needs an operand whole along a dimension, by
+# what about them forces it (gathers, scatters and sorts: `INDEXED`).
 FORCING = {
     "conv_general_dilated": "with feature groups or a sharded spatial "
                             "dimension is not partitioned along it",
