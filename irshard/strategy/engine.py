@@ -183,17 +183,20 @@ class Engine:
                                    reason=f"the same program as {first.name}")
                 continue
             self.seen[key] = change
+            # A report from the cache counts as a compile: the same search
+            # again reaches the same candidates, and reports the same.
+            if self.max_candidates is not None and \
+                    self.compiled + len(todo) >= self.max_candidates:
+                found[i] = Outcome(change, "not reached", reason="past --max-candidates")
+                continue
             argv = self._cache_argv(change)
             hit = self.cache.get(argv) if argv is not None else None
             if hit is not None:
+                self.compiled += 1
                 found[i] = self.outcome(change, hit, 0.0, cached=True)
                 if self.undercut is None:
                     self.undercut = _undercut(found[i])
                 self._tell(found[i])
-                continue
-            if self.max_candidates is not None and \
-                    self.compiled + len(todo) >= self.max_candidates:
-                found[i] = Outcome(change, "not reached", reason="past --max-candidates")
                 continue
             todo.append((i, change))
 
