@@ -131,6 +131,8 @@ def _searched(space, compiler, explain, options: SearchOptions,
     from irshard.strategy import compilers, engine, search
     cache = compilers.Cache(options.cache_dir, cache_salt) \
         if options.cache_dir is not None else None
+    if cache is not None and explain is not None:
+        explain = _cached_explain(explain, cache, command)
     progress = engine.Progress(0, compiler.jobs, options.progress)
     budget_s = min(options.budget_s, search.MAX_BUDGET_S)
     decider = engine.Engine(
@@ -143,6 +145,21 @@ def _searched(space, compiler, explain, options: SearchOptions,
                          target=target.text if target.kind != "cpu" else "cpu",
                          budget_s=budget_s, explain=explain, factory=factory,
                          knob_space=knob_space, per=per)
+
+
+def _cached_explain(explain, cache, command: Sequence[str]):
+    """`explain` answered from the cache where it holds the outcome's
+    explained report (kept under its command with `--explain`): the same
+    search again compiles nothing."""
+    def cached(outcome):
+        argv = [*command, *outcome.change.flags(), "--explain"]
+        hit = cache.get(argv)
+        if hit is None:
+            hit = explain(outcome)
+            if hit is not None:
+                cache.put(argv, hit)
+        return hit
+    return cached
 
 
 def _explainer(compiler, command: Sequence[str]):
