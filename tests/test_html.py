@@ -674,7 +674,7 @@ def test_search_page_ranks_the_candidates(tmp_path, open_page):
     import shlex
     common = [os.path.join(EXAMPLES, "llama.py"), "--fn", "train_step", "--args",
               "small_args", "--devices", "2", "--axes", "data,fsdp",
-              "--cache-dir", str(tmp_path / "cache")]
+              "--max-candidates", "3", "--cache-dir", str(tmp_path / "cache")]
     js, out = str(tmp_path / "search.json"), str(tmp_path / "search.html")
     for fmt, path in (("json", js), ("html", out)):
         result = run_irshard("search", *common, "--format", fmt, "-o", path)
@@ -691,6 +691,8 @@ def test_search_page_ranks_the_candidates(tmp_path, open_page):
     assert json.loads(p.inner_text("#rules")) == winner["rules"]
     ranked = [c for c in data["candidates"] if c["rank"] is not None]
     assert p.locator("#chart-steps svg g").count() == len(ranked)
+    # Those the budget left are rows too, with no rank.
+    assert len(ranked) == 3 < len(data["candidates"])
     if data["why"] is not None:
         assert p.locator("#why-table tbody tr").count() == len(data["why"]["changes"])
 
