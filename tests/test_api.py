@@ -347,6 +347,7 @@ def test_search_is_one_library_call_from_both():
     assert ours["winner"]["args"][1:] == theirs["winner"]["args"][5:]
 
 
+@pytest.mark.slow
 def test_devices_and_calibrate_are_one_library_call_from_both():
     """`devices` lists the same devices from both; `calibrate` measures the
     same plan and writes the same fields (its numbers are measured, so

@@ -670,6 +670,7 @@ def test_non_finite_numbers_reach_the_page_as_strings():
     assert "</script><!--" not in html
 
 
+@pytest.mark.slow
 def test_search_page_ranks_the_candidates(tmp_path, open_page):
     import shlex
     common = [os.path.join(EXAMPLES, "llama.py"), "--fn", "train_step", "--args",

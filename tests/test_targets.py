@@ -351,6 +351,7 @@ def test_calibration_measures_fits_and_is_used(tmp_path):
     assert found["step"]["step_s"] > 3.0 + sum(times)
 
 
+@pytest.mark.slow
 def test_a_calibration_of_one_device_measures_its_compute(tmp_path):
     """A mesh of one device has no collective to time: its compute alone
     is measured, and, saved, it times the simulated step, each result
