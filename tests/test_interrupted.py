@@ -243,9 +243,11 @@ def test_suggest_with_jobs_stops_its_compiles_at_once(tmp_path, sig):
 
 
 # Threads that create temporary directories and files as fast as they can,
-# and the main thread's own, when the signal comes.
+# and the main thread's own, when the signal comes (SIGINT at its default,
+# as in `LAUNCHER`).
 CREATING = """
 import os, signal, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from irshard.core import files, interrupts
 interrupts.install()
 def churn():
@@ -277,7 +279,12 @@ def test_a_temporary_directory_is_never_left_by_an_interrupt(tmp_path):
         assert proc.stdout.readline() == b"ready\n"
         time.sleep(0.01 * k)
         proc.send_signal((signal.SIGINT, signal.SIGTERM)[k % 2])
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            # One that did not stop is not left running (and churning).
+            proc.kill()
+            proc.wait()
         assert proc.returncode == 130, err
         assert os.listdir(temp) == [], k
 
