@@ -29,6 +29,12 @@ PIP    := -m pip install --quiet --disable-pip-version-check
 # worker's compiles would make flaky.
 TEST_JOBS ?= 2
 PYTEST_JOBS = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
+# Which of the other unit tests `make test` runs: all of them by default.
+# CI leaves out the `once` tests there (UNIT_MARKS='not once'): the
+# searches and suggestions of the large examples, minutes each, which it
+# runs in `make test-latest`.
+UNIT_MARKS ?=
+UNIT_SELECT = not multiprocess$(if $(UNIT_MARKS), and ($(UNIT_MARKS)))
 
 # The newest JAX the suite runs on (Python >= 3.12).
 JAX_LATEST    ?= 0.12.0.1
@@ -75,7 +81,7 @@ run: $(STAMP)
 test: unit lit
 
 unit: $(STAMP_EXTRAS) browser
-	$(BIN)/python -m pytest $(PYTEST_JOBS) -m 'not multiprocess'
+	$(BIN)/python -m pytest $(PYTEST_JOBS) -m '$(UNIT_SELECT)'
 	$(BIN)/python -m pytest -m multiprocess
 
 FAST := not (slow or multiprocess or browser or tpu)

@@ -366,6 +366,7 @@ def test_search_cli_errors(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_search_llama_small_winner_reproduces(tmp_path):
     out = tmp_path / "search.json"
     # Two devices over the three default axes: every strategy's kind (data,
@@ -444,6 +445,7 @@ def test_search_budget_stops_compiles_under_way(tmp_path):
 
 @pytest.mark.tpu
 @pytest.mark.slow
+@pytest.mark.once
 def test_search_gpt_for_a_tpu_slice_in_processes(tmp_path):
     from tests.conftest import require
     require("libtpu", "TPU targets")

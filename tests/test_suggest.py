@@ -273,6 +273,7 @@ LLAMA_8B = [LLAMA, "--fn", "train_step", "--args", "example_args",
 
 @pytest.mark.tpu
 @pytest.mark.slow
+@pytest.mark.once
 def test_llama_8b_that_does_not_fit_is_explained_and_made_to_fit():
     from tests.conftest import require
     require("libtpu", "compiling for a TPU slice")
