@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from irshard import backend
@@ -77,6 +77,10 @@ def _sharding_texts(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(_sharding_texts(), st.integers(1, 4))
+# A transposed iota replicated over a last dimension that is not its minor
+# one whole: XLA lists the devices (the text was kept as given).
+@example("{devices=[3,4,3]<=[3,3,4]T(1,0,2) last_tile_dim_replicate}", 1)
+@example("{devices=[2,4,3]<=[3,2,4]T(1,0,2) last_tile_dim_replicate}", 2)
 def test_sharding_text_read_as_xla_reads_it(text, rank):
     from irshard import backend
     from irshard.xla.tiling import _plain_sharding

@@ -177,6 +177,11 @@ def _plain_sharding(text: str, rank: int) -> Tiling | None:
         if m.group(3) is None and len(reshape) != 1 or m.group(3) is not None and (
                 1 in reshape or any(b == a + 1 for a, b in zip(perm, perm[1:]))):
             return None
+        # Replicated over the last tile dimension, XLA keeps a transposed
+        # iota only where that dimension is the iota's minor one whole;
+        # otherwise it regroups it or lists (and sorts) each group's devices.
+        if m.group(3) is not None and m.group(4) and reshape[perm[-1]] != dims[-1]:
+            return None
         # iota over `reshape`, transposed by `perm`, read row-major.
         strides = [math.prod(reshape[i + 1:]) for i in range(len(reshape))]
         devices = tuple(sum(i * strides[p] for i, p in zip(index, perm))
