@@ -76,6 +76,18 @@ def run_irshard(*args: str, cwd: str | None = None) -> subprocess.CompletedProce
                           capture_output=True, text=True, cwd=cwd)
 
 
+def interruptible(*args: str) -> list[str]:
+    """The command line of `irshard ARGS` as started from a terminal, for a
+    test that interrupts it: a suite started in the background of a shell
+    without job control (as CI may start it) passes SIGINT on ignored, and
+    Python keeps it ignored, as a nohup'd program should. The launcher puts
+    it back to the default, then becomes `python -m irshard ARGS`."""
+    launcher = ("import os, signal, sys; signal.signal(signal.SIGINT, "
+                "signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "
+                "'-m', 'irshard', *sys.argv[1:]])")
+    return [sys.executable, "-c", launcher, *args]
+
+
 @pytest.fixture
 def write(tmp_path):
     """Writes a file under tmp_path and returns its path."""

@@ -15,7 +15,7 @@ import pytest
 from irshard import cli
 from irshard.core import files
 from irshard.core.errors import OutputError
-from tests.conftest import EXAMPLES, run_irshard
+from tests.conftest import EXAMPLES, interruptible, run_irshard
 
 MATMUL = os.path.join(EXAMPLES, "matmul.py")
 COMPILE = ["compile", MATMUL, "--mesh", "x=2,y=2"]
@@ -148,16 +148,9 @@ def test_an_interrupt_during_a_compile(write, tmp_path, sig):
     temp.mkdir()
     stage = tmp_path / "stage"
     env = dict(os.environ, TMPDIR=str(temp), IRSHARD_STAGE_FILE=str(stage))
-    # As from a terminal: a run started in the background of a shell
-    # without job control (as CI may start the suite) inherits SIGINT
-    # ignored, and Python then keeps it ignored, as nohup'd programs should.
-    # A small launcher puts it back to the default before irshard starts.
-    launcher = ("import os, signal, sys; signal.signal(signal.SIGINT, "
-                "signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "
-                "'-m', 'irshard', *sys.argv[1:]])")
     proc = subprocess.Popen(
-        [sys.executable, "-c", launcher, "run", path, "--mesh", "x=2",
-         "--emit", "partitioned"], env=env, stdout=subprocess.PIPE,
+        interruptible("run", path, "--mesh", "x=2", "--emit", "partitioned"),
+        env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from irshard.running import distributed
-from tests.conftest import EXAMPLES, ROOT, require
+from tests.conftest import EXAMPLES, ROOT, interruptible, require
 from tests.test_distributed import _checksums, _survivors
 
 # One Ray cluster at a time: under pytest-xdist these run on one worker
@@ -511,13 +511,8 @@ def test_a_search_on_a_local_ray_cluster_gives_the_local_table(tmp_path, short_t
 
 def test_ctrl_c_during_a_ray_search_cancels_its_tasks(tmp_path, short_tmp):
     before = _ray_processes()
-    # SIGINT at its default: a suite started in the background inherits it
-    # ignored, and so would the command.
-    launcher = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
-                "signal.default_int_handler); sys.argv[0] = 'irshard'; "
-                "runpy.run_module('irshard', run_name='__main__')")
-    process = subprocess.Popen([sys.executable, "-c", launcher, *SEARCH, "--ray",
-                                "local"], stdout=subprocess.PIPE,
+    process = subprocess.Popen(interruptible(*SEARCH, "--ray", "local"),
+                               stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                env=_environment(tmp_path, short_tmp))
     deadline = time.monotonic() + 120

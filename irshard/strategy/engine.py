@@ -130,9 +130,10 @@ class Engine:
     same mesh and the same effective shardings: `search` works them out
     from the program's leaves), by default the change's own key. The
     engine stops at `deadline` (`time.monotonic()`) and after
-    `max_candidates` compiles (a report from the cache counts as one). `work(change)` is what a candidate's step
-    does (1 unless the search ranks per unit of a knob); `bound(change)`
-    its `Bound`, or None where none is known (see the module docstring)."""
+    `max_candidates` compiles (a report from the cache counts as one).
+    `work(change)` is what a candidate's step does (1 unless the search
+    ranks per unit of a knob); `bound(change)` its `Bound`, or None where
+    none is known (see the module docstring)."""
 
     def __init__(self, compiler: Compiler, *, cache: Cache | None = None,
                  argv: Callable[[Change], Sequence[str]] | None = None,
