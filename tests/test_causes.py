@@ -555,3 +555,35 @@ def test_a_verdict_tells_the_forward_passs_collective_from_the_backwards():
     both = types.SimpleNamespace(collectives=(backward, forward))
     assert verdict(forward, both, without)[0] == NOT_CONFIRMED
     assert verdict(backward, both, without)[0] == CONFIRMED
+
+
+def test_two_gathers_at_one_line_are_told_apart_by_what_they_make():
+    """A line gathers two weights (each sharded along the dimension its
+    product sums): each gather's cause is its own weight's rule, and a
+    recompile that removes the other weight's gather does not confirm it
+    (it did when a verdict counted a line's gathers together)."""
+    from irshard.collectives.causes import verdict
+    from irshard.reporting.why import CONFIRMED, NOT_CONFIRMED
+    p, report = verified("one_line", "x=x,_", "a=_,x", "b=_,x")
+    gathers = {c.shape: c for c in report.collectives if c.kind == "all-gather"}
+    assert sorted(gathers) == [(128, 256), (128, 512)]
+    assert len({(c.source.line, c.op_name) for c in gathers.values()}) == 1
+    of_a, of_b = gathers[(128, 256)], gathers[(128, 512)]
+    assert (of_a.why.cause.decision.name, of_a.why.cause.verdict) == ("a", CONFIRMED)
+    assert (of_b.why.cause.decision.name, of_b.why.cause.verdict) == ("b", CONFIRMED)
+    without_b = irshard.compile(p.step, *p.args(), mesh="x=4",
+                                rules=[("x", "x,_"), ("a", "_,x")])
+    outcome, seen = verdict(of_a, report, without_b)
+    assert outcome == NOT_CONFIRMED and "another all-gather there goes" in seen, seen
+    assert verdict(of_b, report, without_b)[0] == CONFIRMED
+    # Plain JAX: a gather for each weight so sharded, none for one whole.
+    m = mesh()
+
+    def gathers_of(*specs):
+        shardings = tuple(NamedSharding(m, s) for s in specs)
+        fresh = lambda *a: p.step(*a)      # noqa: E731
+        text = jax.jit(fresh, in_shardings=shardings).lower(*p.args()).compile().as_text()
+        return len(re.findall(r"\ball-gather(?:-start)?\(", text))
+
+    assert gathers_of(P("x", None), P(None, "x"), P(None, "x")) == 2
+    assert gathers_of(P("x", None), P(None, "x"), P()) == 1

@@ -29,9 +29,10 @@ looked for at its line:
   the activation constraints that repeat it), up to `PEELS` times; not
   for a collective XLA combined from several.
 
-Its verdict is `confirmed` where the collective goes (fewer of its kind
-and axes at its line), `changed` where it becomes another collective there
-or moves other bytes, `not confirmed` where it stays; a collective's causes
+Its verdict is `confirmed` where the collective goes (fewer of its kind,
+axes and arrays at its line: two weights' gathers at one line are told
+apart), `changed` where it becomes another collective there, makes other
+arrays or moves other bytes, `not confirmed` where it stays; a collective's causes
 are tried in order until one is confirmed (one that changes it is a
 cause, named after a confirmed one). Each decision is recompiled once,
 however many collectives name it.
@@ -79,27 +80,49 @@ def _at_line(report, c) -> Counter:
                    and _pass(x) == _pass(c))
 
 
+def _shape(c) -> tuple:
+    """What tells one collective from another of its kind, axes and pass at
+    one line: the arrays it makes (each weight's gather has its own)."""
+    return c.dtype, c.shape, c.shapes
+
+
 def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
     """(verdict, what the recompile showed) for collective `c` of
-    `baseline`, against the report compiled `without` its cause."""
-    key = _key(c)
+    `baseline`, against the report compiled `without` its cause. Where
+    a line makes several collectives of one kind, axes and pass, `c` is
+    told from the others by the arrays it makes: one of them going is not
+    `c` going."""
+    key, shape = _key(c), _shape(c)
     before = [x for x in baseline.collectives if _key(x) == key]
     after = [x for x in without.collectives if _key(x) == key]
+    mine = [x for x in before if _shape(x) == shape]
+    mine_after = [x for x in after if _shape(x) == shape]
     where = f" at {c.source.file}:{c.source.line}" if c.source else ""
     what = f"the {c.kind}{where}"
     it = "them" if decision_kind == "together" else "it"
-    if len(after) < len(before):
+    if len(mine_after) < len(mine):
         new = _at_line(without, c) - _at_line(baseline, c)
+        # The same kind there making other arrays than before: `c` became
+        # one of them.
+        others = Counter(_shape(x) for x in after if _shape(x) != shape) \
+            - Counter(_shape(x) for x in before if _shape(x) != shape)
         if new:
             became = ", ".join(f"{n} {kind}" for kind, n in sorted(new.items()))
             return CHANGED, f"without {it}, {what} becomes {became}"
-        gone = "goes" if not after else f"goes ({len(before)} -> {len(after)})"
+        if others:
+            made = ", ".join(sorted({x.shape_text for x in after
+                                     if others[_shape(x)] > 0}))
+            return CHANGED, f"without {it}, {what} makes {made} instead"
+        gone = "goes" if not mine_after else f"goes ({len(mine)} -> {len(mine_after)})"
         return CONFIRMED, f"without {it}, {what} {gone}"
-    moved = sum(x.bytes * x.executions for x in before)
-    moved_after = sum(x.bytes * x.executions for x in after)
+    moved = sum(x.bytes * x.executions for x in mine)
+    moved_after = sum(x.bytes * x.executions for x in mine_after)
     if moved_after != moved:
         return CHANGED, (f"without {it}, {what} moves {moved_after} bytes "
                          f"instead of {moved}")
+    if len(after) < len(before):
+        return NOT_CONFIRMED, (f"without {it}, {what} stays ({c.shape_text}; "
+                               f"another {c.kind} there goes)")
     return NOT_CONFIRMED, f"without {it}, {what} stays"
 
 
