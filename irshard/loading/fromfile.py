@@ -31,6 +31,11 @@ def assignments(items: Sequence[str], option: str,
     result: dict[str, str] = {}
     for item in items:
         name, value = split_assignment(item, option, value_name)
+        if option == "--knob" and not value:
+            example = "32,64" if "," in value_name else "32"
+            raise UsageError(f"--knob '{item}': no value; expected "
+                             f"{name}={value_name}, e.g. {name}={example} "
+                             f"or {name}='' for an empty string")
         if name in result:
             raise UsageError(f"{option} {name} is given twice ('{option} "
                              f"{name}={result[name]}' and '{option} "
