@@ -34,9 +34,21 @@ def test_a_factory_makes_the_program_compile_reports():
              "give it instead of --fn and --args"),
             (["--fn", "make", "--knob", "batch=1"], "give --factory NAME too"),
             (["--factory", "make", "--knob", "batch=1", "--knob", "batch=2"],
-             "--knob batch is given twice")]:
+             "--knob batch is given twice"),
+            (["--factory", "make", "--knob", "batch="],
+             "--knob 'batch=': no value; expected batch=V,"),
+            # The factory puts the text in the batch's shape.
+            (["--factory", "make", "--knob", "batch=abc"],
+             "input 'x': dimension 0 of its shape is 'abc' (str)")]:
         done = run_irshard("compile", FACTORY, *argv, "--mesh", "data=2")
         assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+    # A search's knob with no value list.
+    done = run_irshard("search", FACTORY, "--factory", "make", "--knob", "batch=",
+                       "--mesh", "data=2")
+    assert done.returncode == 2 and done.stderr == (
+        "irshard: error: --knob 'batch=': no value; expected batch=V1,V2,..., "
+        "e.g. batch=32,64 or batch='' for an empty string\n"), done.stderr
 
 
 @pytest.mark.slow

@@ -38,6 +38,17 @@ ARGS = textwrap.dedent("""\
     def bare():
         return (jax.ShapeDtypeStruct((8,), jnp.float32, sharding=P("x")),)
 
+    # jax.ShapeDtypeStruct takes any shape: a factory's knob given as text
+    # ends up in one.
+    def text_dim():
+        return (jax.ShapeDtypeStruct(("64", 8), jnp.float32),)
+
+    def negative_dim():
+        return (jax.ShapeDtypeStruct((8, -2), jnp.float32),)
+
+    def float_dim():
+        return (jax.ShapeDtypeStruct((2.5,), jnp.float32),)
+
     def bare_unknown():
         return (jax.ShapeDtypeStruct((8,), jnp.float32, sharding=P("z")),)
 
@@ -75,6 +86,13 @@ CASES = [
     (["--fn", "f", "--args", "huge", "--mesh", "x=2"],
      "input 'x': the tensor is 36893488147419103232 bytes (2^65 or more); "
      "irshard handles tensors below 2^60 bytes"),
+    (["--fn", "f", "--args", "text_dim", "--mesh", "x=2"],
+     "input 'x': dimension 0 of its shape is '64' (str); dimensions are "
+     "non-negative integers"),
+    (["--fn", "f", "--args", "negative_dim", "--mesh", "x=2"],
+     "input 'x': dimension 1 of its shape is '-2' (int)"),
+    (["--fn", "f", "--args", "float_dim", "--mesh", "x=2"],
+     "input 'x': dimension 0 of its shape is '2.5' (float)"),
     (["--fn", "f", "--args", "bare_unknown", "--mesh", "x=2"],
      "unknown mesh axis 'z'; the mesh has axes x"),
     (["--fn", "f", "--args", "other_mesh", "--mesh", "x=2"],
