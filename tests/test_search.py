@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import EXAMPLES, run_irshard
+from tests.conftest import EXAMPLES, ROOT, run_irshard
 from irshard.core import tree
 from irshard.core.errors import UsageError
 from irshard.strategy import candidates as C
@@ -621,3 +621,15 @@ def test_pruning_gives_the_same_outcomes_whatever_order_compiles_finish_in():
         lambda change: fake_report(steps[dict(change.knobs)["k"]], 10)))
     assert {k for k, status, _ in serial if status == "pruned"} == {3, 5}
     assert outcomes(LastFirst()) == serial
+
+
+def test_a_search_where_every_candidate_is_pruned_says_so():
+    """Three devices split no dimension of the factory's step: the one
+    candidate is pruned before any compile, and the table says so."""
+    factory = os.path.join(ROOT, "tests", "programs", "factory.py")
+    done = run_irshard("search", factory, "--factory", "make", "--knob", "batch=64",
+                       "--devices", "3", "--axes", "data", "--no-cache")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("search: 1 candidate: 0 compiled, 1 pruned; cpu, 3 devices")
+    assert "no candidate compiled and fit" in done.stdout
+    assert "pruned: mesh axis data divides no dimension it would shard" in done.stdout

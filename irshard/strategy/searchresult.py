@@ -181,7 +181,8 @@ class SearchResult(Rendered):
         for status in ("failed", "invalid", "duplicate", "pruned", "not reached"):
             if counts.get(status):
                 parts.append(f"{counts[status]} {status}")
-        return f"{len(self.outcomes)} candidates: " + ", ".join(parts)
+        n = len(self.outcomes)
+        return f"{n} candidate{'' if n == 1 else 's'}: " + ", ".join(parts)
 
     def render_text(self) -> str:
         lines = [f"search: {self.summary()}; {self.target}, {self.devices} "
