@@ -578,6 +578,11 @@ def test_per_ranks_by_the_step_per_unit_of_a_knob():
         S.check_per("batch", [("k", (1, 2))])
     with pytest.raises(UsageError, match="positive numbers"):
         S.check_per("k", [("k", (1, "full"))])
+    # From Python, in Python's terms.
+    with pytest.raises(UsageError) as raised:
+        S.check_per("batch", [("k", (1, 2))], "per=")
+    assert str(raised.value) == ("per='batch': rank per a knob that is searched "
+                                 "(knobs={'batch': [...]}); searched: k")
 
 
 def test_pruning_gives_the_same_outcomes_whatever_order_compiles_finish_in():

@@ -215,18 +215,22 @@ def work_of(per: str | None):
 
 def check_per(per: str | None, knob_space: Sequence[tuple[str, Sequence[Any]]],
               option: str = "--per") -> None:
-    """`per` names a searched knob whose every value is a positive number."""
+    """`per` names a searched knob whose every value is a positive number
+    (`option` says how it was given: `--per`, or the API's `per=`)."""
     if per is None:
         return
     values = dict(knob_space)
+    api = option.endswith("=")
+    given = f"{option}{per!r}" if api else f"{option} {per}"
     if per not in values:
         searched = ", ".join(values) or "none"
-        raise UsageError(f"{option} {per}: rank per a knob that is searched "
-                         f"(--knob {per}=V1,V2,...); searched: {searched}")
+        how = f"knobs={{{per!r}: [...]}}" if api else f"--knob {per}=V1,V2,..."
+        raise UsageError(f"{given}: rank per a knob that is searched "
+                         f"({how}); searched: {searched}")
     wrong = [v for v in values[per] if isinstance(v, bool)
              or not isinstance(v, (int, float)) or not v > 0]
     if wrong:
-        raise UsageError(f"{option} {per}: its values must be positive numbers "
+        raise UsageError(f"{given}: its values must be positive numbers "
                          f"(a step's work: examples, tokens); not {wrong[0]!r}")
 
 
