@@ -2,6 +2,7 @@
 write are usage errors; an interrupt ends the command promptly and leaves no
 temporary files."""
 
+import json
 import os
 import signal
 import stat
@@ -253,3 +254,41 @@ def test_outputs_land_where_the_user_named_them_whatever_the_program_does(
     assert (start / "out.txt").exists() and (start / "saved.npz").exists()
     assert os.listdir(elsewhere) == []
     assert np.load(start / "saved.npz")["result"] == 56.0
+
+
+CLOSES_STDOUT = """
+import sys
+
+import jax.numpy as jnp
+
+print("printed at import")
+
+
+def double(x: "f32[8@x]"):
+    print("printed while traced")
+    sys.stdout.close()
+    return jnp.sum(x * 2)
+
+
+def fails(x: "f32[8@x]"):
+    sys.stdout.close()
+    raise ValueError("after closing its stdout")
+"""
+
+
+def test_what_a_program_prints_goes_to_stderr_and_closing_its_stdout_closes_nothing(
+        write):
+    """The program's prints go to stderr, so the report on stdout stays
+    JSON; a program that closes its stdout closed irshard's stderr (the
+    same object), so its error line was lost to 'lost sys.stderr'."""
+    path = write("prog.py", CLOSES_STDOUT)
+    done = run_irshard("compile", path, "--fn", "double", "--mesh", "x=2",
+                       "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["function"] == "double"
+    assert "printed at import\nprinted while traced\n" in done.stderr
+    done = run_irshard("compile", path, "--fn", "fails", "--mesh", "x=2")
+    assert done.returncode == 2 and done.stdout == ""
+    assert [line for line in done.stderr.splitlines() if "irshard:" in line] == [
+        f"irshard: error: {path}:17: in fails: ValueError: after closing its "
+        f"stdout"], done.stderr

@@ -228,6 +228,33 @@ def write(path: str, data: str | bytes | Iterable[str], option: str = "-o") -> N
 # Standard output
 
 
+class _ToStderr:
+    """`sys.stdout` while reports are kept apart: what the program prints
+    goes to `sys.stderr` (whichever it is at the time), and a program that
+    closes its stdout closes nothing of irshard's (it would have closed
+    stderr, and irshard's error line with it)."""
+
+    def write(self, text):
+        return sys.stderr.write(text)
+
+    def writelines(self, lines):
+        return sys.stderr.writelines(lines)
+
+    def flush(self):
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+
+    def close(self):
+        self.flush()
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(sys.stderr, name)
+
+
 class _Stdout:
     """Where reports go while other writes to stdout are sent to stderr."""
 
@@ -254,7 +281,7 @@ class _Stdout:
             except OSError:
                 self._saved_fd = None
         self.stream = real
-        sys.stdout = sys.stderr
+        sys.stdout = _ToStderr()
 
     def release(self) -> None:
         if self._saved_sys is None:
