@@ -179,11 +179,11 @@ def _main(argv: Sequence[str] | None) -> int:
         with files.held_outputs():
             return handler(args)
     except IrshardError as e:
-        print(error_line(e), file=sys.stderr)
+        print(error_line(e), file=files.error_stream())
         if getattr(e, "hard_exit", False):
             # Native threads are still running and would end the process
             # their own way (a fatal error of XLA's): leave now.
-            sys.stderr.flush()
+            files.error_stream().flush()
             files.release_stdout()
             os._exit(e.exit_code)
         return e.exit_code
@@ -198,7 +198,8 @@ def _main(argv: Sequence[str] | None) -> int:
             raise
         print(error_line(f"internal error: {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''} (set "
-                         f"IRSHARD_TRACEBACK=1 for the traceback)"), file=sys.stderr)
+                         f"IRSHARD_TRACEBACK=1 for the traceback)"),
+              file=files.error_stream())
         return 3
     finally:
         if claimed:

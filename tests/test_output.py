@@ -292,3 +292,50 @@ def test_what_a_program_prints_goes_to_stderr_and_closing_its_stdout_closes_noth
     assert [line for line in done.stderr.splitlines() if "irshard:" in line] == [
         f"irshard: error: {path}:17: in fails: ValueError: after closing its "
         f"stdout"], done.stderr
+
+
+# A program's loose ends, each at import: what the command does with them
+# once its report is written.
+LOOSE_ENDS = {
+    "an exit handler that prints": (
+        "import atexit\natexit.register(lambda: print('bye'))\n",
+        0, "bye"),
+    "an exit handler that raises": (
+        "import atexit\n\n\ndef boom():\n    raise RuntimeError('at exit')\n\n\n"
+        "atexit.register(boom)\n",
+        0, "irshard: note: the program's exit handler boom raised RuntimeError: at exit"),
+    "a thread that never ends": (
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,), name='sleeper').start()\n",
+        0, "irshard: note: the program left 1 thread running (sleeper); the "
+           "command is done, so irshard ends without waiting for it"),
+    "stderr replaced": (
+        "import io, sys\nsys.stderr = io.StringIO()\n",
+        2, "irshard: error: "),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOOSE_ENDS))
+def test_a_programs_loose_ends_leave_the_report_whole_and_the_process_ending(
+        case, write):
+    """Its exit handlers run with their prints on stderr (after the JSON
+    on stdout they made it unreadable), one that raises is a note, not a
+    traceback; a thread it leaves running does not keep the process (and
+    whoever waits for it) waiting forever; an error line reaches the stderr
+    the command was given, whatever the program put in its place."""
+    prelude, code, said = LOOSE_ENDS[case]
+    body = ("    raise ValueError('from f')\n" if code
+            else "    return x * 2\n")
+    path = write("prog.py", prelude + "\n\ndef f(x: 'f32[8@x]'):\n" + body)
+    started = time.monotonic()
+    done = subprocess.run(interruptible("compile", path, "--fn", "f", "--mesh", "x=2",
+                                        "--format", "json"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert time.monotonic() - started < 60
+    if code == 0:
+        assert json.loads(done.stdout)["function"] == "f"
+    else:
+        assert done.stdout == ""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert said in done.stderr, done.stderr

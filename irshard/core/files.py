@@ -262,11 +262,14 @@ class _Stdout:
         self.stream: IO | None = sys.stdout
         self._saved_fd: int | None = None
         self._saved_sys: IO | None = None
+        # stderr as it was before the program ran (which may replace it).
+        self.stderr: IO | None = None
 
     def claim(self) -> None:
         if self._saved_sys is not None:
             return
         self._saved_sys = sys.stdout
+        self.stderr = sys.stderr
         real = sys.stdout
         try:
             fd = real.fileno() if real is not None else -1
@@ -303,6 +306,9 @@ class _Stdout:
         sys.stdout = self._saved_sys
         self.stream = self._saved_sys
         self._saved_sys = None
+        if self.stderr is not None:
+            sys.stderr = self.stderr
+            self.stderr = None
 
     def isatty(self) -> bool:
         try:
@@ -344,6 +350,12 @@ def claim_stdout() -> None:
 
 def release_stdout() -> None:
     STDOUT.release()
+
+
+def error_stream() -> IO:
+    """Where irshard's error line goes: stderr as it was before the
+    program ran (a program may replace `sys.stderr`)."""
+    return STDOUT.stderr or sys.stderr
 
 
 def emit(path: str | None, data: str | bytes | Iterable[str],
