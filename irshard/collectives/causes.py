@@ -32,10 +32,10 @@ looked for at its line:
 Its verdict is `confirmed` where the collective goes (fewer of its kind,
 axes and arrays at its line: two weights' gathers at one line are told
 apart), `changed` where it becomes another collective there, makes other
-arrays or moves other bytes, `not confirmed` where it stays; a collective's causes
-are tried in order until one is confirmed (one that changes it is a
-cause, named after a confirmed one). Each decision is recompiled once,
-however many collectives name it.
+arrays or moves other bytes, `not confirmed` where it stays; a
+collective's causes are tried in order until one is confirmed (one that
+changes it is a cause, named after a confirmed one). Each decision is
+recompiled once, however many collectives name it.
 """
 
 from __future__ import annotations

@@ -437,17 +437,7 @@ def parse_type(text: str) -> TensorType:
 
 
 def check_size(shape: tuple[int, ...], dtype: DType, context: str) -> None:
-    """A tensor's dimensions are non-negative integers (a program's
-    `jax.ShapeDtypeStruct` takes anything), and it is smaller than
-    `MAX_TENSOR_BYTES`."""
-    import numbers
-    for index, size in enumerate(shape):
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral) \
-                or size < 0:
-            raise SpecError(
-                f"{context}: dimension {index} of its shape is "
-                f"{shown(str(size))} ({type(size).__name__}); dimensions are "
-                f"non-negative integers")
+    """A tensor must be smaller than `MAX_TENSOR_BYTES`."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes >= MAX_TENSOR_BYTES:
         raise SpecError(

@@ -18,7 +18,7 @@ from irshard.core.errors import SpecError, UsageError
 from irshard.core.dtypes import lookup_dtype
 from irshard.core.specs import (MeshSpec, ShardingSpec, TensorType, check_sharding,
                                 check_size, parse_sharding, parse_type)
-from irshard.core.textinput import split_assignment
+from irshard.core.textinput import shown, split_assignment
 
 
 @dataclass(frozen=True)
@@ -259,6 +259,7 @@ def leaves_of(name: str, value: Any, mesh: MeshSpec
         if dtype is None:
             raise SpecError(f"input '{path}' has dtype {dtype_name}, which "
                             f"irshard cannot make values of")
+        _check_dimensions(shape, f"input '{path}'")
         check_size(tuple(shape), dtype, f"input '{path}'")
         ttype = TensorType(dtype, tuple(shape))
         spec = spec_of(sharding, len(shape) - (1 if key else 0), mesh,
@@ -364,3 +365,17 @@ def apply_shardings(leaves: list[Leaf], mesh: MeshSpec,
         result.append(dataclasses.replace(leaf, sharding=sharding, given=given,
                                           rule=given_by))
     return result
+
+
+def _check_dimensions(shape, context: str) -> None:
+    """A leaf's dimensions are non-negative integers: a program's
+    `jax.ShapeDtypeStruct` takes any shape (a factory's knob given as text
+    ends up in one)."""
+    import numbers
+    for index, size in enumerate(shape):
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) \
+                or size < 0:
+            raise SpecError(
+                f"{context}: dimension {index} of its shape is "
+                f"{shown(str(size))} ({type(size).__name__}); dimensions are "
+                f"non-negative integers")
