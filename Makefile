@@ -9,8 +9,9 @@
 # the test targets add the test, TPU (libtpu) and Ray extras.
 #
 #   make test-latest   the same suite on the newest JAX (JAX_LATEST) in
-#                      .venv-latest, on CPython 3.13 (built once from Debian's
-#                      source package by tools/build-python.sh when missing)
+#                      .venv-latest, on CPython 3.13 (the machine's, or one
+#                      built once from Debian's source package by
+#                      tools/build-python.sh where it has none)
 #   make docs          the documentation site (Sphinx + MyST) into
 #                      docs/_build/html, warnings as errors, from .venv-docs
 

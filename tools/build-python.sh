@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds CPython 3.13 from Debian's source package (trixie) once, into a cache
-# directory, and prints the path of its interpreter. The newest JAX needs
-# Python >= 3.12, and these machines ship only 3.11; Debian's source package is
-# the one CPython 3.13 the package registries here serve.
+# Prints the path of a CPython 3.13 for the newest JAX (which needs Python >=
+# 3.12): the one the environment names, one built here before, or one the
+# machine has (on the PATH, or a pyenv version); where there is none, it builds
+# CPython 3.13 from Debian's source package (trixie) once, into a cache
+# directory (about 3 minutes on 2 cores), since Debian's source package is the
+# one CPython 3.13 the package registries here serve.
 #
 #   tools/build-python.sh            # prints e.g. ~/.cache/irshard/cpython-3.13/bin/python3.13
 #
 # Environment:
 #   IRSHARD_PYTHON_LATEST  an existing python3.12+/3.13 to use instead (nothing is built)
 #   IRSHARD_CACHE          the cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/irshard)
+#   IRSHARD_BUILD_PYTHON   1: build one even where the machine has a CPython 3.13
 #
 # The build is installed into a staging directory and moved into place only when
 # it is complete, so an interrupted build is started over, never half reused. Apt
@@ -29,9 +32,25 @@ if [ -n "${IRSHARD_PYTHON_LATEST:-}" ]; then
   echo "$IRSHARD_PYTHON_LATEST"
   exit 0
 fi
-if [ -x "$python" ] && "$python" -c 'import ssl, sqlite3, lzma, bz2, ctypes, zlib' 2>/dev/null; then
+# Whether $1 is a whole CPython 3.13: the modules pip, venv and the tests
+# need were built into it.
+usable() {
+  [ -x "$1" ] && "$1" -c 'import sys, ssl, sqlite3, lzma, bz2, ctypes, zlib, ensurepip, venv
+assert sys.version_info[:2] == (3, 13) and sys.implementation.name == "cpython"' 2>/dev/null
+}
+if usable "$python"; then
   echo "$python"
   exit 0
+fi
+if [ "${IRSHARD_BUILD_PYTHON:-0}" != 1 ]; then
+  pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
+  for found in "$(command -v python$version || true)" $(ls -d "$pyenv_root"/versions/$version*/bin/python$version 2>/dev/null | sort -rV); do
+    if [ -n "$found" ] && usable "$found"; then
+      log "using $found ($("$found" -c 'import platform; print(platform.python_version())'))"
+      echo "$found"
+      exit 0
+    fi
+  done
 fi
 
 mkdir -p "$cache"
