@@ -89,8 +89,11 @@ def search_program(programs, placement, options: SearchOptions, *,
     else:
         compiler = compilers.Processes(command, options.jobs or compilers.default_jobs())
         explain = _explainer(compiler, command)
-    return _searched(space, compiler, explain, options, command, cache_salt,
-                     target, factory, knob_space, per, judge)
+    try:
+        return _searched(space, compiler, explain, options, command, cache_salt,
+                         target, factory, knob_space, per, judge)
+    finally:
+        compiler.close()
 
 
 def _bounds(programs, hosting, devices: int):

@@ -88,6 +88,15 @@ def interruptible(*args: str) -> list[str]:
     return [sys.executable, "-c", launcher, *args]
 
 
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie not yet reaped counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 @pytest.fixture
 def write(tmp_path):
     """Writes a file under tmp_path and returns its path."""

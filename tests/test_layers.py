@@ -45,7 +45,7 @@ FLOORS = {
     # command line.
     "front": ["irshard", "frontend", "hosting", "library", "searching", "apichecks", "apiprogram", "apireport", "api", "testing",
               "pytest_plugin", "commands", "options", "optiontypes", "cli",
-              "__main__"],
+              "__main__", "forkserver"],
 }
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_irshard
+from tests.conftest import gone, run_irshard
 
 # Candidates crash or hang by their mesh; the search itself (no --mesh)
 # traces the program as usual. The candidates come in the order data, fsdp,
@@ -126,24 +126,21 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _compiles(pid: int) -> list[int]:
-    """The `irshard compile` processes that the search `pid` runs."""
+    """The `irshard compile` processes that the search `pid` runs: started
+    afresh (their command line says so) or forked from the fork server
+    (named `irshard-compile`)."""
     found = []
     for child in _descendants(pid):
         try:
             with open(f"/proc/{child}/cmdline", "rb") as f:
-                if b"\0compile\0" in f.read():
-                    found.append(child)
+                fresh = b"\0compile\0" in f.read()
+            with open(f"/proc/{child}/comm", "rb") as f:
+                forked = f.read().strip() == b"irshard-compile"
         except FileNotFoundError:
-            pass
+            continue
+        if fresh or forked:
+            found.append(child)
     return found
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 SLOW = """
@@ -183,7 +180,7 @@ def test_an_interrupted_search_leaves_no_process_and_no_temporary_file(write, tm
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().endswith("irshard: interrupted")
-    assert all(_gone(pid) for pid in compiles)
+    assert all(gone(pid) for pid in compiles)
     assert os.listdir(temp) == []
 
 

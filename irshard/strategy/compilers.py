@@ -238,6 +238,9 @@ class Compiler:
             done: Done, skip: Skip | None = None) -> list[Any]:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Ends what the compiler keeps running between `run`s."""
+
     def compile_all(self, work: Sequence[tuple[Any, Change]]) -> list[Any]:
         """Each change's result, in order, with no deadline."""
         results: dict[int, Any] = {}
@@ -335,16 +338,44 @@ class Processes(Compiler):
     compile ARGV FLAGS --format json`: a candidate that crashes or hangs is
     that candidate's failure, and those still running at the deadline (or
     an interruption) are stopped. Each process's temporary files go to a
-    directory of its own, removed when it ends, however it ends."""
+    directory of its own, removed when it ends, however it ends. The
+    processes are forked from a warm server (`forking`) where it can run
+    them, started afresh otherwise; `close` ends the server."""
 
     def __init__(self, argv: Sequence[str], jobs: int):
         self.argv = list(argv)
         self.jobs = jobs
+        self._server: Any = None
+
+    def _start(self, flags: Sequence[str], root: str) -> tuple[Any, str]:
+        """A candidate's process, and its temporary directory (which holds
+        its stdout and stderr)."""
+        import subprocess
+        from irshard.strategy import forking
+        argv = ["compile", *self.argv, *flags, "--format", "json"]
+        tmp = tempfile.mkdtemp(dir=root)
+        env = dict(os.environ, TMPDIR=tmp)
+        # Files, not pipes: a report larger than a pipe's buffer would
+        # block its writer, which nobody reads until it ends.
+        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        for path in (out, err):
+            with open(path, "wb"):
+                pass
+        if self._server is None and forking.available():
+            self._server = forking.Server()
+        proc = self._server.start(argv, env, out, err) if self._server is not None \
+            else None
+        if proc is None:
+            with open(out, "ab") as stdout, open(err, "ab") as stderr:
+                proc = subprocess.Popen([sys.executable, "-m", "irshard", *argv],
+                                        stdin=subprocess.DEVNULL, stdout=stdout,
+                                        stderr=stderr, env=env)
+        interrupts.track(proc)
+        return proc, tmp
 
     def run(self, work, deadline, done, skip=None):
-        import subprocess
         pending = list(work)
-        running: list[tuple[Any, Any, float, Any, Any, str]] = []
+        running: list[tuple[Any, Any, float, str]] = []
         left: list[Any] = []
         root = interrupts.temp_dir("irshard-search-")
         try:
@@ -355,17 +386,8 @@ class Processes(Compiler):
                     if skip is not None and skip(key):
                         continue
                     flags = change.flags() if isinstance(change, Change) else list(change)
-                    command = [sys.executable, "-m", "irshard", "compile",
-                               *self.argv, *flags, "--format", "json"]
-                    # Files, not pipes: a report larger than a pipe's
-                    # buffer would block its writer, which nobody reads
-                    # until it ends.
-                    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-                    tmp = tempfile.mkdtemp(dir=root)
-                    proc = subprocess.Popen(command, stdout=out, stderr=err,
-                                            env=dict(os.environ, TMPDIR=tmp))
-                    interrupts.track(proc)
-                    running.append((proc, key, now, out, err, tmp))
+                    proc, tmp = self._start(flags, root)
+                    running.append((proc, key, now, tmp))
                 if not running:
                     left += [key for key, _ in pending]
                     break
@@ -377,29 +399,49 @@ class Processes(Compiler):
                 finished = next((item for item in running
                                  if item[0].poll() is not None), None)
                 if finished is None:
-                    time.sleep(0.05)
+                    time.sleep(0.02)
                     continue
                 running.remove(finished)
-                proc, key, started, out, err, tmp = finished
+                proc, key, started, tmp = finished
                 interrupts.untrack(proc)
+                if _never_ran(proc, self._server):
+                    # The server ended before it forked this one: it is
+                    # started afresh.
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    pending.insert(0, (key, next(c for k, c in work if k is key)))
+                    continue
                 seconds = time.monotonic() - started
+                out, err = (_read(os.path.join(tmp, name)) for name in ("stdout", "stderr"))
                 shutil.rmtree(tmp, ignore_errors=True)
-                done(key, result_of(proc.returncode, _read(out), _read(err)), seconds)
+                error = getattr(proc, "error", None)
+                done(key, Failure(error, 3) if error else
+                     result_of(proc.returncode, out, err), seconds)
         finally:
             interrupts.stop([item[0] for item in running])
-            for proc, _, _, out, err, _ in running:
-                interrupts.untrack(proc)
-                out.close()
-                err.close()
+            for item in running:
+                interrupts.untrack(item[0])
             interrupts.remove(root)
         return left
 
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
-def _read(f) -> str:
-    """A finished process's output file, whole, closed."""
-    with f:
-        f.seek(0)
-        return f.read().decode("utf-8", errors="replace")
+
+def _never_ran(proc: Any, server: Any) -> bool:
+    """Whether `proc` is a command the fork server was asked for and ended
+    without forking."""
+    return getattr(proc, "pid", 0) is None and server is not None and not server.alive
+
+
+def _read(path: str) -> str:
+    """A finished process's output file, whole ('' where it is gone)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def default_jobs() -> int:

@@ -364,5 +364,8 @@ def suggest_for(lowered, options: Options, argv: Sequence[str], *, top: int,
     compiler = compilers.Processes(argv, jobs) if jobs > 1 and argv \
         else compilers.Traced(lowered)
     engine = Engine(compiler, limit=memory_limit)
-    return suggest(engine, baseline, found, argv, top, mesh, options,
-                   max_candidates)
+    try:
+        return suggest(engine, baseline, found, argv, top, mesh, options,
+                       max_candidates)
+    finally:
+        compiler.close()
