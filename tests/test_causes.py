@@ -133,6 +133,9 @@ def test_a_batch_one_prefix_sharded_is_one_decision():
     assert kind == "all-reduce"
     assert (cause.decision.kind, cause.decision.name) == ("input", "batch/inputs")
     assert cause.verdict == "confirmed", cause.seen
+    # A second `jax.jit` of the step: JAX serves the lowering it cached for
+    # the first, its sharding objects the first's. The same decision.
+    assert causes(irshard.compile(p.step(m), *p.args(), verify=True)) == [(kind, cause)]
     # Plain JAX: the all-reduce with the batch sharded, none with it whole,
     # and still one with the targets alone left sharded.
     found = lambda data: _COLLECTIVE.findall(      # noqa: E731

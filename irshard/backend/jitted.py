@@ -117,20 +117,34 @@ def _leaf_of(path, info, donated: bool = False, kept: bool = True) -> LoweredLea
 
 
 def _sharing(compile_args: dict, kept: Sequence[int],
-             own: frozenset[int]) -> dict[int, int]:
+             own: Sequence[Any]) -> dict[int, int]:
     """Kept input (flat index) -> the first kept input given the same
     sharding object by the jitted function's own `in_shardings` (`own`:
-    the ids of their leaves), for the inputs that share one: JAX
-    broadcasts a prefix's sharding to every leaf under it (a batch's
-    `data_sharding`), so they hold the one object the user wrote once.
-    Shardings the arguments carry (`in_shardings` left unspecified) are
-    not grouped: one object put on two arrays is two decisions."""
+    their leaves), for the inputs that share one: JAX broadcasts a
+    prefix's sharding to every leaf under it (a batch's `data_sharding`),
+    so they hold the one object the user wrote once. Shardings the
+    arguments carry (`in_shardings` left unspecified) are not grouped:
+    one object put on two arrays is two decisions. A lowering JAX had
+    cached for an earlier `jax.jit` of the same function holds that one's
+    objects, equal to the leaves and not them: they count as its own."""
     shardings = compile_args.get("in_shardings")
     if shardings is None or len(shardings) != len(kept):
         return {}
+    ids = {id(s) for s in own}
+    try:
+        equal = set(own)
+    except TypeError:              # a sharding that cannot be hashed
+        equal = set()
+
+    def is_own(sharding) -> bool:
+        try:
+            return id(sharding) in ids or sharding in equal
+        except TypeError:
+            return False
+
     first: dict[int, int] = {}
     for i, sharding in zip(kept, shardings):
-        if id(sharding) in own:
+        if id(sharding) in first or is_own(sharding):
             first.setdefault(id(sharding), i)
     found = {i: first[id(s)] for i, s in zip(kept, shardings) if id(s) in first}
     counts: dict[int, int] = {}
@@ -152,8 +166,8 @@ def lowered_of(lowered, framework: str = "jax", jitted: Any = None) -> JittedLow
     flat = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
     kept = set(range(len(flat))) if kept is None else set(kept)
     jit_info = getattr(jitted, "_jit_info", None)
-    own = frozenset(id(s) for s in getattr(jit_info, "in_shardings_leaves", None) or ()
-                    if type(s).__name__ != "UnspecifiedValue")
+    own = [s for s in getattr(jit_info, "in_shardings_leaves", None) or ()
+           if type(s).__name__ != "UnspecifiedValue"]
     sharing = _sharing(compile_args, sorted(kept), own)
     inputs = tuple(dataclasses.replace(
         _leaf_of(path, info, bool(getattr(info, "donated", False)), i in kept),
