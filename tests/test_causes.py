@@ -150,24 +150,37 @@ def test_a_batch_one_prefix_sharded_is_one_decision():
 def test_a_batch_and_the_constraint_that_repeats_it_are_found_together(monkeypatch):
     """The batch sharded by `in_shardings` and again by an activation
     constraint: Shardy names the constraint alone, and dropping it leaves
-    the loss's partial sum (the batch still shards the activations).
-    The program without it, explained, names the batch; the two removed
-    together confirm the cause. Before, the collective had none."""
+    the loss's partial sum (the batch still shards the activations). The
+    batch (one `in_shardings` entry) shards the dimension the constraint
+    does (tied by Shardy's sharding rules): the two removed together
+    confirm the cause, in two recompiles. Told nothing of the dimensions,
+    the program without the constraint is explained and names the batch:
+    the same cause, one compile and explanation more. Before, the
+    collective had none."""
+    from irshard.collectives import classes
     p = puzzle("batch_constrained")
     m = mesh()
-    report = irshard.compile(p.step(m), *p.args(), verify=True)
-    [c] = report.collectives
-    assert c.kind == "all-reduce"
-    first, last = c.why.causes[0], c.why.causes[-1]
-    assert (first.decision.kind, first.decision.source.line) == ("constraint", 19)
-    assert first.verdict == "not confirmed"
-    assert last.decision.kind == "together"
-    assert sorted((d.kind, d.source.line if d.source else d.name)
-                  for d in last.decision.parts) == [("constraint", 19),
-                                                    ("input", "batch/inputs")]
-    assert last.verdict == "confirmed", last.seen
-    assert c.why.cause == last
-    assert "1 of them explained again" in report.notes[-1]
+
+    def cause(report):
+        [c] = report.collectives
+        assert c.kind == "all-reduce"
+        first, last = c.why.causes[0], c.why.causes[-1]
+        assert (first.decision.kind, first.decision.source.line) == ("constraint", 19)
+        assert first.verdict == "not confirmed"
+        assert last.decision.kind == "together"
+        assert sorted((d.kind, d.source.line if d.source else d.name)
+                      for d in last.decision.parts) == [("constraint", 19),
+                                                        ("input", "batch/inputs")]
+        assert last.verdict == "confirmed", last.seen
+        assert c.why.cause == last
+        return report.notes[-1]
+
+    note = cause(irshard.compile(p.step(m), *p.args(), verify=True))
+    assert note.startswith("--verify: 2 recompiles,") and "explained again" not in note
+    monkeypatch.setattr(classes.Decisions, "sharing", lambda self, named, axes: ())
+    note = cause(irshard.compile(p.step(m), *p.args(), verify=True))
+    assert note.startswith("--verify: 3 recompiles,") and "1 of them explained again" in note
+    monkeypatch.undo()
     # Plain JAX: the all-reduce with either decision left, none without both.
     def found(data):
         args = p.args()
@@ -178,6 +191,41 @@ def test_a_batch_and_the_constraint_that_repeats_it_are_found_together(monkeypat
     assert "all-reduce" in found(P())
     monkeypatch.setattr(p, "CONSTRAINED", False)
     assert "all-reduce" in found(P("x"))
+    assert found(P()) == []
+
+
+def test_every_layers_constraint_and_the_batch_are_one_cause_of_combined_sums(monkeypatch):
+    """Three layers, the batch sharded by `in_shardings` and each layer's
+    activation constrained to it again: the weights' gradients are sums
+    over the batch's axis, combined by XLA into one all-reduce. Shardy
+    names the constraint; without it the batch keeps them sharded. The
+    batch and the constraints shard one dimension: removed together, the
+    sums go. Before, the combined sum had no cause (it was not peeled)."""
+    p = puzzle("batch_layers")
+    m = mesh()
+    report = irshard.compile(p.step(m), *p.args(), verify=True)
+    [c] = report.collectives
+    assert (c.kind, c.operands) == ("all-reduce", 3)
+    first = c.why.causes[0]
+    assert (first.decision.kind, first.decision.source.line, first.verdict) \
+        == ("constraint", 20, "not confirmed")
+    cause = c.why.cause
+    assert cause.decision.kind == "together" and cause.verdict == "confirmed", cause
+    assert sorted((d.kind, d.source.line if d.source else d.name)
+                  for d in cause.decision.parts) == [("constraint", 20),
+                                                     ("input", "batch/inputs")]
+    assert report.notes[-1].startswith("--verify: 2 recompiles,")
+
+    # Plain JAX: the combined sum with either decision left, none without both.
+    def found(data):
+        args = p.args()
+        with jax.set_mesh(m):
+            return _COLLECTIVE.findall(
+                p.step(m, data).lower(*args).compile().as_text())
+    assert found(P("x")) == ["all-reduce"]
+    assert "all-reduce" in found(P())
+    monkeypatch.setattr(p, "CONSTRAINED", False)
+    assert found(P("x")) == ["all-reduce"]
     assert found(P()) == []
 
 
@@ -501,7 +549,7 @@ def test_recompiles_at_once_give_the_verdicts_of_one_after_another(monkeypatch):
         == [("all-gather", "constraint", "confirmed")] * 2
     assert len({cause.decision.source.line for _, _, cause in found}) == 2
     assert "--verify: 2 recompiles, each without" in one.notes[-1]
-    assert "--verify: 2 recompiles, 2 at a time, each without" in three.notes[-1]
+    assert "--verify: 2 recompiles, up to 2 at a time, each without" in three.notes[-1]
 
 
 def test_a_helper_is_a_frame_reached_along_several_paths():

@@ -23,6 +23,11 @@ looked for at its line:
 - where each of a collective's decisions alone is refuted, all of them at
   once (`together`: both operands of a partial sum, a weight's sharding
   and the constraint that repeats it);
+- where that is refuted too, with every other decision that shards a
+  dimension those shard, along the collective's axes (dimensions tied by
+  Shardy's sharding rules, `collectives.classes`: a batch's sharding and
+  each layer's activation constraint that repeats it); also for a
+  collective XLA combined from several;
 - where that is refuted too, the decisions that hold the collective once
   they are gone: the program without them is compiled and explained, and
   the causes named there are removed with them (a batch's sharding and
@@ -41,9 +46,11 @@ recompiled once, however many collectives name it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from irshard.collectives import classes
 from irshard.collectives.counterfactual import NOTHING, counterfactual
 from irshard.collectives.findings import findings_caused
 from irshard.core import threads
@@ -153,19 +160,27 @@ def verified(report, lowered, stage: str,
     users = UserCode(lowered.info.user_dir)
     recompiles = _Recompiles(lowered, users,
                              compile_report or (lambda s: _report(s, stage)), stage)
+    # The decisions that shard each dimension, read once a collective's
+    # causes are all refuted.
+    decisions = functools.cache(lambda: classes.Decisions(lowered, users))
+
+    def sharing(c, named: Sequence[Origin]) -> tuple[Origin, ...]:
+        return decisions().sharing(named, c.mesh_axes or ())
+
     walks: dict[int, Any] = {}
     asked: dict[int, Origin] = {}
     collectives = list(report.collectives)
     for i, c in enumerate(collectives):
         if c.why is not None and c.why.causes:
-            walks[i] = _walk(c, report)
+            walks[i] = _walk(c, report, sharing)
             _advance(walks, asked, collectives, i, recompiles)
     while asked:
         recompiles.run(list(asked.values()), jobs)
         for i in list(asked):
             _advance(walks, asked, collectives, i, recompiles)
     count = len(recompiles.without) + len(recompiles.explained)
-    at_once = f", {min(jobs, count)} at a time" if jobs > 1 and count > 1 else ""
+    widest = min(jobs, recompiles.widest)
+    at_once = f", up to {widest} at a time" if widest > 1 else ""
     note = (f"--verify: {count} recompile{'s' if count != 1 else ''}{at_once}, "
             f"each without a decision named as a cause (or all of a "
             f"collective's at once)")
@@ -193,14 +208,15 @@ def _advance(walks, asked, collectives, i, recompiles: "_Recompiles") -> None:
         del walks[i]
 
 
-def _walk(c, report):
+def _walk(c, report, sharing: Callable[[Any, Sequence[Origin]], tuple] = None):
     """Collective `c`'s causes, each tried until one is confirmed: a generator
     that yields each decision it needs recompiled without, is sent
     `(report without it, why not, the decision as removed)`, and returns
-    `c` with its causes' verdicts. Where all are refuted it yields
-    `Explain(decision)` for the last refuted one, is sent the report
-    without it explained (or None), and tries the causes named there
-    together with it."""
+    `c` with its causes' verdicts. Where all are refuted, it tries them
+    with the decisions that shard the same dimensions (`sharing(c,
+    decisions)`); where that is refuted too, it yields `Explain(decision)`
+    for the last refuted one, is sent the report without it explained (or
+    None), and tries the causes named there together with it."""
     causes = []
     held = changed = False
     refuted = None
@@ -211,30 +227,59 @@ def _walk(c, report):
         if held or cause.decision.kind not in VERIFIABLE:
             causes.append(cause)
             continue
-        other, reason, decision = yield cause.decision
-        if other is None and cause.decision.kind == "op" and reason == NOTHING:
-            causes.append(cause)       # no op to take out: no verdict
+        cause, compiled = yield from _tried(c, report, cause)
+        causes.append(cause)
+        if not compiled:                # no verdict, or the recompile failed
             continue
-        if other is None:
-            causes.append(dataclasses.replace(cause, verdict=NOT_CONFIRMED,
-                                              seen=reason))
-            continue
-        outcome, seen = verdict(c, report, other, cause.decision.kind)
-        causes.append(dataclasses.replace(cause, decision=decision,
-                                          verdict=outcome, seen=seen))
         # One that changes the collective is a cause, but one found later
         # that removes it is named first (an FSDP weight's gather: without
         # the batch's sharding it becomes the dot's partial sums, without
         # the weight's it goes).
-        held = outcome == CONFIRMED
-        changed = changed or outcome == CHANGED
-        if outcome == NOT_CONFIRMED and cause.decision.kind != "op":
+        held = cause.verdict == CONFIRMED
+        changed = changed or cause.verdict == CHANGED
+        if cause.verdict == NOT_CONFIRMED and cause.decision.kind != "op":
             refuted = cause
+    if refuted is not None and not (held or changed) and sharing is not None:
+        named = _unique_decisions(causes)
+        wider = sharing(c, named)
+        if wider:
+            tried, compiled = yield from _tried(c, report, Cause(
+                Origin("together", "", parts=(*named, *wider)), refuted.side))
+            causes.append(tried)
+            held = tried.verdict in (CONFIRMED, CHANGED)
+            refuted = tried if compiled else None
     # A collective XLA combined from several (a gradient norm's sums over
     # every sharded weight) stays while any of them does: not peeled.
     if refuted is not None and not (held or changed or c.why.combined):
         causes += yield from _peel(c, report, refuted)
     return dataclasses.replace(c, why=c.why.with_causes(tuple(causes)))
+
+
+def _tried(c, report, cause: Cause):
+    """(`cause` of collective `c` with the verdict of the recompile without
+    its decision, whether it was recompiled): a generator, as `_walk`. An
+    op with nothing to take out keeps no verdict; a decision the program
+    could not be compiled without is not confirmed, and says why."""
+    other, reason, decision = yield cause.decision
+    if other is None and cause.decision.kind == "op" and reason == NOTHING:
+        return cause, False
+    if other is None:
+        return dataclasses.replace(cause, verdict=NOT_CONFIRMED, seen=reason), False
+    outcome, seen = verdict(c, report, other, cause.decision.kind)
+    return dataclasses.replace(cause, decision=decision, verdict=outcome,
+                               seen=seen), True
+
+
+def _unique_decisions(causes: Sequence[Cause]) -> tuple[Origin, ...]:
+    """The decisions of `causes` a recompile can remove, `together`'s
+    parts each on its own, each once."""
+    found: dict[str, Origin] = {}
+    for cause in causes:
+        d = cause.decision
+        if d.kind in VERIFIABLE and d.kind != "op":
+            for part in d.parts or (d,):
+                found.setdefault(part.key(), part)
+    return tuple(found.values())
 
 
 def _peel(c, report, refuted: Cause):
@@ -250,16 +295,10 @@ def _peel(c, report, refuted: Cause):
             break
         parts = (*(refuted.decision.parts or (refuted.decision,)),
                  *(x.decision for x in more))
-        tried = Cause(Origin("together", "", parts=parts), refuted.side)
-        other, reason, decision = yield tried.decision
-        if other is None:
-            tried_all.append(dataclasses.replace(tried, verdict=NOT_CONFIRMED,
-                                                 seen=reason))
-            break
-        outcome, seen = verdict(c, report, other, "together")
-        tried_all.append(dataclasses.replace(tried, decision=decision,
-                                             verdict=outcome, seen=seen))
-        if outcome in (CONFIRMED, CHANGED):
+        tried, compiled = yield from _tried(c, report, Cause(
+            Origin("together", "", parts=parts), refuted.side))
+        tried_all.append(tried)
+        if not compiled or tried.verdict in (CONFIRMED, CHANGED):
             break
         refuted = tried
     return tried_all
@@ -311,6 +350,7 @@ class _Recompiles:
         self.failed: dict[str, str] = {}
         self.named: dict[str, Origin] = {}
         self.explained: dict[str, Any] = {}
+        self.widest = 0          # the most recompiles one round asked for
 
     def known(self, decision) -> bool:
         key = decision.key()
@@ -343,6 +383,7 @@ class _Recompiles:
             else:
                 self.named[key] = stage_[1]
                 made[key] = stage_[0]
+        self.widest = max(self.widest, len(made), len(explain))
         for key, (value, error) in threads.each(self.compile_report,
                                                 made, jobs).items():
             if isinstance(error, Exception):   # a counterfactual the compiler refuses
