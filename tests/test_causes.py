@@ -589,7 +589,7 @@ def test_a_verdict_tells_the_forward_passs_collective_from_the_backwards():
     forward there has not kept it, and a forward one that stays is not
     taken for the backward's."""
     import types
-    from irshard.collectives.causes import verdict
+    from irshard.collectives.verdicts import verdict
     from irshard.core.frames import SourceLocation
     from irshard.reporting.report import Collective
     from irshard.reporting.why import CONFIRMED, NOT_CONFIRMED
@@ -613,7 +613,7 @@ def test_two_gathers_at_one_line_are_told_apart_by_what_they_make():
     product sums): each gather's cause is its own weight's rule, and a
     recompile that removes the other weight's gather does not confirm it
     (it did when a verdict counted a line's gathers together)."""
-    from irshard.collectives.causes import verdict
+    from irshard.collectives.verdicts import verdict
     from irshard.reporting.why import CONFIRMED, NOT_CONFIRMED
     p, report = verified("one_line", "x=x,_", "a=_,x", "b=_,x")
     gathers = {c.shape: c for c in report.collectives if c.kind == "all-gather"}
@@ -638,3 +638,35 @@ def test_two_gathers_at_one_line_are_told_apart_by_what_they_make():
 
     assert gathers_of(P("x", None), P(None, "x"), P(None, "x")) == 2
     assert gathers_of(P("x", None), P(None, "x"), P()) == 1
+
+
+@pytest.mark.slow
+def test_the_gpts_combined_gradient_sum_is_the_batchs_not_the_embeddings():
+    """XLA sums the GPT's 21 gradients in one all-reduce, at the line of
+    whichever part comes first: the embedding's. Without the embedding's
+    sharding it comes first no more, and the same all-reduce of the same
+    21 arrays sits at the last layer's line. That once read as the
+    embedding's rule confirmed; its arrays are looked for wherever they
+    are, and the batch's rule is the cause."""
+    from tests.test_gpt import STRATEGIES, _jax_jit_collectives, gpt
+    mesh, rules = STRATEGIES["fsdp"]
+    report = irshard.compile(gpt.train_step, *gpt.example_args(), mesh=mesh,
+                             rules=rules, verify=True)
+    [c] = [c for c in report.collectives if c.kind == "all-reduce"]
+    assert c.operands == 21
+    verdicts = {x.decision.rule: x.verdict for x in c.why.causes if x.verdict}
+    assert verdicts == {"rules **/embed=fsdp,_": "not confirmed",
+                        "rules batch/*=fsdp,_": "confirmed"}, c.why.causes
+    assert c.why.cause.decision.rule == "rules batch/*=fsdp,_"
+    assert "goes (all-reduces of 34 other arrays come, the largest f32[16,64,512])" \
+        in c.why.cause.seen
+    # Plain JAX: the 21 sums without the embedding's rule; without the
+    # batch's, none of the gradients' arrays summed (the activations' are).
+    def sums(rules):
+        return [x.shapes or ((x.dtype, x.shape),) for x in
+                _jax_jit_collectives(mesh, rules) if x.kind == "all-reduce"]
+    assert sums(rules) == [c.shapes]
+    assert sums([r for r in rules if r[0] != "**/embed"]) == [c.shapes]
+    summed = {leaf for arrays in sums([r for r in rules if r[0] != "batch/*"])
+              for leaf in arrays}
+    assert summed and not summed & set(c.shapes)

@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import Counter
 from typing import Any, Callable, Sequence
 
 from irshard.collectives import classes
 from irshard.collectives.counterfactual import NOTHING, counterfactual
 from irshard.collectives.findings import findings_caused
+from irshard.collectives.verdicts import collective_key, verdict
 from irshard.core import threads
 from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
@@ -63,74 +63,6 @@ VERIFIABLE = ("constraint", "input", "output", "op", "together")
 # explained again in the program without them. Each time costs two
 # recompiles; on MaxText's step the batch's sum needed more than three.
 PEELS = 2
-
-
-def _pass(c) -> str:
-    """The part of the program a collective's op is in, by JAX's name for
-    it: `jit(step)/jvp()` for the forward pass, `jit(step)/transpose(jvp())`
-    for the backward (one line makes both; a recompile that removes the
-    backward's collective and adds one to the forward has not kept it)."""
-    return (c.op_name or "").rpartition("/")[0]
-
-
-def _key(c) -> tuple:
-    where = (c.source.file, c.source.line) if c.source is not None else None
-    return c.kind, where, _pass(c), tuple(sorted(c.mesh_axes or ()))
-
-
-def _at_line(report, c) -> Counter:
-    source = c.source
-    if source is None:
-        return Counter()
-    return Counter(x.kind for x in report.collectives if x.source is not None
-                   and (x.source.file, x.source.line) == (source.file, source.line)
-                   and _pass(x) == _pass(c))
-
-
-def _shape(c) -> tuple:
-    """What tells one collective from another of its kind, axes and pass at
-    one line: the arrays it makes (each weight's gather has its own)."""
-    return c.dtype, c.shape, c.shapes
-
-
-def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
-    """(verdict, what the recompile showed) for collective `c` of
-    `baseline`, against the report compiled `without` its cause. Where
-    a line makes several collectives of one kind, axes and pass, `c` is
-    told from the others by the arrays it makes: one of them going is not
-    `c` going."""
-    key, shape = _key(c), _shape(c)
-    before = [x for x in baseline.collectives if _key(x) == key]
-    after = [x for x in without.collectives if _key(x) == key]
-    mine = [x for x in before if _shape(x) == shape]
-    mine_after = [x for x in after if _shape(x) == shape]
-    where = f" at {c.source.file}:{c.source.line}" if c.source else ""
-    what = f"the {c.kind}{where}"
-    it = "them" if decision_kind == "together" else "it"
-    if len(mine_after) < len(mine):
-        new = _at_line(without, c) - _at_line(baseline, c)
-        # The same kind there making other arrays than before: `c` became
-        # one of them.
-        others = Counter(_shape(x) for x in after if _shape(x) != shape) \
-            - Counter(_shape(x) for x in before if _shape(x) != shape)
-        if new:
-            became = ", ".join(f"{n} {kind}" for kind, n in sorted(new.items()))
-            return CHANGED, f"without {it}, {what} becomes {became}"
-        if others:
-            made = ", ".join(sorted({x.shape_text for x in after
-                                     if others[_shape(x)] > 0}))
-            return CHANGED, f"without {it}, {what} makes {made} instead"
-        gone = "goes" if not mine_after else f"goes ({len(mine)} -> {len(mine_after)})"
-        return CONFIRMED, f"without {it}, {what} {gone}"
-    moved = sum(x.bytes * x.executions for x in mine)
-    moved_after = sum(x.bytes * x.executions for x in mine_after)
-    if moved_after != moved:
-        return CHANGED, (f"without {it}, {what} moves {moved_after} bytes "
-                         f"instead of {moved}")
-    if len(after) < len(before):
-        return NOT_CONFIRMED, (f"without {it}, {what} stays ({c.shape_text}; "
-                               f"another {c.kind} there goes)")
-    return NOT_CONFIRMED, f"without {it}, {what} stays"
 
 
 def _together(causes: Sequence[Cause]) -> tuple[Cause, ...]:
@@ -322,8 +254,8 @@ def _holding(c, without, removed: Origin) -> list[Cause]:
     if without is None:
         return []
     gone = {p.key() for p in (removed.parts or (removed,))}
-    key = _key(c)
-    there = sorted((x for x in without.collectives if _key(x) == key
+    key = collective_key(c)
+    there = sorted((x for x in without.collectives if collective_key(x) == key
                     and x.why is not None),
                    key=lambda x: x.op_name != c.op_name)
     found = []
