@@ -608,6 +608,44 @@ def test_a_verdict_tells_the_forward_passs_collective_from_the_backwards():
     assert verdict(backward, both, without)[0] == CONFIRMED
 
 
+def test_a_combined_collectives_verdict_follows_its_arrays_to_another_line():
+    """A combined all-reduce sits at its first part's line. Recompiled, the
+    same arrays summed at another of its parts' lines have stayed; arrays
+    of the same shapes summed at an unrelated line, or in the forward pass
+    at its own, are not its own; some of its arrays gone is a change."""
+    import dataclasses
+    import types
+    from irshard.collectives.verdicts import verdict
+    from irshard.core.frames import SourceLocation
+    from irshard.reporting.report import Collective
+    from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Value, Why
+
+    def at(line):
+        return SourceLocation("gpt.py", line, "forward")
+
+    def made(line, arrays, scope="transpose(jvp())"):
+        shapes = tuple(("f32", s) for s in arrays)
+        return Collective(f"ar.{line}", "all-reduce", "f32", arrays[0], 64, 64,
+                          ("fsdp",), 8, at(line), "metadata",
+                          f"jit(step)/{scope}/dot_general", (),
+                          operands=len(arrays), shapes=shapes if len(arrays) > 1 else None)
+
+    sums = made(66, [(512, 128), (128, 128), (128,)])
+    parts = tuple(Value("dot_general", ("fsdp", "_"), at(line)) for line in (66, 71, 51))
+    sums = dataclasses.replace(sums, why=Why("", combined=parts))
+    baseline = types.SimpleNamespace(collectives=(sums,))
+    moved = types.SimpleNamespace(collectives=(made(71, [(512, 128), (128, 128), (128,)]),))
+    outcome, seen = verdict(sums, baseline, moved)
+    assert outcome == NOT_CONFIRMED and seen.endswith("stays, at gpt.py:71 now"), seen
+    elsewhere = types.SimpleNamespace(collectives=(
+        made(90, [(512, 128), (128, 128), (128,)]),
+        made(66, [(512, 128), (128, 128), (128,)], scope="jvp()")))
+    assert verdict(sums, baseline, elsewhere)[0] == CONFIRMED
+    part = types.SimpleNamespace(collectives=(made(51, [(128,)]),))
+    outcome, seen = verdict(sums, baseline, part)
+    assert outcome == CHANGED and "2 of the 3 arrays" in seen, seen
+
+
 def test_two_gathers_at_one_line_are_told_apart_by_what_they_make():
     """A line gathers two weights (each sharded along the dimension its
     product sums): each gather's cause is its own weight's rule, and a
@@ -658,7 +696,7 @@ def test_the_gpts_combined_gradient_sum_is_the_batchs_not_the_embeddings():
     assert verdicts == {"rules **/embed=fsdp,_": "not confirmed",
                         "rules batch/*=fsdp,_": "confirmed"}, c.why.causes
     assert c.why.cause.decision.rule == "rules batch/*=fsdp,_"
-    assert "goes (all-reduces of 34 other arrays come, the largest f32[16,64,512])" \
+    assert "goes (all-reduces of 21 other arrays come, the largest f32[16,64,512])" \
         in c.why.cause.seen
     # Plain JAX: the 21 sums without the embedding's rule; without the
     # batch's, none of the gradients' arrays summed (the activations' are).

@@ -80,25 +80,49 @@ def verdict(c, baseline, without, decision_kind: str = "") -> tuple[str, str]:
     return NOT_CONFIRMED, f"without {it}, {what} stays"
 
 
-def _arrays(report, c) -> Counter:
-    """The arrays the collectives of `c`'s kind and axes make, each
-    combined collective's one by one: (dtype, shape) -> how many."""
+def _passes(c) -> set[str]:
+    """The parts of the program a collective's ops are in: a combined
+    collective's JAX op name lists its parts', `jit(step)/(a:b:c)`."""
+    name = c.op_name or ""
+    prefix, paren, rest = name.partition("/(")
+    if paren and rest.endswith(")") and ":" in rest:
+        return {f"{prefix}/{part.rpartition('/')[0]}".rstrip("/")
+                for part in rest[:-1].split(":")}
+    return {_pass(c)}
+
+
+def _arrays(report, c, lines: set | None, passes: set[str]) -> Counter:
+    """The arrays the collectives of `c`'s kind and axes make at `lines`
+    (None: at any) in `passes`, each combined collective's one by one: (dtype, shape)
+    -> how many."""
     axes = tuple(sorted(c.mesh_axes or ()))
     found: Counter = Counter()
     for x in report.collectives:
-        if x.kind == c.kind and tuple(sorted(x.mesh_axes or ())) == axes:
+        if x.kind == c.kind and tuple(sorted(x.mesh_axes or ())) == axes \
+                and (lines is None or x.source is not None
+                     and (x.source.file, x.source.line) in lines) \
+                and _passes(x) & passes:
             found.update(x.shapes or ((x.dtype, x.shape),))
     return found
 
 
 def _combined_verdict(c, baseline, without, decision_kind: str) -> tuple[str, str]:
     """The verdict for a collective XLA combined from several: its arrays
-    are looked for among every collective of its kind and axes, since the
-    combined op takes the line of whichever part comes first (a GPT's
-    gradients summed at the embedding's line, and without the embedding's
-    sharding at the last layer's, all 21 of them still there)."""
+    are looked for among the collectives of its kind and axes at any of
+    its parts' lines, in their parts of the program, since the combined op
+    takes the line of whichever part comes first (a GPT's gradients summed
+    at the embedding's line, and without the embedding's sharding at the
+    last layer's, all 21 of them still there)."""
     mine = Counter(c.shapes)
-    before, after = _arrays(baseline, c), _arrays(without, c)
+    parts = c.why.combined if c.why else ()
+    # Where a part's line is not known (an input gathered), at any line.
+    lines = None if not parts or any(v.source is None for v in parts) else \
+        {(v.source.file, v.source.line) for v in parts}
+    if lines is not None and c.source is not None:
+        lines.add((c.source.file, c.source.line))
+    passes = _passes(c)
+    before = _arrays(baseline, c, lines, passes)
+    after = _arrays(without, c, lines, passes)
     gone = sum(min(n, max(0, before[leaf] - after[leaf])) for leaf, n in mine.items())
     where = f" at {c.source.file}:{c.source.line}" if c.source else ""
     what = f"the {c.kind}{where} ({len(c.shapes)} combined)"
