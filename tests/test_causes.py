@@ -333,6 +333,66 @@ def test_a_sort_along_a_sharded_dimension_is_the_ops_kind():
     assert plain(along_rows, p.args(), [P("x", None)]) == []
 
 
+def test_a_grouped_convolution_is_the_cause_and_is_recompiled_ungrouped():
+    """ResNeXt's grouped convolution over a batch sharded along its first
+    dimension: XLA gathers the images whole for it. The cause names the
+    convolution's groups; the recompile makes it ungrouped (a
+    block-diagonal kernel, the same result), and the gather goes."""
+    p, report = verified("grouped_conv", "images=x,_,_,_")
+    [(kind, cause)] = causes(report)
+    assert kind == "all-gather"
+    assert (cause.decision.kind, cause.decision.source.line) == ("op", 15)
+    assert cause.decision.name.startswith(
+        "conv_general_dilated with feature_group_count=4: XLA does not partition "
+        "a grouped convolution along the dimension sharded over x")
+    assert cause.verdict == "confirmed", cause.seen
+    # Plain JAX: the gather for the grouped convolution; none for the same
+    # convolution ungrouped, nor for a depthwise one.
+    images, kernel = p.args()
+    batch = [P("x", None, None, None), P()]
+    assert plain(p.step, (images, kernel), batch) == ["all-gather"]
+    ungrouped = lambda x, k: jnp.tanh(p.conv(x, k, groups=1))    # noqa: E731
+    full = jnp.ones((3, 3, p.CHANNELS, p.CHANNELS))
+    assert plain(ungrouped, (images, full), batch) == []
+    depthwise = lambda x, k: jnp.tanh(p.conv(x, k, groups=p.CHANNELS))  # noqa: E731
+    assert plain(depthwise, (images, jnp.ones((3, 3, 1, p.CHANNELS))), batch) == []
+
+
+@pytest.mark.parametrize("numbers,kernel_shape", [
+    (("NHWC", "HWIO", "NHWC"), (3, 3, 4, 16)),
+    (("NCHW", "OIHW", "NCHW"), (16, 4, 3, 3)),
+])
+def test_a_grouped_convolution_made_ungrouped_computes_the_same(numbers, kernel_shape):
+    """The counterfactual's rewrite: the kernel laid along the input
+    features once per group and zeroed off the block diagonal, the
+    convolution ungrouped; run, it gives the grouped one's values, for
+    either place of the kernel's feature dimensions."""
+    import numpy as np
+    from irshard.backend import edits
+    images = jax.random.normal(jax.random.key(0), (2, 8, 8, 16) if numbers[0] == "NHWC"
+                               else (2, 16, 8, 8))
+    kernel = jax.random.normal(jax.random.key(1), kernel_shape)
+
+    def step(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME",
+                                            dimension_numbers=numbers,
+                                            feature_group_count=4)
+
+    module = jax.jit(step).lower(images, kernel).compiler_ir("stablehlo")
+    [(name, _)] = edits.ungroup_convolutions(module, lambda op: True)
+    assert name == "stablehlo.convolution"
+    module.operation.verify()
+    assert "feature_group_count = 1" in str(module)
+    device = jax.devices()[0]
+    executable = device.client.compile_and_load(str(module), jax.devices()[:1])
+    [[got]] = executable.execute_sharded(
+        [jax.device_put(a, device) for a in (images, kernel)]
+    ).disassemble_into_single_device_arrays()
+    want = np.asarray(step(images, kernel))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    assert np.abs(want).max() > 1       # a result the zeros could not fake
+
+
 def test_an_embedding_table_sharded_over_its_vocabulary_is_the_cause():
     p, report = verified("embedding", "table=x,_")
     [(kind, cause)] = causes(report)

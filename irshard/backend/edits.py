@@ -75,6 +75,58 @@ def bypass_ops(module: ir.Module, chosen: Callable[[ir.Operation], bool]
     return removed
 
 
+def ungroup_convolutions(module: ir.Module, chosen: Callable[[ir.Operation], bool]
+                         ) -> list[tuple[str, ir.Location]]:
+    """Rewrites each grouped convolution `chosen` picks
+    (`feature_group_count` G > 1) as the ungrouped one that computes the
+    same: its kernel laid G times along the input features and zeroed
+    where an output feature's group does not read an input feature (block
+    diagonal). Returns the name and location of each op rewritten."""
+    import numpy as np
+    from jaxlib.mlir.dialects import stablehlo
+    with module.context:
+        found = [op for fn in functions(module) for op in walk(fn.operation)
+                 if op.name == "stablehlo.convolution" and chosen(op)]
+        done = []
+        for op in found:
+            groups = _int_attr(op, "feature_group_count")
+            if groups <= 1 or _int_attr(op, "batch_group_count") != 1:
+                continue
+            dims = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+            inputs, outputs = (dims.kernel_input_feature_dimension,
+                               dims.kernel_output_feature_dimension)
+            kernel = op.operands[1]
+            kernel_type = ir.RankedTensorType(kernel.type)
+            shape = list(kernel_type.shape)
+            per_group = shape[inputs]
+            shape[inputs] *= groups
+            # mask[..., c, ..., o, ...] = 1 where input feature c and output
+            # feature o are of one group.
+            index = np.indices((shape[inputs], shape[outputs]))
+            block = (index[0] // per_group == index[1] // (shape[outputs] // groups))
+            order = [inputs, outputs] if inputs < outputs else [outputs, inputs]
+            mask = block if inputs < outputs else block.T
+            mask = np.broadcast_to(np.expand_dims(mask, tuple(
+                d for d in range(len(shape)) if d not in order)), shape)
+            with ir.InsertionPoint(op), op.location:
+                laid = stablehlo.ConcatenateOp([kernel] * groups, inputs).result
+                f32 = ir.RankedTensorType.get(shape, ir.F32Type.get())
+                ones = stablehlo.ConstantOp(ir.DenseElementsAttr.get(
+                    np.ascontiguousarray(mask, dtype=np.float32), type=f32)).result
+                if kernel_type.element_type != ir.F32Type.get():
+                    ones = stablehlo.ConvertOp(ir.RankedTensorType.get(
+                        shape, kernel_type.element_type), ones).result
+                op.operands[1] = stablehlo.MulOp(laid, ones).result
+            op.attributes["feature_group_count"] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), 1)
+            done.append((op.name, op.location))
+    return done
+
+
+def _int_attr(op: ir.Operation, name: str) -> int:
+    return ir.IntegerAttr(op.attributes[name]).value if name in op.attributes else 1
+
+
 def _boundary(module: ir.Module, kind: str):
     """The entry function, which of its attribute lists holds its
     arguments' (`kind` "input") or results' ("output"), and those

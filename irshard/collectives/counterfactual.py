@@ -103,7 +103,9 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
 
 def _bypass(module, decision: Origin, info, users: UserCode) -> bool:
     """The op a decision names (its primitive at its line) removed, each
-    result replaced by the operand of its type: whether there was one."""
+    result replaced by the operand of its type: whether there was one. A
+    grouped convolution is not removed but made ungrouped (the same result
+    from a block-diagonal kernel): what its grouping forces is what goes."""
     from irshard.backend import edits
     from irshard.collectives.origins import PropagationSites
     from irshard.collectives.values import PRIMITIVE_OPS, _op_name
@@ -120,6 +122,8 @@ def _bypass(module, decision: Origin, info, users: UserCode) -> bool:
         found = sites.source(operation)
         return found is not None and (found.file, found.line) == line
 
+    if primitive == "conv_general_dilated" and edits.ungroup_convolutions(module, there):
+        return True
     return bool(edits.bypass_ops(module, there))
 
 

@@ -31,7 +31,7 @@ from irshard.collectives.origins import PropagationSites
 from irshard.collectives.readers import Hlo
 from irshard.collectives.values import (FORCING, HALO_PRIMITIVES, INDEXED, UPDATES,
                                         _axes, _only, _primitive, _sharded,
-                                        agreeing, array_dims, fit, is_token,
+                                        agreeing, array_dims, fit, forcing, is_token,
                                         sharding_text)
 from irshard.core.frames import UserCode, chain_of
 from irshard.core.specs import ShardingSpec
@@ -157,7 +157,7 @@ class _Explainer:
         # update would drop the collective's whole computation.
         written = primitive in UPDATES and found[2] != 0
         if (primitive in INDEXED or primitive in FORCING) and not written:
-            prop = FORCING.get(primitive, "indexes along a sharded dimension")
+            prop = forcing(primitive, operation, axes)
             forced = (Cause(Origin("op", f"{primitive} {prop}", source), "needed"),)
         return Value(primitive or what.opcode, needed, source,
                      _moved(origins, axes)), forced

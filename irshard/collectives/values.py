@@ -125,6 +125,31 @@ def _dict(attr) -> dict[str, str]:
     return {d[i].name: ir.StringAttr(d[i].attr).value for i in range(len(d))}
 
 
+def forcing(primitive: str, operation, axes) -> str:
+    """What about an op of `primitive` (its op in the propagated module,
+    `operation`, where found) forces XLA to gather along `axes`; a
+    convolution's by its groups: one whose input features are split into
+    groups (a ResNeXt block's, not a depthwise one's) is not partitioned
+    along its batch or spatial dimensions."""
+    prop = FORCING.get(primitive, "indexes along a sharded dimension")
+    if primitive != "conv_general_dilated" or operation is None:
+        return prop
+    from jaxlib.mlir import ir
+    attrs = operation.attributes
+    count = {name: ir.IntegerAttr(attrs[name]).value if name in attrs else 1
+             for name in ("feature_group_count", "batch_group_count")}
+    over = ",".join(sorted(axes)) or "the mesh"
+    if count["feature_group_count"] > 1:
+        return (f"with feature_group_count={count['feature_group_count']}: XLA "
+                f"does not partition a grouped convolution along the dimension "
+                f"sharded over {over}, and gathers its input whole")
+    if count["batch_group_count"] > 1:
+        return (f"with batch_group_count={count['batch_group_count']} (a grouped "
+                f"convolution's kernel gradient): XLA does not partition it "
+                f"along the dimension sharded over {over}")
+    return prop
+
+
 def _entries(spec) -> tuple[str, ...]:
     return tuple(str(d).rstrip("?") for d in spec.dims)
 
