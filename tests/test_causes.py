@@ -402,12 +402,47 @@ def test_an_embedding_table_sharded_over_its_vocabulary_is_the_cause():
     assert plain(p.step, p.args(), [P(None, "x"), P()]) == []
 
 
-def test_a_shard_map_boundary_is_named_and_has_no_recompile():
+def test_a_shard_map_boundary_is_the_cause_and_is_recompiled_without_it():
+    """A shard_map whose in_specs want the input whole: named at its line
+    and by its spec, and confirmed by the program with its body inlined
+    (its specs shard nothing and its body talks to no other device: the
+    same computation on the whole arrays)."""
     p, report = verified("shard_map_boundary", "x=x,_")
     [(kind, cause)] = causes(report)
     assert kind == "all-gather"
-    assert (cause.decision.kind, cause.verdict) == ("shard_map", None)
+    assert (cause.decision.kind, cause.decision.source.line) == ("shard_map", 15)
+    assert cause.decision.text() == \
+        "the shard_map at shard_map_boundary.py:15 (its in_specs[0])"
+    assert cause.verdict == "confirmed", cause.seen
     assert plain(p.step, p.args(), [P("x", None)]) == ["all-gather"]
+    assert plain(lambda x: x * 2.0, p.args(), [P("x", None)]) == []
+
+
+def test_a_shard_map_that_talks_to_other_devices_is_not_inlined():
+    """A body with a collective of its own (a `psum`) is not the same
+    computation on the whole arrays: that shard_map is not inlined, and
+    one whose specs shard an axis neither."""
+    from irshard.backend import edits
+    m = mesh()
+
+    def summed(x):
+        return jax.shard_map(lambda b: jax.lax.psum(b, "x"), mesh=m,
+                             in_specs=P(), out_specs=P())(x)
+
+    def split(x):
+        return jax.shard_map(lambda b: b * 2.0, mesh=m, in_specs=P("x"),
+                             out_specs=P("x"))(x)
+
+    def doubled(x):
+        return jax.shard_map(lambda b: b * 2.0, mesh=m, in_specs=P(),
+                             out_specs=P())(x)
+
+    x = jnp.ones((64, 128))
+    for fn, inlined in ((summed, 0), (split, 0), (doubled, 1)):
+        module = jax.jit(fn).lower(x).compiler_ir("stablehlo")
+        assert len(edits.inline_manual_computations(module, lambda op: True)) == inlined
+        module.operation.verify()
+        assert ("sdy.manual_computation" in str(module)) == (not inlined)
 
 
 def test_costs_are_summed_by_cause_and_need_an_explained_report():

@@ -123,6 +123,49 @@ def ungroup_convolutions(module: ir.Module, chosen: Callable[[ir.Operation], boo
     return done
 
 
+# Ops whose meaning inside a manual computation depends on its devices:
+# a body that holds one is not the same computation on the whole arrays.
+_PER_DEVICE = ("sdy.", "stablehlo.all_", "stablehlo.collective", "stablehlo.reduce_scatter",
+               "stablehlo.partition_id", "stablehlo.replica_id", "stablehlo.send",
+               "stablehlo.recv")
+
+
+def inline_manual_computations(module: ir.Module,
+                               chosen: Callable[[ir.Operation], bool]
+                               ) -> list[tuple[str, ir.Location]]:
+    """Replaces each manual computation (a `shard_map`) `chosen` picks whose
+    every operand and result is whole on each device (its specs shard
+    nothing) and whose body talks to no other device by its body, run on
+    the whole arrays: the same values, without the boundary. Returns the
+    name and location of each one inlined; others are left."""
+    with module.context:
+        found = [op for fn in functions(module) for op in walk(fn.operation)
+                 if op.name == "sdy.manual_computation" and chosen(op)]
+        done = []
+        for op in found:
+            # `#sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>`: an axis
+            # is named in quotes.
+            if any('"' in str(op.attributes[key])
+                   for key in ("in_shardings", "out_shardings")):
+                continue
+            block = op.regions[0].blocks[0]
+            body = [child.operation for child in block.operations]
+            inner = [o for child in body for o in (child, *walk(child))]
+            if any(o.name.startswith(_PER_DEVICE)
+                   and o.name not in ("sdy.return", "sdy.constant") for o in inner):
+                continue
+            for argument, operand in zip(block.arguments, op.operands):
+                argument.replace_all_uses_with(operand)
+            returned = body[-1]
+            for child in body[:-1]:
+                child.move_before(op)
+            for result, value in zip(op.results, returned.operands):
+                result.replace_all_uses_with(value)
+            done.append((op.name, op.location))
+            op.erase()
+    return done
+
+
 def _int_attr(op: ir.Operation, name: str) -> int:
     return ir.IntegerAttr(op.attributes[name]).value if name in op.attributes else 1
 

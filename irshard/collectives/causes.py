@@ -58,7 +58,7 @@ from irshard.core.frames import UserCode
 from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Origin
 
 # The decisions a recompile can remove.
-VERIFIABLE = ("constraint", "input", "output", "op", "together")
+VERIFIABLE = ("constraint", "input", "output", "op", "shard_map", "together")
 # How many times a collective every named cause of which was refuted is
 # explained again in the program without them. Each time costs two
 # recompiles; on MaxText's step the batch's sum needed more than three.

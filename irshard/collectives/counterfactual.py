@@ -48,15 +48,10 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
     if decision.kind == "constraint":
         if decision.source is None:
             return None
-        line = (decision.source.file, decision.source.line)
         sites = PropagationSites(module.operation.opview, info, users)
-
-        def there(operation) -> bool:
-            found = sites.constraint_source(operation)
-            return found is not None and (found.file, found.line) == line
-
         explicit = info.mesh is not None and bool(info.mesh.explicit)
-        dropped = edits.drop_constraints(module, there, upstream=explicit)
+        dropped = edits.drop_constraints(module, _made_at(sites, decision.source),
+                                         upstream=explicit)
         if not dropped:
             return None
         if explicit:
@@ -69,8 +64,9 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
             if first is not None and first != decision.source:
                 decision = dataclasses.replace(decision, source=first)
         return decision
-    if decision.kind == "op":
-        return decision if _bypass(module, decision, info, users) else None
+    edit = {"op": _bypass, "shard_map": _inline}.get(decision.kind)
+    if edit is not None:
+        return decision if edit(module, decision, info, users) else None
     kind = decision.kind
     decls = info.inputs if kind == "input" else info.outputs
     names = [t.name for t in decls]
@@ -125,6 +121,31 @@ def _bypass(module, decision: Origin, info, users: UserCode) -> bool:
     if primitive == "conv_general_dilated" and edits.ungroup_convolutions(module, there):
         return True
     return bool(edits.bypass_ops(module, there))
+
+
+def _inline(module, decision: Origin, info, users: UserCode) -> bool:
+    """The shard_map a decision names (at its line) replaced by its body,
+    where its specs shard nothing and its body talks to no other device
+    (the same computation on the whole arrays): whether there was one."""
+    from irshard.backend import edits
+    from irshard.collectives.origins import PropagationSites
+    if decision.source is None:
+        return False
+    sites = PropagationSites(module.operation.opview, info, users)
+    return bool(edits.inline_manual_computations(
+        module, _made_at(sites, decision.source)))
+
+
+def _made_at(sites, source):
+    """Whether an op (a constraint, a shard_map) is a decision made at
+    `source`'s line: the line that called the helpers they all share."""
+    line = (source.file, source.line)
+
+    def there(operation) -> bool:
+        found = sites.constraint_source(operation)
+        return found is not None and (found.file, found.line) == line
+
+    return there
 
 
 def _carried_back(module, info, chosen: set[str]) -> list[int]:

@@ -5,6 +5,7 @@ source line and primitive.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from irshard.collectives import mirrors
@@ -170,7 +171,9 @@ class PropagationSites:
         if text.startswith("constraint_"):
             return self.constraint(text)
         if text.startswith("mc_"):
-            return Origin("shard_map", text)
+            # `mc_0_input: 1`: the manual computation `mc_0`'s operand 1.
+            computation = re.split(r"_(?:input|output): ", text)[0]
+            return Origin("shard_map", text, self.constraints.get(computation))
         return Origin("other", text)
 
     def _origins(self, attr, here) -> dict[str, Origin]:

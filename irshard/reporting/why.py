@@ -32,7 +32,7 @@ class Origin:
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "name": self.name}
-        if self.kind in ("constraint", "op"):
+        if self.kind in ("constraint", "op", "shard_map"):
             d["source"] = self.source.to_json() if self.source else None
         if self.rule is not None:
             d["rule"] = self.rule
@@ -43,8 +43,8 @@ class Origin:
     def key(self) -> str:
         """The decision as one line (`--group-by cause`): a constraint by its
         line, an input or output by name."""
-        if self.kind == "constraint" and self.source is not None:
-            return f"constraint {self.source.file}:{self.source.line}"
+        if self.kind in ("constraint", "shard_map") and self.source is not None:
+            return f"{self.kind} {self.source.file}:{self.source.line}"
         if self.rule is not None:
             return f"rule {self.rule}"
         if self.kind == "together":
@@ -69,7 +69,10 @@ class Origin:
             return f"the constraint at {where.file}:{where.line}" if where \
                 else "a sharding constraint"
         if self.kind == "shard_map":
-            return "a shard_map"
+            where = self.source
+            spec = _spec_of(self.name)
+            return (f"the shard_map at {where.file}:{where.line}" if where
+                    else "a shard_map") + (f" (its {spec})" if spec else "")
         if self.kind == "together":
             return "together: " + "; ".join(p.text() for p in self.parts)
         if self.kind == "op":
@@ -77,6 +80,15 @@ class Origin:
             what, _, why = self.name.partition(" ")
             return f"{what}{where} {why} (the op's kind)"
         return self.name or self.kind
+
+
+def _spec_of(name: str) -> str:
+    """`in_specs[1]` for Shardy's `mc_0_input: 1`."""
+    _, side, index = name.partition("_input: ")
+    if not side:
+        _, side, index = name.partition("_output: ")
+        return f"out_specs[{index}]" if side and index.isdigit() else ""
+    return f"in_specs[{index}]" if index.isdigit() else ""
 
 
 @dataclass(frozen=True)
