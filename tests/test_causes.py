@@ -488,7 +488,14 @@ def test_a_reshape_merging_a_sharded_dimension_is_the_ops_kind():
     p, report = verified("reshape_merge", "x=_,x")
     [(kind, cause)] = causes(report)
     assert kind == "all-gather"
-    assert cause.decision.kind == "op" and cause.decision.name.startswith("reshape merges")
+    # What forces the gather, the reshape's kind, is named first; no
+    # recompile can take it out. The decision a recompile confirms is the
+    # input's sharding, and it is the cause.
+    op, *_ = report.collectives[0].why.causes
+    assert op.decision.kind == "op" and op.decision.name.startswith("reshape merges")
+    assert op.verdict is None
+    assert (cause.decision.kind, cause.decision.name, cause.verdict) == (
+        "input", "x", "confirmed")
     assert plain(p.step, p.args(), [P(None, "x")]) == ["all-gather"]
     assert plain(p.step, p.args(), [P("x", None)]) == []
 

@@ -192,14 +192,17 @@ class Why:
     @property
     def cause(self) -> Cause | None:
         """The cause: the first candidate (the demanding side's first) that
-        a recompile confirmed or that no recompile can test (an op with no
-        operand of its result's type), else the first one whose recompile
-        changed the collective; not verified, the first candidate; None
-        where every one was refuted, an op's kind among them."""
+        a recompile confirmed; else the first that no recompile can test
+        (an op with no operand of its result's type: a reshape that merges
+        a sharded dimension, whose input's sharding a recompile confirms
+        where it can); else the first one whose recompile changed the
+        collective; not verified, the first candidate; None where every
+        one was refuted, an op's kind among them."""
         if any(c.verdict is not None for c in self.causes):
-            return next((c for c in self.causes if c.verdict == CONFIRMED
-                         or (c.decision.kind == "op" and c.verdict is None)),
-                        next((c for c in self.causes if c.holds), None))
+            return next((c for c in self.causes if c.verdict == CONFIRMED),
+                        next((c for c in self.causes if c.decision.kind == "op"
+                              and c.verdict is None),
+                             next((c for c in self.causes if c.holds), None)))
         return self.causes[0] if self.causes else None
 
     def with_causes(self, causes: tuple[Cause, ...]) -> "Why":
