@@ -97,6 +97,30 @@ def test_a_constraint_made_through_a_helper_is_named_at_its_call(monkeypatch):
     assert "all-gather" not in plain(p.step, p.args(), [P("x", None), P(), P()])
 
 
+def test_constraints_through_one_helper_are_removed_together():
+    """Two calls of the model's constraint helper removed at once: the line
+    that made each is read from the program as it was. Once read again
+    after the first was dropped, the helper was reached along one path
+    only, the second constraint was named by the helper's own line, and
+    the recompile had nothing to remove."""
+    from irshard.apiprogram import PROGRAM_ARGUMENTS, lowering
+    from irshard.collectives.counterfactual import counterfactual
+    from irshard.core.frames import SourceLocation, UserCode
+    from irshard.reporting.why import Origin
+    p = puzzle("constraint_helper")
+    lowered = lowering(p.step, p.args(), "x=4", dict(PROGRAM_ARGUMENTS, rules=[("x", "x,_")]))
+    file = "constraint_helper.py"
+    lines = (21, 22)
+    both = Origin("together", "", parts=tuple(
+        Origin("constraint", "", SourceLocation(file, line, "step")) for line in lines))
+    made = counterfactual(lowered, both, UserCode(lowered.info.user_dir))
+    assert made is not None
+    stage, removed = made
+    assert [part.source.line for part in removed.parts] == list(lines)
+    assert "sdy.sharding_constraint" in str(lowered.module)
+    assert "sdy.sharding_constraint" not in str(stage.module)
+
+
 def test_a_sharded_state_s_input_is_opened_with_the_output_it_comes_back_as():
     """A weight jitted with the same sharding in and out, donated (a
     training step's state): opening its input alone, propagation took the

@@ -22,16 +22,26 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
     """The traced module (`lowered`, the StableHLO stage) without
     `decision` (each of its parts, for `together`), as a stage to compile,
     and the decision as removed (under explicit axes, the first constraint
-    of the chain that made the sharding: the `reshard`); None where it
-    has nothing to remove."""
+    of the chain that made the sharding: the `reshard`; for `together`,
+    the parts there were to remove, since one part's edit may have taken
+    another's op with it); None where it has nothing to remove."""
     from irshard.backend import shardy
+    from irshard.collectives.origins import PropagationSites
     module = shardy.clone_module(lowered.module)
+    # Which line made each constraint is read once, from the program as it
+    # was: with some of them dropped, a helper the rest share would be
+    # reached along fewer paths, and another line would be named.
+    sites = PropagationSites(module.operation.opview, lowered.info, users)
+    sites.constraint_paths()
     removed = []
     for part in decision.parts or (decision,):
-        done = _remove(module, part, lowered.info, users)
-        if done is None:
+        done = _remove(module, part, lowered.info, sites)
+        if done is not None:
+            removed.append(done)
+        elif not decision.parts:
             return None
-        removed.append(done)
+    if not removed:
+        return None
     if decision.parts:
         decision = dataclasses.replace(decision, parts=tuple(removed))
     else:
@@ -39,16 +49,14 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
     return dataclasses.replace(lowered, module=module), decision
 
 
-def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
+def _remove(module, decision: Origin, info, sites) -> Origin | None:
     """Removes or relaxes `decision` in `module` (see the module
     docstring); the decision as removed, or None where there is nothing
     of it."""
     from irshard.backend import edits
-    from irshard.collectives.origins import PropagationSites
     if decision.kind == "constraint":
         if decision.source is None:
             return None
-        sites = PropagationSites(module.operation.opview, info, users)
         explicit = info.mesh is not None and bool(info.mesh.explicit)
         dropped = edits.drop_constraints(module, _made_at(sites, decision.source),
                                          upstream=explicit)
@@ -60,13 +68,13 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
             for index in range(len(info.outputs)):
                 edits.open_boundary(module, "output", index)
             from irshard.backend import locations
-            first = sites.called_at(users.choose(locations.frames(dropped[-1][1])))
+            first = sites.called_at(sites.users.choose(locations.frames(dropped[-1][1])))
             if first is not None and first != decision.source:
                 decision = dataclasses.replace(decision, source=first)
         return decision
     edit = {"op": _bypass, "shard_map": _inline}.get(decision.kind)
     if edit is not None:
-        return decision if edit(module, decision, info, users) else None
+        return decision if edit(module, decision, sites) else None
     kind = decision.kind
     decls = info.inputs if kind == "input" else info.outputs
     names = [t.name for t in decls]
@@ -97,20 +105,18 @@ def _remove(module, decision: Origin, info, users: UserCode) -> Origin | None:
     return decision
 
 
-def _bypass(module, decision: Origin, info, users: UserCode) -> bool:
+def _bypass(module, decision: Origin, sites) -> bool:
     """The op a decision names (its primitive at its line) removed, each
     result replaced by the operand of its type: whether there was one. A
     grouped convolution is not removed but made ungrouped (the same result
     from a block-diagonal kernel): what its grouping forces is what goes."""
     from irshard.backend import edits
-    from irshard.collectives.origins import PropagationSites
     from irshard.collectives.values import PRIMITIVE_OPS, _op_name
     if decision.source is None:
         return False
     primitive = decision.name.partition(" ")[0]
     names = _OP_FORMS.get(primitive) or PRIMITIVE_OPS.get(primitive, (primitive,))
     line = (decision.source.file, decision.source.line)
-    sites = PropagationSites(module.operation.opview, info, users)
 
     def there(operation) -> bool:
         if _op_name(operation.name) not in names:
@@ -123,15 +129,13 @@ def _bypass(module, decision: Origin, info, users: UserCode) -> bool:
     return bool(edits.bypass_ops(module, there))
 
 
-def _inline(module, decision: Origin, info, users: UserCode) -> bool:
+def _inline(module, decision: Origin, sites) -> bool:
     """The shard_map a decision names (at its line) replaced by its body,
     where its specs shard nothing and its body talks to no other device
     (the same computation on the whole arrays): whether there was one."""
     from irshard.backend import edits
-    from irshard.collectives.origins import PropagationSites
     if decision.source is None:
         return False
-    sites = PropagationSites(module.operation.opview, info, users)
     return bool(edits.inline_manual_computations(
         module, _made_at(sites, decision.source)))
 

@@ -110,13 +110,13 @@ class PropagationSites:
         if found is None or not found.stack:
             return found
         chain = found.stack
-        at = called_once(chain, self._constraint_paths(), _callers)
+        at = called_once(chain, self.constraint_paths(), _callers)
         if at == 0:
             return found
         return SourceLocation(chain[at].file, chain[at].line,
                               chain[at].function, chain[at:])
 
-    def _constraint_paths(self) -> dict[tuple[str, int], set]:
+    def constraint_paths(self) -> dict[tuple[str, int], set]:
         """Each frame of the constraints' stacks: the frames outside it,
         as each stack has them."""
         if self._paths is None:
