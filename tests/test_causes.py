@@ -442,6 +442,47 @@ def test_a_shard_map_boundary_is_the_cause_and_is_recompiled_without_it():
     assert plain(lambda x: x * 2.0, p.args(), [P("x", None)]) == []
 
 
+def test_a_shard_map_that_shards_the_batch_is_named_as_what_holds_its_sum():
+    """A weight's gradient summed over a batch that its inputs and a
+    shard_map's in_specs both shard: without the inputs' sharding the
+    shard_map still splits the batch, and the sum stays. The shard_map
+    shards the dimension the inputs do; its body runs on shards, so no
+    recompile can take it out: it is named, untested, as the cause."""
+    m = mesh()
+
+    def loss(w, x, mapped=True):
+        h = x @ w
+        if mapped:
+            h = jax.shard_map(jnp.tanh, mesh=m, in_specs=P("x"), out_specs=P("x"))(h)
+        else:
+            h = jnp.tanh(h)
+        return jnp.mean(h ** 2)
+
+    def step(batch, mapped=True):
+        return jax.jit(jax.grad(lambda w, x: loss(w, x, mapped)),
+                       in_shardings=(NamedSharding(m, P()), NamedSharding(m, batch)))
+
+    args = (jnp.ones((64, 64)), jnp.ones((32, 64)))
+    report = irshard.compile(step(P("x")), *args, verify=True)
+    [c] = report.collectives
+    assert c.kind == "all-reduce"
+    first, *_ = c.why.causes
+    assert (first.decision.kind, first.decision.name, first.verdict) == (
+        "input", "x", "not confirmed")
+    cause = c.why.cause
+    assert (cause.decision.kind, cause.verdict) == ("shard_map", None)
+    assert cause.decision.text().endswith("(its in_specs[0])")
+    assert report.notes[-1].startswith("--verify: 1 recompile,")
+    # Plain JAX: the sum with either left, none without both (the inputs
+    # opened, propagation takes the shard_map's split: the recompile's
+    # "stays" above).
+    found = lambda jitted: _COLLECTIVE.findall(      # noqa: E731
+        jitted.lower(*args).compile().as_text())
+    assert found(step(P("x"))) == ["all-reduce"]
+    assert found(step(P("x"), mapped=False)) == ["all-reduce"]
+    assert found(step(P(), mapped=False)) == []
+
+
 def test_a_shard_map_that_talks_to_other_devices_is_not_inlined():
     """A body with a collective of its own (a `psum`) is not the same
     computation on the whole arrays: that shard_map is not inlined, and

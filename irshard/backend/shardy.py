@@ -201,6 +201,13 @@ def sharding_spec(attr: ir.Attribute) -> tuple[str, ShardingSpec]:
     return mesh, ShardingSpec(tuple(dims))
 
 
+def sharding_specs(attr: ir.Attribute) -> list[ShardingSpec]:
+    """The spec of each value of a `#sdy.sharding_per_value` (a manual
+    computation's `in_shardings`, `out_shardings`)."""
+    return [sharding_spec(s)[1]
+            for s in sdy.TensorShardingPerValueAttr(attr).shardings]
+
+
 def attr_dicts(fn: func.FuncOp, key: str, count: int) -> list[dict[str, ir.Attribute]]:
     """The per-argument (`arg_attrs`) or per-result (`res_attrs`) attribute
     dictionaries of `fn` as Python dicts."""

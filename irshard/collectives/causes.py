@@ -59,6 +59,10 @@ from irshard.reporting.why import CHANGED, CONFIRMED, NOT_CONFIRMED, Cause, Orig
 
 # The decisions a recompile can remove.
 VERIFIABLE = ("constraint", "input", "output", "op", "shard_map", "together")
+# The decisions a recompile may have nothing of to remove (an op with no
+# operand of its result's type, a shard_map whose specs shard an axis):
+# named, with no verdict.
+UNTESTED = ("op", "shard_map")
 # How many times a collective every named cause of which was refuted is
 # explained again in the program without them. Each time costs two
 # recompiles; on MaxText's step the batch's sum needed more than three.
@@ -174,12 +178,21 @@ def _walk(c, report, sharing: Callable[[Any, Sequence[Origin]], tuple] = None):
     if refuted is not None and not (held or changed) and sharing is not None:
         named = _unique_decisions(causes)
         wider = sharing(c, named)
-        if wider:
+        removable = tuple(d for d in wider if d.kind not in UNTESTED)
+        side = refuted.side
+        if removable:
             tried, compiled = yield from _tried(c, report, Cause(
-                Origin("together", "", parts=(*named, *wider)), refuted.side))
+                Origin("together", "", parts=(*named, *removable)), side))
             causes.append(tried)
             held = tried.verdict in (CONFIRMED, CHANGED)
             refuted = tried if compiled else None
+        # A shard_map whose specs shard the dimension has nothing a
+        # recompile can remove (its body runs on shards): named, untested,
+        # and what holds the collective (no more is looked for).
+        untested = [Cause(d, side) for d in wider if d.kind in UNTESTED]
+        if untested and not held:
+            causes += untested
+            refuted = None
     # A collective XLA combined from several (a gradient norm's sums over
     # every sharded weight) stays while any of them does: not peeled.
     if refuted is not None and not (held or changed or c.why.combined):
@@ -193,7 +206,7 @@ def _tried(c, report, cause: Cause):
     op with nothing to take out keeps no verdict; a decision the program
     could not be compiled without is not confirmed, and says why."""
     other, reason, decision = yield cause.decision
-    if other is None and cause.decision.kind == "op" and reason == NOTHING:
+    if other is None and cause.decision.kind in UNTESTED and reason == NOTHING:
         return cause, False
     if other is None:
         return dataclasses.replace(cause, verdict=NOT_CONFIRMED, seen=reason), False
@@ -208,7 +221,7 @@ def _unique_decisions(causes: Sequence[Cause]) -> tuple[Origin, ...]:
     found: dict[str, Origin] = {}
     for cause in causes:
         d = cause.decision
-        if d.kind in VERIFIABLE and d.kind != "op":
+        if d.kind in VERIFIABLE and (d.kind not in UNTESTED or cause.verdict):
             for part in d.parts or (d,):
                 found.setdefault(part.key(), part)
     return tuple(found.values())
@@ -262,7 +275,7 @@ def _holding(c, without, removed: Origin) -> list[Cause]:
     for x in there[:1]:
         for cause in x.why.causes:
             d = cause.decision
-            if d.kind in VERIFIABLE and d.kind not in ("op", "together") \
+            if d.kind in VERIFIABLE and d.kind not in (*UNTESTED, "together") \
                     and d.key() not in gone:
                 gone.add(d.key())
                 found.append(cause)

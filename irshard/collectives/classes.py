@@ -30,7 +30,8 @@ class Decisions:
         self.tied = dimensions.tied_dimensions(module)
         sites = PropagationSites(module.operation.opview, lowered.info, users)
         # (decision, (value, dimension), the axes it shards that dimension
-        # along), in the program's order: inputs, constraints, outputs.
+        # along), in the program's order: inputs, constraints and
+        # shard_maps, outputs.
         self.entries: list[tuple[Origin, tuple, frozenset[str]]] = []
         with module.context:
             self._read(module, sites, shardy)
@@ -52,6 +53,8 @@ class Decisions:
                     if source is not None:
                         self._add(Origin("constraint", "", source), op.results[0],
                                   shardy.sharding_spec(op.attributes["sharding"])[1])
+                elif op.name == "sdy.manual_computation":
+                    self._manual(op, sites, shardy)
         if main is not None:
             returned = list(main.body.blocks[0].operations)[-1].operation
             values = list(returned.operands)
@@ -60,6 +63,19 @@ class Decisions:
                 if shardy.SHARDING in attrs:
                     self._add(Origin("output", sites.output_name(i)), values[i],
                               shardy.sharding_spec(attrs[shardy.SHARDING])[1])
+
+    def _manual(self, op, sites: PropagationSites, shardy) -> None:
+        """A shard_map's specs: each operand and result it shards is a
+        decision of the shard_map at its line (as Shardy names them,
+        `in_specs[i]`)."""
+        source = sites.constraint_source(op)
+        if source is None:
+            return
+        for key, side, values in (("in_shardings", "input", op.operands),
+                                  ("out_shardings", "output", op.results)):
+            specs = shardy.sharding_specs(op.attributes[key])
+            for i, (value, spec) in enumerate(zip(values, specs)):
+                self._add(Origin("shard_map", f"mc_{side}: {i}", source), value, spec)
 
     def _add(self, origin: Origin, value, spec) -> None:
         for d, dim in enumerate(spec.dims):

@@ -200,8 +200,8 @@ class Why:
         one was refuted, an op's kind among them."""
         if any(c.verdict is not None for c in self.causes):
             return next((c for c in self.causes if c.verdict == CONFIRMED),
-                        next((c for c in self.causes if c.decision.kind == "op"
-                              and c.verdict is None),
+                        next((c for c in self.causes if c.verdict is None
+                              and c.decision.kind in ("op", "shard_map")),
                              next((c for c in self.causes if c.holds), None)))
         return self.causes[0] if self.causes else None
 
