@@ -144,7 +144,7 @@ def _advance(walks, asked, collectives, i, recompiles: "_Recompiles") -> None:
         del walks[i]
 
 
-def _walk(c, report, sharing: Callable[[Any, Sequence[Origin]], tuple] = None):
+def _walk(c, report, sharing: Callable[[Any, Sequence[Origin]], tuple] | None = None):
     """Collective `c`'s causes, each tried until one is confirmed: a generator
     that yields each decision it needs recompiled without, is sent
     `(report without it, why not, the decision as removed)`, and returns

@@ -20,9 +20,9 @@ from irshard.reporting.why import Origin
 
 
 class Decisions:
-    """Each decision of a traced module (an input's, a constraint's or an
-    output's sharding) with the dimensions it shards and along which axes,
-    and the classes of tied dimensions they fall in."""
+    """Each decision of a traced module (an input's, a constraint's, a
+    shard_map's spec or an output's sharding) with the dimensions it shards
+    and along which axes, and the classes of tied dimensions they fall in."""
 
     def __init__(self, lowered, users: UserCode):
         from irshard.backend import dimensions, shardy
