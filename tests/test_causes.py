@@ -97,6 +97,38 @@ def test_a_constraint_made_through_a_helper_is_named_at_its_call(monkeypatch):
     assert "all-gather" not in plain(p.step, p.args(), [P("x", None), P(), P()])
 
 
+def test_the_dimensions_one_decision_shards_are_followed_through_loops_and_calls():
+    """Which decisions shard the batch's dimension, read from Shardy's
+    sharding rules: a constraint inside a scanned layer (a while loop's
+    carried value, in a function the loop calls) and one on the batch
+    flattened with the features (a reshape's merged dimension, its major
+    factor the batch) shard it; one on the transposed result's first
+    dimension, the features, does not."""
+    from irshard.apiprogram import PROGRAM_ARGUMENTS, lowering
+    from irshard.collectives.classes import Decisions
+    from irshard.core.frames import UserCode
+
+    def step(x, ws):
+        def layer(h, w):
+            h = jax.lax.with_sharding_constraint(jnp.tanh(h @ w), P("x", None))
+            return h, None
+        h, _ = jax.lax.scan(layer, x, ws)
+        flat = jax.lax.with_sharding_constraint(h.reshape(-1), P("x"))
+        return flat, jax.lax.with_sharding_constraint(h.T, P("x", None))
+
+    lowered = lowering(step, (jnp.ones((32, 64)), jnp.ones((3, 64, 64))), "x=4",
+                       dict(PROGRAM_ARGUMENTS, rules=[("x", "x,_")]))
+    decisions = Decisions(lowered, UserCode(lowered.info.user_dir))
+    source = open(__file__).read().splitlines()
+    line = lambda text: next(i for i, s in enumerate(source, 1) if text in s)  # noqa: E731
+    by_key = {o.key(): o for o, _, _ in decisions.entries}
+    assert len(by_key) == 4
+    [rule] = [o for o in by_key.values() if o.kind == "input"]
+    lines = sorted(o.source.line for o in decisions.sharing([rule], ["x"]))
+    assert lines == [line("jnp.tanh(h @ w), P("), line("h.reshape(-1), P(")]
+    assert decisions.sharing([rule], ["y"]) == ()
+
+
 def test_constraints_through_one_helper_are_removed_together():
     """Two calls of the model's constraint helper removed at once: the line
     that made each is read from the program as it was. Once read again
