@@ -781,6 +781,56 @@ def test_an_op_a_recompile_refuted_is_not_the_cause():
                ).cause.decision == weight
 
 
+def _dense(x, w):
+    return x @ w.T
+
+
+def _two_projections(x, a, b):
+    ya = jnp.tanh(_dense(x, a))
+    yb = jnp.tanh(_dense(x, b))
+    return ya + yb
+
+
+def test_a_helpers_collectives_are_told_apart_by_the_line_that_called_it():
+    """Two projections through one helper, their weights of one shape and
+    both sharded along the dimension the product sums: each gather is at
+    the helper's line, of the same arrays. The line that called the helper
+    tells them apart: the recompile without one weight's rule removes that
+    weight's gather and leaves the other's (before, one going confirmed
+    both)."""
+    from irshard.collectives.verdicts import verdict
+    from irshard.reporting.why import CONFIRMED, NOT_CONFIRMED
+    args = (jnp.ones((64, 128)), jnp.ones((128, 128)), jnp.ones((128, 128)))
+    rules = [("x", "x,_"), ("a", "_,x"), ("b", "_,x")]
+    report = irshard.compile(_two_projections, *args, mesh="x=4", rules=rules,
+                             verify=True)
+    gathers = [c for c in report.collectives if c.kind == "all-gather"]
+    assert len(gathers) == 2
+    assert len({(c.source.line, c.shape) for c in gathers}) == 1
+    callers = {c.source.stack[1].line: c for c in gathers}
+    source = open(__file__).read().splitlines()
+    line = next(i for i, text in enumerate(source, 1)
+                if "ya = jnp.tanh(_dense(x, a))" in text)
+    assert sorted(callers) == [line, line + 1]
+    assert all(c.why.cause.verdict == CONFIRMED for c in gathers)
+    of_a, of_b = callers[line], callers[line + 1]
+    without_b = irshard.compile(_two_projections, *args, mesh="x=4",
+                                rules=[("x", "x,_"), ("a", "_,x")])
+    assert verdict(of_a, report, without_b)[0] == NOT_CONFIRMED
+    assert verdict(of_b, report, without_b)[0] == CONFIRMED
+    # Plain JAX: a gather for each weight so sharded, one with b whole.
+    m = mesh()
+
+    def gathers_of(*specs):
+        shardings = tuple(NamedSharding(m, s) for s in specs)
+        fresh = lambda *a: _two_projections(*a)      # noqa: E731
+        text = jax.jit(fresh, in_shardings=shardings).lower(*args).compile().as_text()
+        return len(re.findall(r"\ball-gather(?:-start)?\(", text))
+
+    assert gathers_of(P("x", None), P(None, "x"), P(None, "x")) == 2
+    assert gathers_of(P("x", None), P(None, "x"), P()) == 1
+
+
 def test_a_verdict_tells_the_forward_passs_collective_from_the_backwards():
     """One line makes collectives in the forward pass and in the backward
     (JAX's op names `jvp()/...` and `transpose(jvp())/...`): a recompile

@@ -18,18 +18,27 @@ def _pass(c) -> str:
     return (c.op_name or "").rpartition("/")[0]
 
 
+def _site(c) -> tuple | None:
+    """A collective's line with the lines that called it: a helper's line
+    is every caller's (a dense layer's kernel serves each projection), and
+    each call's collectives are its own."""
+    source = c.source
+    if source is None:
+        return None
+    return tuple((f.file, f.line) for f in source.stack or ()) or \
+        ((source.file, source.line),)
+
+
 def collective_key(c) -> tuple:
-    where = (c.source.file, c.source.line) if c.source is not None else None
-    return c.kind, where, _pass(c), tuple(sorted(c.mesh_axes or ()))
+    return c.kind, _site(c), _pass(c), tuple(sorted(c.mesh_axes or ()))
 
 
 def _at_line(report, c) -> Counter:
-    source = c.source
-    if source is None:
+    site = _site(c)
+    if site is None:
         return Counter()
-    return Counter(x.kind for x in report.collectives if x.source is not None
-                   and (x.source.file, x.source.line) == (source.file, source.line)
-                   and _pass(x) == _pass(c))
+    return Counter(x.kind for x in report.collectives
+                   if _site(x) == site and _pass(x) == _pass(c))
 
 
 def _shape(c) -> tuple:
