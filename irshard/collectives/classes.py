@@ -34,9 +34,9 @@ class Decisions:
         # shard_maps, outputs.
         self.entries: list[tuple[Origin, tuple, frozenset[str]]] = []
         with module.context:
-            self._read(module, sites, shardy)
+            self._read(sites, shardy)
 
-    def _read(self, module, sites: PropagationSites, shardy) -> None:
+    def _read(self, sites: PropagationSites, shardy) -> None:
         from irshard.backend.edits import CONSTRAINTS
         main = sites.main
         if main is not None:
