@@ -23,8 +23,9 @@ def counterfactual(lowered, decision: Origin, users: UserCode):
     `decision` (each of its parts, for `together`), as a stage to compile,
     and the decision as removed (under explicit axes, the first constraint
     of the chain that made the sharding: the `reshard`; for `together`,
-    the parts there were to remove, since one part's edit may have taken
-    another's op with it); None where it has nothing to remove."""
+    the parts there were to remove: a shard_map whose specs shard an axis
+    has nothing a recompile can take out); None where it has nothing to
+    remove."""
     from irshard.backend import shardy
     from irshard.collectives.origins import PropagationSites
     module = shardy.clone_module(lowered.module)
